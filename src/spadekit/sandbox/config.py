@@ -1,0 +1,77 @@
+"""Settings of the sandbox: deadlines, resource limits, isolation choices.
+
+Every field has a default that suits model-written text environments on a small machine; the
+self-play config tree embeds this dataclass under ``sandbox``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from spadekit.errors import ConfigError
+
+TIERS = ("strong", "standard", "weak")
+"""Isolation tiers, strongest first (see ``spadekit.sandbox.isolation``)."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    # wall-clock deadlines, seconds
+    start_timeout: float = 15.0
+    """Worker boot until its ``hello`` (interpreter start + isolation)."""
+    load_timeout: float = 10.0
+    """Executing the program's module code."""
+    create_timeout: float = 5.0
+    """Constructing the Env class."""
+    reset_timeout: float = 5.0
+    step_timeout: float = 5.0
+    call_timeout: float = 10.0
+    """``solution()``, ``tools()`` and other method calls."""
+
+    # resource limits of each worker
+    memory_mb: int = 1024
+    """Address-space rlimit and, where cgroups are usable, the cgroup memory limit."""
+    cpu_seconds: int = 600
+    """RLIMIT_CPU backstop over the worker's whole life (deadlines are the real guard)."""
+    max_open_files: int = 64
+    max_file_size_mb: int = 16
+    max_processes: int = 64
+    """RLIMIT_NPROC for the per-worker uid and cgroup ``pids.max`` (threads count)."""
+    max_program_chars: int = 1_000_000
+    max_reply_bytes: int = 1 << 20
+    max_observation_chars: int = 65536
+    stderr_tail_bytes: int = 8192
+    """How much of the worker's own output (prints, tracebacks) is kept, as a ring buffer."""
+
+    # isolation
+    tier: str = "auto"
+    """``auto`` picks the strongest tier that works here; or force ``strong``/``standard``/``weak``."""
+    allow_unsafe: bool = False
+    """Permit running untrusted programs below the ``standard`` tier (never the default)."""
+    use_cgroups: bool = True
+    """Put each worker in its own pids+memory cgroup when the host allows it."""
+    uid_base: int = 1_400_000
+    """Root only: workers run as uids ``uid_base + k`` with no groups (never shared by live workers)."""
+    python: str | None = None
+    """Interpreter for workers; default: the running interpreter."""
+    hash_seed: int = 0
+    """PYTHONHASHSEED inside workers, so set iteration order (and so env behaviour) is reproducible."""
+
+    def __post_init__(self) -> None:
+        if self.tier not in ("auto",) + TIERS:
+            raise ConfigError(f"sandbox.tier must be one of auto, {', '.join(TIERS)}; "
+                              f"got {self.tier!r}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith(("_timeout", "_mb", "_seconds", "_chars", "_bytes", "_files",
+                                "_processes")) and not (isinstance(value, (int, float))
+                                                        and value > 0):
+                raise ConfigError(f"sandbox.{f.name} must be a positive number, got {value!r}")
+
+    def replace(self, **changes) -> "SandboxConfig":
+        return dataclasses.replace(self, **changes)
+
+    def deadline(self, op: str) -> float:
+        return {"load": self.load_timeout, "create": self.create_timeout,
+                "reset": self.reset_timeout, "step": self.step_timeout}.get(op, self.call_timeout)

@@ -1,0 +1,224 @@
+"""Detect which isolation layers this machine offers and pick the strongest working tier.
+
+Tiers (research/sandbox.md, section 4):
+
+- ``strong``: bubblewrap namespaces (no network, private filesystem view, own pid namespace)
+  + seccomp + Landlock (by kernel ABI) + rlimits, a per-worker unprivileged uid when running as
+  root (user namespaces otherwise), and a per-worker cgroup where the host allows one.
+- ``standard``: no namespaces, but seccomp + Landlock + rlimits (+ per-worker uid as root).
+  Passed the whole attack matrix in the measurements; containment rests on seccomp's no-fork.
+- ``weak``: rlimits and a new session only. Refused for untrusted code unless
+  ``allow_unsafe`` is set, because the program could read files and use the network.
+
+``detect()`` probes each layer, then proves the chosen tier by booting a real worker with it;
+if that fails it falls back to the next tier and records why. The result is cached per process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+
+from spadekit.errors import InsecureSandboxError, SandboxError, SandboxStartError
+from spadekit.sandbox import cgroup
+from spadekit.sandbox.config import TIERS, SandboxConfig
+from spadekit.sandbox.launch import Plan
+from spadekit.sandbox.seccomp_filter import SeccompUnavailable, compile_filter
+
+MINIMUM_SAFE_TIER = "standard"
+
+
+@dataclass
+class Layer:
+    name: str
+    available: bool
+    detail: str
+
+
+@dataclass
+class IsolationReport:
+    tier: str
+    root: bool
+    layers: dict[str, Layer]
+    attempts: list[dict] = field(default_factory=list)
+    worker_layers: dict = field(default_factory=dict)
+
+    @property
+    def safe(self) -> bool:
+        return TIERS.index(self.tier) <= TIERS.index(MINIMUM_SAFE_TIER)
+
+    def to_dict(self) -> dict:
+        return {"tier": self.tier, "safe_for_untrusted_code": self.safe, "root": self.root,
+                "layers": {k: asdict(v) for k, v in self.layers.items()},
+                "attempts": self.attempts, "worker_layers": self.worker_layers}
+
+
+def landlock_abi() -> int:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        return max(int(libc.syscall(444, None, ctypes.c_size_t(0), 1)), 0)
+    except Exception:
+        return 0
+
+
+def _bwrap_works(path: str, uid: int | None) -> tuple[bool, str]:
+    kwargs: dict = {}
+    if uid is not None:
+        kwargs.update(user=uid, group=uid, extra_groups=[])
+    try:
+        out = subprocess.run([path, "--unshare-all", "--unshare-user", "--die-with-parent",
+                              "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"],
+                             capture_output=True, timeout=10, **kwargs)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"bwrap failed to run: {exc}"
+    if out.returncode != 0:
+        return False, "bwrap cannot create namespaces here: " + out.stderr.decode(
+            "utf-8", "replace").strip()[:300]
+    return True, f"{path} (user, pid, net, ipc, uts, mount namespaces)"
+
+
+def _readable_by_others(path: str) -> bool:
+    """True when every directory above ``path`` is world-searchable and the file world-readable."""
+    path = os.path.realpath(path)
+    parts = path.split(os.sep)
+    for i in range(2, len(parts)):
+        d = os.sep.join(parts[:i]) or "/"
+        try:
+            if not os.stat(d).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    try:
+        return bool(os.stat(path).st_mode & stat.S_IROTH)
+    except OSError:
+        return False
+
+
+def _interpreter_for_uid(config: SandboxConfig) -> tuple[str, str] | None:
+    """An interpreter (and its prefix) that an unprivileged uid can run outside namespaces."""
+    want = config.python or os.path.realpath(sys.executable)
+    prefix = os.path.realpath(sys.base_prefix)
+    if _readable_by_others(want) and _readable_by_others(os.path.join(prefix, "lib")):
+        return want, prefix
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = f"/usr/bin/{ver}"
+    if os.path.exists(system) and _readable_by_others(system):
+        return system, "/usr"
+    return None
+
+
+def probe_layers(config: SandboxConfig) -> dict[str, Layer]:
+    root = os.geteuid() == 0
+    layers: dict[str, Layer] = {}
+    layers["uid"] = Layer("uid", root, "per-worker unprivileged uids (running as root)" if root
+                          else "runs as the current user (not root)")
+    bwrap = shutil.which("bwrap")
+    if bwrap:
+        ok, detail = _bwrap_works(bwrap, config.uid_base + 9999 if root else None)
+        layers["namespaces"] = Layer("namespaces", ok, detail)
+    else:
+        layers["namespaces"] = Layer("namespaces", False, "bubblewrap not installed "
+                                     "(apt-get install bubblewrap)")
+    abi = landlock_abi()
+    layers["landlock"] = Layer("landlock", abi >= 1, f"ABI {abi}" + (
+        "" if abi >= 4 else " (no TCP rules: needs ABI 4)") if abi else
+        "not supported by this kernel")
+    try:
+        bpf = compile_filter()
+        layers["seccomp"] = Layer("seccomp", True, f"{len(bpf) // 8} BPF instructions")
+    except SeccompUnavailable as exc:
+        layers["seccomp"] = Layer("seccomp", False, str(exc))
+    mode, detail = cgroup.detect() if config.use_cgroups else (None, "disabled by config")
+    layers["cgroup"] = Layer("cgroup", mode is not None, detail if mode is None else
+                             f"{mode}: {detail}")
+    layers["rlimits"] = Layer("rlimits", True, f"AS {config.memory_mb} MiB, CPU "
+                              f"{config.cpu_seconds}s, NOFILE {config.max_open_files}, NPROC "
+                              f"{config.max_processes}, FSIZE {config.max_file_size_mb} MiB")
+    return layers
+
+
+def plan_for(tier: str, layers: dict[str, Layer], config: SandboxConfig) -> Plan | str:
+    """The plan for ``tier``, or a string saying why this machine cannot give it."""
+    root = layers["uid"].available
+    seccomp = compile_filter() if layers["seccomp"].available else None
+    cg_mode = cgroup.detect()[0] if layers["cgroup"].available else None
+    python = os.path.realpath(config.python or sys.executable)
+    prefix = os.path.realpath(sys.base_prefix)
+    if root and tier in ("strong", "standard"):
+        found = _interpreter_for_uid(config)
+        if found is None:
+            return ("no interpreter that an unprivileged uid can read (the running one lives "
+                    "under a private directory; install python3 system-wide)")
+        python, prefix = found
+    if tier == "strong":
+        missing = [n for n in ("namespaces", "seccomp") if not layers[n].available]
+        if missing:
+            return "missing " + ", ".join(missing)
+        return Plan("strong", bwrap=shutil.which("bwrap"), per_worker_uid=root,
+                    landlock=layers["landlock"].available, seccomp_bpf=seccomp,
+                    cgroup_mode=cg_mode, python=python, python_prefix=prefix)
+    if tier == "standard":
+        missing = [n for n in ("seccomp", "landlock") if not layers[n].available]
+        if missing:
+            return "missing " + ", ".join(missing)
+        return Plan("standard", per_worker_uid=root, landlock=True, seccomp_bpf=seccomp,
+                    cgroup_mode=cg_mode, python=python, python_prefix=prefix)
+    return Plan("weak", per_worker_uid=False, cgroup_mode=cg_mode, python=python,
+                python_prefix=prefix)
+
+
+_CACHE: dict[tuple, tuple[IsolationReport, Plan]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def detect(config: SandboxConfig | None = None) -> tuple[IsolationReport, Plan]:
+    """Probe, pick and prove a tier. Raises ``InsecureSandboxError`` when the best working tier is
+    below ``standard`` and ``allow_unsafe`` is off, or ``SandboxStartError`` when a forced tier
+    does not work."""
+    from spadekit.sandbox.sandbox import Sandbox
+
+    config = config or SandboxConfig()
+    key = (config.tier, config.use_cgroups, config.python, config.uid_base, config.allow_unsafe)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        layers = probe_layers(config)
+        report = IsolationReport(tier="weak", root=layers["uid"].available, layers=layers)
+        wanted = TIERS if config.tier == "auto" else (config.tier,)
+        chosen: Plan | None = None
+        cgroup.sweep_stale(cgroup.detect()[0] if layers["cgroup"].available else None)
+        for tier in wanted:
+            plan = plan_for(tier, layers, config)
+            if isinstance(plan, str):
+                report.attempts.append({"tier": tier, "ok": False, "why": plan})
+                continue
+            try:
+                sb = Sandbox.start(config, plan)
+            except SandboxError as exc:
+                report.attempts.append({"tier": tier, "ok": False, "why": exc.message})
+                continue
+            report.worker_layers = sb.layers
+            sb.close()
+            report.attempts.append({"tier": tier, "ok": True, "why": "worker booted"})
+            chosen = plan
+            report.tier = tier
+            break
+        if chosen is None:
+            raise SandboxStartError("no sandbox tier works on this machine: " + "; ".join(
+                f"{a['tier']}: {a['why']}" for a in report.attempts), attempts=report.attempts)
+        if not report.safe and not config.allow_unsafe:
+            raise InsecureSandboxError(
+                f"only the '{report.tier}' isolation tier works here, which cannot contain "
+                "untrusted programs (" + "; ".join(f"{a['tier']}: {a['why']}" for a in
+                                                  report.attempts if not a["ok"]) +
+                "). Install bubblewrap and libseccomp2, or pass allow_unsafe=True "
+                "(--unsafe) to accept the risk.", attempts=report.attempts)
+        _CACHE[key] = (report, chosen)
+        return report, chosen

@@ -1,0 +1,339 @@
+"""The parent side of one sandbox: a worker hosting one program, driven over JSON lines.
+
+``Sandbox`` sends one request at a time (a lock makes it safe from several threads; the ``a*``
+methods make it usable from asyncio), enforces a wall-clock deadline on every call, re-validates
+every result with the same checks the worker ran, and turns every failure into a typed
+``spadekit.errors.SandboxError``. A timeout, a dead worker or a protocol violation kills the
+worker and its whole process tree; later calls raise ``SandboxClosed``.
+
+``RemoteEnv`` is one environment instance inside a sandbox with the Gymnasium-style API
+(``reset(seed=, options=)`` and the 5-tuple ``step``), plus ``solution()`` and ``tools()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import json
+import os
+import selectors
+import signal
+import threading
+import time
+from typing import Any
+
+from spadekit.errors import (ERROR_TYPES, EnvRaised, InvalidResult, ProgramLoadError,
+                             ProtocolViolation, SandboxClosed, SandboxError, SandboxStartError,
+                             SandboxTimeout, WorkerDied)
+from spadekit.sandbox import worker as checks
+from spadekit.sandbox.config import SandboxConfig
+from spadekit.sandbox.launch import Plan, WorkerProcess, spawn
+
+
+class _Tail:
+    """Drains the worker's stderr (its prints and tracebacks) into a bounded ring buffer."""
+
+    def __init__(self, stream, limit: int) -> None:
+        self.limit = limit
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.size = 0
+        self.total = 0
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, args=(stream,), daemon=True,
+                                       name="spadekit-sandbox-stderr")
+        self.thread.start()
+
+    def _run(self, stream) -> None:
+        fd = stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self.lock:
+                self.chunks.append(chunk)
+                self.size += len(chunk)
+                self.total += len(chunk)
+                while self.size - len(self.chunks[0]) >= self.limit:
+                    self.size -= len(self.chunks.popleft())
+
+    def text(self, wait: float = 0.0) -> str:
+        if wait:
+            self.thread.join(wait)
+        with self.lock:
+            data = b"".join(self.chunks)[-self.limit:]
+        return data.decode("utf-8", "replace")
+
+
+class Sandbox:
+    """One worker process; load exactly one program into it with ``load`` (the pool does)."""
+
+    def __init__(self, worker: WorkerProcess, config: SandboxConfig) -> None:
+        self.config = config
+        self.worker = worker
+        self.plan: Plan = worker.plan
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._buf = bytearray()
+        self._tail = _Tail(worker.proc.stderr, config.stderr_tail_bytes)
+        self._sel = selectors.DefaultSelector()
+        self._out_fd = worker.proc.stdout.fileno()
+        self._in_fd = worker.proc.stdin.fileno()
+        os.set_blocking(self._out_fd, False)
+        os.set_blocking(self._in_fd, False)
+        self._sel.register(self._out_fd, selectors.EVENT_READ)
+        self.failure: SandboxError | None = None
+        self.program: dict | None = None
+        self.layers: dict = {}
+        self.started_at = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, config: SandboxConfig, plan: Plan) -> "Sandbox":
+        """Spawn a worker and wait until it has applied its isolation layers."""
+        worker = spawn(config, plan)
+        sb = cls(worker, config)
+        try:
+            hello = sb._receive(0, "start", config.start_timeout)
+        except SandboxError as exc:
+            sb.close()
+            raise SandboxStartError(f"sandbox worker did not start: {exc.message}",
+                                    tier=plan.tier, cause=exc.to_dict()) from exc
+        sb.layers = hello.get("layers", {})
+        worker.hello = hello
+        worker.adopt_tree()
+        return sb
+
+    @property
+    def alive(self) -> bool:
+        return self.failure is None and not self.worker.closed
+
+    def close(self) -> None:
+        """Kill the worker and everything it started; idempotent."""
+        with self._lock:
+            if not self.worker.closed:
+                self.worker.kill()
+                try:
+                    self._sel.close()
+                except (OSError, ValueError):
+                    pass
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def output_tail(self) -> str:
+        """The last ``stderr_tail_bytes`` of what the program printed."""
+        return self._tail.text()
+
+    # -- program and instances -------------------------------------------------------------
+
+    def load(self, code: str, filename: str = "env.py") -> dict:
+        """Execute the program; returns {class_name, has_solution, has_tools, doc}."""
+        if self.program is not None:
+            raise ProgramLoadError("this sandbox already hosts a program; one program per worker",
+                                   reason="load_error")
+        if not isinstance(code, str) or not code.strip():
+            raise ProgramLoadError("the program is empty", reason="syntax")
+        if len(code) > self.config.max_program_chars:
+            raise ProgramLoadError(f"the program has {len(code)} characters (limit "
+                                   f"{self.config.max_program_chars})", reason="syntax")
+        info = self.request("load", {"code": code, "filename": os.path.basename(filename)})
+        self.program = info
+        return info
+
+    def new_env(self, max_turns: int | None = None, **kwargs: Any) -> "RemoteEnv":
+        """Construct one instance of the program's Env class (``max_turns=`` first, then no args)."""
+        if max_turns is not None:
+            kwargs["max_turns"] = max_turns
+        info = self.request("create", {"kwargs": kwargs})
+        return RemoteEnv(self, info["instance"], info.get("max_turns"))
+
+    # -- protocol --------------------------------------------------------------------------
+
+    def request(self, op: str, payload: dict, timeout: float | None = None) -> Any:
+        """Send one request and return its result, or raise a typed ``SandboxError``."""
+        with self._lock:
+            if self.failure is not None:
+                raise SandboxClosed(f"the sandbox is dead after an earlier failure: "
+                                    f"{self.failure.message}", cause=self.failure.reason)
+            if self.worker.closed:
+                raise SandboxClosed("the sandbox was closed")
+            rid = next(self._ids)
+            deadline = timeout if timeout is not None else self.config.deadline(op)
+            try:
+                data = json.dumps({"id": rid, "op": op, **payload}).encode() + b"\n"
+            except (TypeError, ValueError) as exc:
+                raise InvalidResult(f"request is not JSON-serialisable: {exc}",
+                                    reason="bad_request") from exc
+            end = time.monotonic() + deadline
+            self._send(data, op, deadline, end)
+            return self._receive(rid, op, deadline, end)
+
+    def _fail(self, exc: SandboxError) -> SandboxError:
+        self.failure = exc
+        self.close()
+        return exc
+
+    def _send(self, data: bytes, op: str, deadline: float, end: float) -> None:
+        view = memoryview(data)
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._in_fd, selectors.EVENT_WRITE)
+            while view:
+                left = end - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise self._fail(SandboxTimeout(
+                        f"{op} timed out after {deadline:g}s (worker not reading)", op=op,
+                        seconds=deadline))
+                try:
+                    n = os.write(self._in_fd, view)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    raise self._fail(self._died(op)) from None
+                view = view[n:]
+
+    def _receive(self, rid: int, op: str, deadline: float, end: float | None = None) -> Any:
+        end = end if end is not None else time.monotonic() + deadline
+        limit = self.config.max_reply_bytes
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                line = bytes(self._buf[:nl])
+                del self._buf[:nl + 1]
+                return self._decode(line, rid, op)
+            if len(self._buf) > limit:
+                raise self._fail(ProtocolViolation(
+                    f"reply to {op} exceeds {limit} bytes; worker killed", op=op))
+            left = end - time.monotonic()
+            if left <= 0 or not self._sel.select(left):
+                raise self._fail(SandboxTimeout(f"{op} timed out after {deadline:g}s; worker "
+                                                "killed", op=op, seconds=deadline))
+            try:
+                chunk = os.read(self._out_fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                raise self._fail(self._died(op))
+            self._buf += chunk
+
+    def _died(self, op: str) -> WorkerDied:
+        proc = self.worker.proc
+        try:
+            code = proc.wait(timeout=1.0)
+        except Exception:
+            code = None
+        sig = None
+        if code is not None and code < 0:
+            sig = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        elif code is not None and code > 128 and self.plan.bwrap:
+            # bwrap reports the sandboxed process's death by signal as 128 + N
+            sig = signal.Signals(code - 128).name if code - 128 in signal.valid_signals() else None
+        tail = self._tail.text(wait=0.2)
+        how = f"signal {sig}" if sig else f"exit code {code}"
+        return WorkerDied(f"worker died during {op} ({how})", returncode=code, signal=sig,
+                          stderr_tail=tail, op=op)
+
+    def _decode(self, line: bytes, rid: int, op: str) -> Any:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise self._fail(ProtocolViolation(f"reply to {op} is not JSON; worker killed",
+                                               op=op)) from None
+        if not isinstance(msg, dict) or msg.get("id") != rid or not isinstance(msg.get("ok"), bool):
+            raise self._fail(ProtocolViolation(f"unexpected reply to {op} (wrong id or shape); "
+                                               "worker killed", op=op))
+        if msg["ok"]:
+            return msg.get("result")
+        err = msg.get("error")
+        if not isinstance(err, dict):
+            raise self._fail(ProtocolViolation(f"malformed error reply to {op}", op=op))
+        raise self._error(err, op)
+
+    def _error(self, err: dict, op: str) -> SandboxError:
+        kind = ERROR_TYPES.get(str(err.get("type")))
+        message = str(err.get("message", ""))[:4000]
+        extra = {k: v for k, v in err.items() if k not in ("type", "message")}
+        if kind is None:
+            if err.get("type") == "SandboxStartError":
+                return SandboxStartError(message)
+            return self._fail(ProtocolViolation(f"unknown error type from worker during {op}: "
+                                                f"{err.get('type')!r}", op=op))
+        if kind is EnvRaised:
+            return EnvRaised(message, exc_type=str(extra.get("exc_type", "Exception"))[:200],
+                             traceback=str(extra.get("traceback", ""))[:8000], op=op)
+        if kind is ProgramLoadError or kind is InvalidResult:
+            return kind(message, reason=str(extra.pop("reason", "load_error"))[:64],
+                        **{k: v for k, v in extra.items() if k in ("line", "traceback")}, op=op)
+        if kind is ProtocolViolation:
+            return self._fail(ProtocolViolation(message, op=op))
+        return kind(message, kind=str(extra.get("kind", ""))[:32],
+                    traceback=str(extra.get("traceback", ""))[:8000], op=op)
+
+    # -- asyncio ---------------------------------------------------------------------------
+
+    async def arequest(self, op: str, payload: dict, timeout: float | None = None) -> Any:
+        return await asyncio.to_thread(self.request, op, payload, timeout)
+
+
+class RemoteEnv:
+    """One environment instance living in a sandbox; results are re-validated here."""
+
+    def __init__(self, sandbox: Sandbox, instance: int, max_turns: int | None) -> None:
+        self.sandbox = sandbox
+        self.instance = instance
+        self.max_turns = max_turns
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
+        raw = self.sandbox.request("reset", {"instance": self.instance, "seed": seed,
+                                             "options": options})
+        value, err = checks.check_reset(tuple(raw) if isinstance(raw, list) else raw,
+                                        self.sandbox.config.max_observation_chars)
+        if err:
+            raise InvalidResult(err["message"], reason=err["reason"], op="reset")
+        return value[0], value[1]
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        if not isinstance(action, str):
+            raise TypeError(f"action must be str, got {type(action).__name__}")
+        raw = self.sandbox.request("step", {"instance": self.instance, "action": action})
+        value, err = checks.check_step(tuple(raw) if isinstance(raw, list) else raw,
+                                       self.sandbox.config.max_observation_chars)
+        if err:
+            raise InvalidResult(err["message"], reason=err["reason"], op="step")
+        return value[0], value[1], value[2], value[3], value[4]
+
+    def solution(self) -> list[str]:
+        value = self.sandbox.request("call", {"instance": self.instance, "method": "solution"})
+        if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+            raise InvalidResult("solution() must return a list of action strings",
+                                reason="bad_solution", op="solution")
+        return value
+
+    def tools(self) -> list[dict]:
+        value = self.sandbox.request("call", {"instance": self.instance, "method": "tools"})
+        if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+            raise InvalidResult("tools() must return a list of schema dicts", reason="bad_tools",
+                                op="tools")
+        return value
+
+    def close(self) -> None:
+        if self.sandbox.alive:
+            try:
+                self.sandbox.request("drop", {"instance": self.instance})
+            except SandboxError:
+                pass
+
+    async def areset(self, *, seed: int | None = None, options: dict | None = None):
+        return await asyncio.to_thread(lambda: self.reset(seed=seed, options=options))
+
+    async def astep(self, action: str):
+        return await asyncio.to_thread(self.step, action)

@@ -1,0 +1,93 @@
+"""Compile the sandbox's seccomp filter (parent side) into raw BPF bytes.
+
+The trainer process compiles the filter once with ``pyseccomp`` (a ctypes binding to the system's
+libseccomp) and hands the bytes to each worker, which installs them with one ``prctl`` before any
+untrusted code runs. Workers therefore need neither pyseccomp nor libseccomp themselves.
+
+Policy (default allow, deny the dangerous classes measured in research/sandbox.md):
+- no new processes: ``fork``/``vfork``, ``clone`` without ``CLONE_THREAD``, ``execve``/``execveat``
+  (threads still work; ``clone3`` answers ENOSYS so that glibc falls back to ``clone``);
+- no sockets at all (``socket`` and ``socketpair`` are refused, whatever the family);
+- no signals to anyone (``kill``, ``tkill``, ``tgkill``, ``rt_sigqueueinfo``, ...);
+- no kernel-surface syscalls: ptrace, mount family, namespaces, bpf, perf, io_uring, keys,
+  modules, kexec, reboot, swap, syslog, acct, handle-based open, uid/gid changes, mknod, personality;
+- ``ioctl`` TIOCSTI/TIOCLINUX (terminal injection), with a masked compare.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import tempfile
+
+CLONE_THREAD = 0x00010000
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+
+DENY_EPERM = (
+    "fork", "vfork", "execve", "execveat",
+    "socket", "socketpair",
+    "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_send_signal",
+    "pidfd_getfd", "ptrace", "process_vm_readv", "process_vm_writev",
+    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "move_mount", "open_tree",
+    "fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr",
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+    "io_uring_register", "keyctl", "add_key", "request_key", "init_module", "finit_module",
+    "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff", "syslog",
+    "acct", "open_by_handle_at", "name_to_handle_at", "setuid", "setgid", "setreuid",
+    "setregid", "setresuid", "setresgid", "setgroups", "setfsuid", "setfsgid", "mknod",
+    "mknodat", "personality", "quotactl", "lookup_dcookie", "vhangup", "settimeofday",
+    "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "iopl",
+    "ioperm", "uselib", "nfsservctl", "fanotify_init",
+)
+
+
+class SeccompUnavailable(RuntimeError):
+    """pyseccomp or the system libseccomp is missing, or the filter could not be compiled."""
+
+
+@functools.lru_cache(maxsize=1)
+def compile_filter() -> bytes:
+    """Return the BPF program (a sequence of 8-byte ``sock_filter`` entries) for this machine."""
+    try:
+        import pyseccomp as sc
+    except Exception as exc:  # ImportError, or OSError when libseccomp.so is missing
+        raise SeccompUnavailable(f"pyseccomp unavailable: {exc}") from exc
+    try:
+        flt = sc.SyscallFilter(sc.ALLOW)
+        if os.uname().machine == "x86_64":
+            # x32 syscalls share the x86_64 audit arch; give them the same rules.
+            try:
+                flt.add_arch(sc.Arch.X32)
+            except Exception:
+                pass
+        for name in DENY_EPERM:
+            _try_rule(flt, sc.ERRNO(errno.EPERM), name)
+        _try_rule(flt, sc.ERRNO(errno.ENOSYS), "clone3")
+        _try_rule(flt, sc.ERRNO(errno.EPERM), "clone",
+                  sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
+        for req in (TIOCSTI, TIOCLINUX):
+            _try_rule(flt, sc.ERRNO(errno.EPERM), "ioctl",
+                      sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, req))
+        with tempfile.TemporaryFile() as fh:
+            flt.export_bpf(fh)
+            fh.seek(0)
+            data = fh.read()
+    except SeccompUnavailable:
+        raise
+    except Exception as exc:
+        raise SeccompUnavailable(f"could not compile the seccomp filter: {exc}") from exc
+    if not data or len(data) % 8:
+        raise SeccompUnavailable("libseccomp exported an empty or malformed BPF program")
+    return data
+
+
+def _try_rule(flt, action: int, name: str, *args) -> None:
+    """Add one rule; a syscall this architecture does not have is skipped (nothing to deny).
+    Any other failure raises: silently dropping a deny rule would weaken the sandbox."""
+    import pyseccomp as sc
+
+    if sc.resolve_syscall(sc.Arch.NATIVE, name) < 0:
+        return
+    flt.add_rule(action, name, *args)

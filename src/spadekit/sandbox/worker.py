@@ -1,0 +1,491 @@
+"""The child side of the sandbox: one process that hosts one environment program.
+
+Run as a script (``python -I -S -B worker.py``), standard library only. Bootstrap, in order:
+
+1. Move the protocol onto private file descriptors: requests arrive as JSON lines on the original
+   stdin, replies leave on the original stdout. Afterwards fd 0 is /dev/null and fd 1 is the stderr
+   pipe, so ``print()`` in environment code can never corrupt the protocol.
+2. Read one configuration line from the parent (trusted), then apply the isolation layers it asks
+   for: rlimits, Landlock (filesystem, TCP, signal and abstract-socket scopes, by kernel ABI) and
+   the seccomp BPF program compiled by the parent. Report what was applied in a ``hello`` line.
+3. Serve requests: ``load`` (exec the program, find its one ``...Env`` class), ``create``,
+   ``reset``, ``step``, ``call`` (solution/tools/...), ``drop``. Every result is checked here and
+   checked again by the parent; every exception becomes a structured error reply, and the worker
+   stays alive (``SystemExit`` included).
+
+The parent enforces wall-clock deadlines and kills this process (and its namespace/cgroup) on
+timeout; nothing here relies on signals or alarms, which environment code could swallow.
+"""
+
+import ast
+import ctypes
+import faulthandler
+import json
+import math
+import os
+import resource
+import sys
+import traceback
+
+PROTO_IN = None
+PROTO_OUT = None
+STATE = {"module": None, "cls": None, "instances": {}, "next_id": 1, "cfg": {}}
+
+# ---------------------------------------------------------------------------------------------
+# isolation layers
+
+
+def apply_rlimits(limits):
+    applied = {}
+    for name, value in limits.items():
+        res = getattr(resource, "RLIMIT_" + name.upper(), None)
+        if res is None or value is None:
+            continue
+        value = int(value)
+        try:
+            soft, hard = resource.getrlimit(res)
+            new_hard = value if hard == resource.RLIM_INFINITY or hard > value else hard
+            resource.setrlimit(res, (min(value, new_hard), new_hard))
+            applied[name] = min(value, new_hard)
+        except (ValueError, OSError) as exc:
+            applied[name] = "failed: %s" % exc
+    return applied
+
+
+_LIBC = None
+
+
+def _libc():
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+        _LIBC.syscall.restype = ctypes.c_long
+        _LIBC.prctl.restype = ctypes.c_int
+    return _LIBC
+
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+
+LL_EXECUTE, LL_WRITE_FILE, LL_READ_FILE, LL_READ_DIR = 1, 2, 4, 8
+LL_FS_V1 = (1 << 13) - 1
+LL_REFER, LL_TRUNCATE, LL_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+LL_FILE_ONLY = LL_EXECUTE | LL_WRITE_FILE | LL_READ_FILE | LL_TRUNCATE | LL_IOCTL_DEV
+LL_NET_BIND_TCP, LL_NET_CONNECT_TCP = 1, 2
+LL_SCOPE_ABSTRACT_UNIX, LL_SCOPE_SIGNAL = 1, 2
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _Ruleset(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+def landlock_abi():
+    try:
+        abi = _libc().syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), 1)
+    except Exception:
+        return 0
+    return max(int(abi), 0)
+
+
+def apply_landlock(read_paths, write_paths):
+    """Restrict this process: read/exec below ``read_paths``, read/write below ``write_paths``,
+    no TCP bind/connect (ABI >= 4), no signals or abstract unix sockets leaving the domain
+    (ABI >= 6). Returns a description of what was applied."""
+    abi = landlock_abi()
+    if abi < 1:
+        return {"abi": 0, "applied": False}
+    libc = _libc()
+    fs = LL_FS_V1
+    if abi >= 2:
+        fs |= LL_REFER
+    if abi >= 3:
+        fs |= LL_TRUNCATE
+    if abi >= 5:
+        fs |= LL_IOCTL_DEV
+    attr = _Ruleset(fs, 0, 0)
+    size = 8
+    if abi >= 4:
+        attr.net = LL_NET_BIND_TCP | LL_NET_CONNECT_TCP
+        size = 16
+    if abi >= 6:
+        attr.scoped = LL_SCOPE_ABSTRACT_UNIX | LL_SCOPE_SIGNAL
+        size = 24
+    ruleset = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
+                           0)
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    read = LL_EXECUTE | LL_READ_FILE | LL_READ_DIR
+    rules = []
+    for paths, access in ((read_paths, read), (write_paths, fs & ~LL_REFER)):
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                mask = access & fs
+                if not os.path.isdir(path):
+                    mask &= LL_FILE_ONLY
+                rule = _PathBeneath(mask, fd)
+                if libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), 0) < 0:
+                    raise OSError(ctypes.get_errno(), "landlock_add_rule failed for %s" % path)
+                rules.append(path)
+            finally:
+                os.close(fd)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+    if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) < 0:
+        raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    os.close(ruleset)
+    return {"abi": abi, "applied": True, "tcp_denied": abi >= 4, "scoped": abi >= 6,
+            "rules": len(rules)}
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def apply_seccomp(bpf_hex):
+    code = bytes.fromhex(bpf_hex)
+    buf = ctypes.create_string_buffer(code, len(code))
+    prog = _SockFprog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    libc = _libc()
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP failed")
+    return {"applied": True, "instructions": len(code) // 8}
+
+
+# ---------------------------------------------------------------------------------------------
+# protocol
+
+
+def send(obj):
+    try:
+        data = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode() + b"\n"
+    except (TypeError, ValueError) as exc:
+        data = json.dumps({"id": obj.get("id"), "ok": False, "error": {
+            "type": "InvalidResult", "reason": "bad_result",
+            "message": "result is not JSON-serialisable: %s" % exc}}).encode() + b"\n"
+    view = memoryview(data)
+    while view:
+        n = os.write(PROTO_OUT, view)
+        view = view[n:]
+
+
+def error_from_exception(exc):
+    tb = traceback.format_exc(limit=20)
+    if len(tb) > 8000:
+        tb = tb[:2000] + "\n...\n" + tb[-6000:]
+    name = type(exc).__name__
+    msg = _short(exc)
+    if isinstance(exc, MemoryError):
+        return {"type": "ResourceLimit", "kind": "memory", "message": "MemoryError: " + msg,
+                "traceback": tb}
+    if isinstance(exc, RecursionError):
+        return {"type": "ResourceLimit", "kind": "recursion", "message": "RecursionError: " + msg,
+                "traceback": tb}
+    if isinstance(exc, OSError) and exc.errno == 27:  # EFBIG from RLIMIT_FSIZE
+        return {"type": "ResourceLimit", "kind": "file_size", "message": msg, "traceback": tb}
+    return {"type": "EnvRaised", "exc_type": name, "message": "%s: %s" % (name, msg),
+            "traceback": tb}
+
+
+def _short(exc, limit=2000):
+    try:
+        text = str(exc)
+    except BaseException:
+        text = "<unprintable %s>" % type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def invalid(reason, message):
+    return {"type": "InvalidResult", "reason": reason, "message": message}
+
+
+def sanitize(value, depth=0):
+    """Make ``info`` JSON-safe: keep JSON types, stringify the rest, bound depth and size."""
+    if depth > 8:
+        return "<too deep>"
+    if value is None or isinstance(value, (bool, int, str)):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2 ** 63:
+            return str(value)
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k)[:200]: sanitize(v, depth + 1) for k, v in list(value.items())[:1000]}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [sanitize(v, depth + 1) for v in list(value)[:1000]]
+    text = repr(value)
+    return text[:1000]
+
+
+def check_obs(obs, where, cap):
+    if not isinstance(obs, str):
+        return invalid("bad_%s_type" % where, "observation must be str, got %s" % type(obs).__name__)
+    if len(obs) > cap:
+        return invalid("observation_too_large",
+                       "observation has %d characters (limit %d)" % (len(obs), cap))
+    return None
+
+
+def check_reset(result, cap):
+    if not isinstance(result, tuple) or len(result) != 2:
+        return None, invalid("bad_reset_type", "reset() must return (observation: str, info: dict),"
+                             " got %s" % _describe(result))
+    obs, info = result
+    err = check_obs(obs, "reset", cap)
+    if err:
+        return None, err
+    if not isinstance(info, dict):
+        return None, invalid("bad_reset_type", "reset() info must be a dict, got %s"
+                             % type(info).__name__)
+    return [obs, sanitize(info)], None
+
+
+def check_step(result, cap):
+    if not isinstance(result, tuple) or len(result) != 5:
+        return None, invalid("bad_step_type", "step() must return a 5-tuple (observation, reward,"
+                             " terminated, truncated, info), got %s" % _describe(result))
+    obs, reward, terminated, truncated, info = result
+    err = check_obs(obs, "step", cap)
+    if err:
+        return None, err
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return None, invalid("bad_step_type", "reward must be a number, got %s"
+                             % type(reward).__name__)
+    reward = float(reward)
+    if not math.isfinite(reward):
+        return None, invalid("reward_not_finite", "reward must be finite, got %r" % reward)
+    if not 0.0 <= reward <= 1.0:
+        return None, invalid("reward_out_of_range", "reward must be in [0, 1], got %r" % reward)
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, bool):
+            return None, invalid("bad_step_type", "%s must be a bool, got %s"
+                                 % (name, type(flag).__name__))
+    if not isinstance(info, dict):
+        return None, invalid("bad_step_type", "info must be a dict, got %s" % type(info).__name__)
+    return [obs, reward, terminated, truncated, sanitize(info)], None
+
+
+def _describe(value):
+    if isinstance(value, (tuple, list)):
+        return "%s of length %d" % (type(value).__name__, len(value))
+    return type(value).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# operations
+
+
+def op_load(req):
+    code = req["code"]
+    filename = req.get("filename") or "<env>"
+    try:
+        tree = ast.parse(code, filename=filename)
+    except (SyntaxError, ValueError) as exc:
+        return {"type": "ProgramLoadError", "reason": "syntax", "message": "%s: %s" % (
+            type(exc).__name__, _short(exc)), "line": getattr(exc, "lineno", None)}
+    declared = [n.name for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Env")]
+    if not declared:
+        return {"type": "ProgramLoadError", "reason": "no_env_class",
+                "message": "the program defines no top-level class whose name ends in 'Env'"}
+    if len(declared) > 1:
+        return {"type": "ProgramLoadError", "reason": "multiple_env_classes",
+                "message": "the program defines %d Env classes (%s); exactly one is required"
+                % (len(declared), ", ".join(declared))}
+    module = type(sys)("spadekit_env_program")
+    module.__file__ = filename
+    sys.modules["spadekit_env_program"] = module
+    try:
+        exec(compile(tree, filename, "exec"), module.__dict__)
+    except BaseException as exc:
+        err = error_from_exception(exc)
+        if err["type"] == "EnvRaised":
+            err = {"type": "ProgramLoadError", "reason": "load_error", "message": err["message"],
+                   "traceback": err["traceback"]}
+        return err
+    cls = module.__dict__.get(declared[0])
+    if not isinstance(cls, type):
+        return {"type": "ProgramLoadError", "reason": "no_env_class",
+                "message": "%s is not a class after the program ran" % declared[0]}
+    STATE["module"], STATE["cls"] = module, cls
+    return {"result": {"class_name": declared[0],
+                       "has_solution": callable(getattr(cls, "solution", None)),
+                       "has_tools": callable(getattr(cls, "tools", None)),
+                       "doc": (cls.__doc__ or "").strip()[:500]}}
+
+
+def op_create(req):
+    cls = STATE["cls"]
+    if cls is None:
+        return {"type": "ProgramLoadError", "reason": "load_error", "message": "no program loaded"}
+    kwargs = req.get("kwargs") or {}
+    try:
+        try:
+            env = cls(**kwargs)
+        except TypeError:
+            if not kwargs:
+                raise
+            env = cls()
+            if "max_turns" in kwargs:
+                try:
+                    env.max_turns = kwargs["max_turns"]
+                except Exception:
+                    pass
+    except BaseException as exc:
+        err = error_from_exception(exc)
+        if err["type"] == "EnvRaised":
+            err = {"type": "ProgramLoadError", "reason": "construct_failed",
+                   "message": "constructing %s failed: %s" % (cls.__name__, err["message"]),
+                   "traceback": err["traceback"]}
+        return err
+    iid = STATE["next_id"]
+    STATE["next_id"] += 1
+    STATE["instances"][iid] = env
+    max_turns = getattr(env, "max_turns", None)
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int):
+        max_turns = None
+    return {"result": {"instance": iid, "max_turns": max_turns}}
+
+
+def _instance(req):
+    env = STATE["instances"].get(req.get("instance"))
+    if env is None:
+        raise LookupError("no environment instance %r" % req.get("instance"))
+    return env
+
+
+def op_reset(req):
+    env = _instance(req)
+    kwargs = {"seed": req.get("seed")}
+    if req.get("options") is not None:
+        kwargs["options"] = req["options"]
+    try:
+        result = env.reset(**kwargs)
+    except BaseException as exc:
+        return error_from_exception(exc)
+    value, err = check_reset(result, STATE["cfg"].get("max_observation_chars", 65536))
+    return err or {"result": value}
+
+
+def op_step(req):
+    env = _instance(req)
+    try:
+        result = env.step(req["action"])
+    except BaseException as exc:
+        return error_from_exception(exc)
+    value, err = check_step(result, STATE["cfg"].get("max_observation_chars", 65536))
+    return err or {"result": value}
+
+
+CALLABLE = {"solution", "tools", "render", "close"}
+
+
+def op_call(req):
+    env = _instance(req)
+    name = req["method"]
+    if name not in CALLABLE and not name.startswith("get_"):
+        return invalid("bad_result", "method %r may not be called through the sandbox" % name)
+    fn = getattr(env, name, None)
+    if fn is None or not callable(fn):
+        return {"type": "EnvRaised", "exc_type": "AttributeError",
+                "message": "AttributeError: environment has no method %r" % name, "traceback": ""}
+    try:
+        value = fn(*req.get("args", []))
+    except BaseException as exc:
+        return error_from_exception(exc)
+    if isinstance(value, tuple):
+        value = list(value)
+    return {"result": sanitize(value)}
+
+
+def op_drop(req):
+    STATE["instances"].pop(req.get("instance"), None)
+    return {"result": True}
+
+
+def op_ping(req):
+    return {"result": {"instances": len(STATE["instances"])}}
+
+
+OPS = {"load": op_load, "create": op_create, "reset": op_reset, "step": op_step,
+       "call": op_call, "drop": op_drop, "ping": op_ping}
+
+
+def serve(reader):
+    while True:
+        line = reader.readline()
+        if not line:
+            return
+        try:
+            req = json.loads(line)
+            handler = OPS[req["op"]]
+        except Exception as exc:
+            send({"id": None, "ok": False, "error": {"type": "ProtocolViolation",
+                                                     "message": "bad request: %s" % exc}})
+            continue
+        try:
+            reply = handler(req)
+        except LookupError as exc:
+            reply = {"type": "EnvRaised", "exc_type": "LookupError", "message": str(exc),
+                     "traceback": ""}
+        except BaseException as exc:  # a bug in the worker itself, or a corrupted interpreter
+            reply = error_from_exception(exc)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        if "result" in reply:
+            send({"id": req.get("id"), "ok": True, "result": reply["result"]})
+        else:
+            send({"id": req.get("id"), "ok": False, "error": reply})
+
+
+def main():
+    global PROTO_IN, PROTO_OUT
+    PROTO_IN = os.dup(0)
+    PROTO_OUT = os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    os.close(null)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    reader = os.fdopen(PROTO_IN, "rb", buffering=1 << 16)
+    cfg = json.loads(reader.readline())
+    STATE["cfg"] = cfg
+    layers = {"pid": os.getpid(), "uid": os.getuid(), "rlimits": apply_rlimits(cfg.get("rlimits",
+                                                                                    {}))}
+    try:
+        if cfg.get("landlock"):
+            ll = cfg["landlock"]
+            layers["landlock"] = apply_landlock(ll["read"], ll["write"])
+        if cfg.get("seccomp_bpf"):
+            layers["seccomp"] = apply_seccomp(cfg["seccomp_bpf"])
+    except Exception as exc:
+        send({"id": 0, "ok": False, "error": {"type": "SandboxStartError",
+                                              "message": "isolation failed: %s" % exc}})
+        return
+    if cfg.get("chdir"):
+        os.chdir(cfg["chdir"])
+    for path in reversed(cfg.get("sys_path", [])):
+        sys.path.insert(0, path)
+    sys.setrecursionlimit(int(cfg.get("recursion_limit", 2000)))
+    send({"id": 0, "ok": True, "result": {"ready": True, "layers": layers}})
+    serve(reader)
+
+
+if __name__ == "__main__":
+    main()
