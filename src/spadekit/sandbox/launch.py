@@ -175,10 +175,11 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
-def worker_config(config: SandboxConfig, plan: Plan, inside: bool) -> dict:
+def worker_config(config: SandboxConfig, plan: Plan, scratch: str) -> dict:
     """The boot config line sent to the worker (paths as the worker sees them)."""
+    inside = plan.bwrap is not None
     lib_dir = INNER_LIB if inside else runtime_lib()
-    scratch = INNER_SCRATCH if inside else None
+    scratch = INNER_SCRATCH if inside else scratch
     cfg: dict = {
         "rlimits": {
             "as": config.memory_mb * 1024 * 1024,
@@ -191,14 +192,11 @@ def worker_config(config: SandboxConfig, plan: Plan, inside: bool) -> dict:
         "sys_path": [lib_dir],
         "max_observation_chars": config.max_observation_chars,
     }
-    if scratch:
-        cfg["chdir"] = scratch
+    cfg["chdir"] = scratch
     if plan.landlock:
         read = ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/etc/localtime",
                 plan.python_prefix, os.path.dirname(plan.python), lib_dir]
-        write = ["/dev/null"]
-        if inside:
-            write += [INNER_SCRATCH, "/tmp"]
+        write = ["/dev/null", scratch] + (["/tmp"] if inside else [])
         cfg["landlock"] = {"read": read, "write": write}
     if plan.seccomp_bpf:
         cfg["seccomp_bpf"] = plan.seccomp_bpf.hex()
@@ -274,7 +272,7 @@ def spawn(config: SandboxConfig, plan: Plan) -> WorkerProcess:
         shutil.rmtree(scratch, ignore_errors=True)
         UIDS.give(uid)
         raise SandboxStartError(f"could not start a sandbox worker: {exc}") from exc
-    boot = json.dumps(worker_config(config, plan, plan.bwrap is not None)) + "\n"
+    boot = json.dumps(worker_config(config, plan, scratch)) + "\n"
     try:
         proc.stdin.write(boot.encode())
         proc.stdin.flush()

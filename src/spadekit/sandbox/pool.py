@@ -69,6 +69,11 @@ class SandboxPool:
             self._live.discard(sb)
             self._cond.notify_all()
 
+    def sandboxes(self) -> list[Sandbox]:
+        """The sandboxes this pool holds now: warm ones and those handed out."""
+        with self._cond:
+            return list(self._ready) + list(self._live)
+
     async def aacquire(self, code: str, filename: str = "env.py", timeout: float = 60.0):
         return await asyncio.to_thread(self.acquire, code, filename, timeout)
 

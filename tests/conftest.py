@@ -1,0 +1,81 @@
+"""Shared fixtures: real sandbox pools per isolation tier, and host-side checks."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from spadekit.errors import SandboxError  # noqa: E402
+from spadekit.sandbox import SandboxConfig, SandboxPool  # noqa: E402
+
+ECHO = '''
+class EchoEnv:
+    def __init__(self, max_turns=12):
+        self.max_turns = max_turns
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return "echo ready", {"seed": seed}
+    def step(self, action):
+        self.t += 1
+        return "echo:" + action, 0.5, False, self.t >= self.max_turns, {}
+'''
+
+TEST_CONFIG = dict(step_timeout=2.0, reset_timeout=2.0, load_timeout=5.0, call_timeout=3.0)
+
+
+def available_tiers() -> list[str]:
+    """The tiers that boot on this machine (strong and/or standard)."""
+    from spadekit.sandbox.isolation import detect
+
+    found = []
+    for tier in ("strong", "standard"):
+        try:
+            detect(SandboxConfig(tier=tier, **TEST_CONFIG))
+            found.append(tier)
+        except SandboxError:
+            pass
+    return found
+
+
+TIERS = available_tiers()
+
+
+@pytest.fixture(scope="session", params=TIERS or ["none"])
+def pool(request):
+    if request.param == "none":
+        pytest.skip("no safe sandbox tier works on this machine")
+    p = SandboxPool(SandboxConfig(tier=request.param, **TEST_CONFIG), warm=2)
+    yield p
+    p.close()
+
+
+def assert_pool_works(pool: SandboxPool) -> None:
+    sb = pool.acquire(ECHO)
+    try:
+        env = sb.new_env(max_turns=3)
+        assert env.reset(seed=1) == ("echo ready", {"seed": 1})
+        assert env.step("hi")[:2] == ("echo:hi", 0.5)
+    finally:
+        sb.close()
+
+
+def live_processes_of_uid(uid: int) -> list[int]:
+    """Non-zombie processes owned by ``uid`` on the host."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            st = os.stat(f"/proc/{entry}")
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if st.st_uid == uid and state != b"Z":
+            found.append(int(entry))
+    return found
