@@ -107,11 +107,23 @@ def _interpreter_for_uid(config: SandboxConfig) -> tuple[str, str] | None:
     prefix = os.path.realpath(sys.base_prefix)
     if _readable_by_others(want) and _readable_by_others(os.path.join(prefix, "lib")):
         return want, prefix
-    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    system = f"/usr/bin/{ver}"
-    if os.path.exists(system) and _readable_by_others(system):
-        return system, "/usr"
+    # Workers and environment programs need only the standard library, so a system Python of
+    # another minor version serves too (the same version is preferred).
+    same = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (same, "/usr/bin/python3"):
+        if os.path.exists(candidate) and _readable_by_others(candidate) and \
+                _system_python_ok(candidate):
+            return os.path.realpath(candidate), "/usr"
     return None
+
+
+def _system_python_ok(path: str) -> bool:
+    try:
+        out = subprocess.run([path, "-I", "-S", "-c", "import sys; print(sys.version_info >= "
+                              "(3, 10))"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.stdout.strip() == "True"
 
 
 def probe_layers(config: SandboxConfig) -> dict[str, Layer]:

@@ -17,6 +17,8 @@ import collections
 import itertools
 import json
 import os
+import select
+import json.encoder
 import selectors
 import signal
 import threading
@@ -29,6 +31,9 @@ from spadekit.errors import (ERROR_TYPES, EnvRaised, InvalidResult, ProgramLoadE
 from spadekit.sandbox import worker as checks
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.sandbox.launch import Plan, WorkerProcess, spawn
+
+
+_encode_str = json.encoder.encode_basestring_ascii
 
 
 class _Tail:
@@ -79,16 +84,17 @@ class Sandbox:
         self._lock = threading.RLock()
         self._buf = bytearray()
         self._tail = _Tail(worker.proc.stderr, config.stderr_tail_bytes)
-        self._sel = selectors.DefaultSelector()
+        self._poll = select.poll()
         self._out_fd = worker.proc.stdout.fileno()
         self._in_fd = worker.proc.stdin.fileno()
         os.set_blocking(self._out_fd, False)
         os.set_blocking(self._in_fd, False)
-        self._sel.register(self._out_fd, selectors.EVENT_READ)
+        self._poll.register(self._out_fd, select.POLLIN)
         self.failure: SandboxError | None = None
         self.program: dict | None = None
         self.layers: dict = {}
         self.started_at = time.monotonic()
+        self._deadlines = {op: config.deadline(op) for op in ("load", "create", "reset", "step")}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -117,10 +123,6 @@ class Sandbox:
         with self._lock:
             if not self.worker.closed:
                 self.worker.kill()
-                try:
-                    self._sel.close()
-                except (OSError, ValueError):
-                    pass
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -166,9 +168,14 @@ class Sandbox:
             if self.worker.closed:
                 raise SandboxClosed("the sandbox was closed")
             rid = next(self._ids)
-            deadline = timeout if timeout is not None else self.config.deadline(op)
+            deadline = timeout if timeout is not None else self._deadlines.get(
+                op, self.config.call_timeout)
             try:
-                data = json.dumps({"id": rid, "op": op, **payload}).encode() + b"\n"
+                if op == "step":  # the hot path: only the action string needs encoding
+                    data = b'{"id":%d,"op":"step","instance":%d,"action":%s}\n' % (
+                        rid, payload["instance"], _encode_str(payload["action"]).encode())
+                else:
+                    data = json.dumps({"id": rid, "op": op, **payload}).encode() + b"\n"
             except (TypeError, ValueError) as exc:
                 raise InvalidResult(f"request is not JSON-serialisable: {exc}",
                                     reason="bad_request") from exc
@@ -183,6 +190,14 @@ class Sandbox:
 
     def _send(self, data: bytes, op: str, deadline: float, end: float) -> None:
         view = memoryview(data)
+        try:  # the usual case: the request fits in the pipe at once
+            view = view[os.write(self._in_fd, view):]
+        except BlockingIOError:
+            pass
+        except OSError:
+            raise self._fail(self._died(op)) from None
+        if not view:
+            return
         with selectors.DefaultSelector() as sel:
             sel.register(self._in_fd, selectors.EVENT_WRITE)
             while view:
@@ -212,7 +227,7 @@ class Sandbox:
                 raise self._fail(ProtocolViolation(
                     f"reply to {op} exceeds {limit} bytes; worker killed", op=op))
             left = end - time.monotonic()
-            if left <= 0 or not self._sel.select(left):
+            if left <= 0 or not self._poll.poll(left * 1000.0):
                 raise self._fail(SandboxTimeout(f"{op} timed out after {deadline:g}s; worker "
                                                 "killed", op=op, seconds=deadline))
             try:
@@ -223,6 +238,8 @@ class Sandbox:
                 chunk = b""
             if not chunk:
                 raise self._fail(self._died(op))
+            if not self._buf and chunk.find(b"\n") == len(chunk) - 1:
+                return self._decode(chunk, rid, op)  # the usual case: exactly one whole reply
             self._buf += chunk
 
     def _died(self, op: str) -> WorkerDied:

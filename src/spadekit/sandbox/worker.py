@@ -170,17 +170,27 @@ def apply_seccomp(bpf_hex):
 # protocol
 
 
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def send(obj):
+    """Write one reply line. Values that JSON cannot carry (sets, objects, NaN inside ``info``,
+    deep nesting) are made JSON-safe by ``sanitize`` only when plain encoding fails, which
+    keeps the common path fast."""
     try:
-        data = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode() + b"\n"
-    except (TypeError, ValueError) as exc:
-        data = json.dumps({"id": obj.get("id"), "ok": False, "error": {
-            "type": "InvalidResult", "reason": "bad_result",
-            "message": "result is not JSON-serialisable: %s" % exc}}).encode() + b"\n"
-    view = memoryview(data)
-    while view:
-        n = os.write(PROTO_OUT, view)
-        view = view[n:]
+        data = _ENCODER.encode(obj).encode() + b"\n"
+    except Exception:
+        try:
+            data = _ENCODER.encode(sanitize(obj)).encode() + b"\n"
+        except Exception as exc:
+            data = json.dumps({"id": obj.get("id"), "ok": False, "error": {
+                "type": "InvalidResult", "reason": "bad_result",
+                "message": "result is not JSON-serialisable: %s" % _short(exc)}}).encode() + b"\n"
+    n = os.write(PROTO_OUT, data)
+    if n < len(data):
+        view = memoryview(data)[n:]
+        while view:
+            view = view[os.write(PROTO_OUT, view):]
 
 
 def error_from_exception(exc):
@@ -251,7 +261,7 @@ def check_reset(result, cap):
     if not isinstance(info, dict):
         return None, invalid("bad_reset_type", "reset() info must be a dict, got %s"
                              % type(info).__name__)
-    return [obs, sanitize(info)], None
+    return [obs, info], None
 
 
 def check_step(result, cap):
@@ -276,7 +286,7 @@ def check_step(result, cap):
                                  % (name, type(flag).__name__))
     if not isinstance(info, dict):
         return None, invalid("bad_step_type", "info must be a dict, got %s" % type(info).__name__)
-    return [obs, reward, terminated, truncated, sanitize(info)], None
+    return [obs, reward, terminated, truncated, info], None
 
 
 def _describe(value):
@@ -406,9 +416,7 @@ def op_call(req):
         value = fn(*req.get("args", []))
     except BaseException as exc:
         return error_from_exception(exc)
-    if isinstance(value, tuple):
-        value = list(value)
-    return {"result": sanitize(value)}
+    return {"result": value}
 
 
 def op_drop(req):
@@ -443,11 +451,6 @@ def serve(reader):
                      "traceback": ""}
         except BaseException as exc:  # a bug in the worker itself, or a corrupted interpreter
             reply = error_from_exception(exc)
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except BaseException:
-            pass
         if "result" in reply:
             send({"id": req.get("id"), "ok": True, "result": reply["result"]})
         else:
@@ -462,6 +465,8 @@ def main():
     os.dup2(null, 0)
     os.dup2(2, 1)
     os.close(null)
+    for stream in (sys.stdout, sys.stderr):  # program output reaches the parent's ring buffer
+        stream.reconfigure(line_buffering=True, write_through=True)  # at once, unbuffered
     faulthandler.enable(file=sys.stderr, all_threads=True)
     reader = os.fdopen(PROTO_IN, "rb", buffering=1 << 16)
     cfg = json.loads(reader.readline())

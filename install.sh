@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install spadekit and what its sandbox needs from the system:
+#   bubblewrap (namespaces), libseccomp2 (the seccomp filter compiler), and a system python3
+#   (workers run under unprivileged uids, which cannot read an interpreter in a private home).
+# Usage: bash install.sh [pip extras, default "dev"]
+set -euo pipefail
+cd "$(dirname "$0")"
+extras="${1:-dev}"
+need=()
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
+[ -x /usr/bin/python3 ] || need+=(python3-minimal)
+if [ "${#need[@]}" -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing system packages: ${need[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "warning: please install ${need[*]} with your package manager;" \
+         "'spadekit doctor' shows which isolation tier works without them" >&2
+  fi
+fi
+python3 -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+echo "spadekit installed: $(command -v spadekit)"

@@ -1,0 +1,312 @@
+"""The ``spadekit`` command.
+
+Subcommands:
+  validate  check programs (files or raw model output) in the sandbox, stage by stage
+  play      play a program in the terminal, from a script of actions, or its own solution
+  library   validate every reference environment and replay its solutions (the default job)
+  doctor    what this machine offers: isolation tier and layers, dependencies, models
+
+Exit codes: 0 success, 1 a program is invalid or an episode failed, 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from spadekit import __version__
+from spadekit.errors import SpadekitError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
+                  help="spadekit: self-play RL of language models in environments the model "
+                       "writes itself (SPADE). Every program runs in an isolated sandbox.")
+console = Console()
+err_console = Console(stderr=True)
+
+UNSAFE_HELP = ("Allow running programs below the 'standard' isolation tier (see `spadekit "
+               "doctor`). Only for trusted code.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"spadekit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """spadekit command line."""
+
+
+def _sandbox_config(unsafe: bool, step_timeout: float | None = None):
+    from spadekit.sandbox import SandboxConfig
+
+    kw = {"allow_unsafe": unsafe}
+    if step_timeout:
+        kw.update(step_timeout=step_timeout, reset_timeout=step_timeout)
+    return SandboxConfig(**kw)
+
+
+def _pool(unsafe: bool, warm: int = 2, step_timeout: float | None = None):
+    from spadekit.sandbox import SandboxPool
+
+    try:
+        return SandboxPool(_sandbox_config(unsafe, step_timeout), warm=warm)
+    except SpadekitError as exc:
+        err_console.print(f"[red]sandbox unavailable:[/red] {exc.message}")
+        raise typer.Exit(2) from None
+
+
+def _read_program(ref: str):
+    """A path, or ``library:NAME``; returns (label, text, hint from the library or None)."""
+    if ref.startswith("library:"):
+        from spadekit.envs import library
+
+        try:
+            entry = library.get(ref.split(":", 1)[1])
+        except KeyError as exc:
+            raise typer.BadParameter(str(exc.args[0]) if exc.args else str(exc)) from None
+        return ref, library.source(entry.name), entry.hint
+    path = Path(ref)
+    if not path.is_file():
+        raise typer.BadParameter(f"no such file: {ref}")
+    try:
+        return str(path), path.read_text(encoding="utf-8", errors="replace"), None
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {ref}: {exc}") from None
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=err_console, transient=True)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def validate(
+    paths: list[str] = typer.Argument(None, help="Program files (.py) or raw model-output text "
+                                      "files; `library:NAME` for a reference environment."),
+    library: bool = typer.Option(False, "--library", help="Validate every reference "
+                                 "environment too."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of reports."),
+    max_turns: int = typer.Option(12, help="max_turns passed to the constructor; also the "
+                                  "runner's cap."),
+    workers: int = typer.Option(2, min=1, help="Programs validated in parallel."),
+    step_timeout: float = typer.Option(5.0, help="Seconds allowed per reset/step call."),
+    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+) -> None:
+    """Check programs against the environment contract, in the sandbox, stage by stage.
+
+    Stages: extract, syntax, load, interface, tools (tool use), determinism, solution,
+    not_trivially_won, ends. Exit 0 when all are valid, 1 when any is invalid, 2 on usage errors.
+    """
+    from spadekit.validate import Validator, ValidatorSettings
+
+    refs = list(paths or [])
+    if library:
+        from spadekit.envs import library as lib
+
+        refs += [f"library:{e.name}" for e in lib.list_library()]
+    if not refs:
+        raise typer.BadParameter("give at least one PATH, or --library")
+    items = [_read_program(r) for r in refs]
+    pool = _pool(unsafe, warm=min(workers + 1, 4), step_timeout=step_timeout)
+    validator = Validator(pool, ValidatorSettings(max_turns=max_turns))
+    reports = []
+    try:
+        with _progress() as bar:
+            task = bar.add_task("validating", total=len(items))
+            from concurrent.futures import ThreadPoolExecutor
+
+            def one(item):
+                rep = validator.validate(item[1])
+                bar.advance(task)
+                return rep
+
+            with ThreadPoolExecutor(workers) as ex:
+                reports = list(ex.map(one, items))
+    finally:
+        pool.close()
+    if as_json:
+        out = []
+        for (label, _text, _h), rep in zip(items, reports):
+            d = rep.to_dict()
+            out.append({"path": label, **{k: d[k] for k in ("ok", "stage", "reason", "message")},
+                        "details": d["details"], "program": d["program"]})
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        table = Table(title=f"validation ({pool.report.tier} isolation)")
+        for col in ("program", "ok", "stage", "reason", "message", "ms"):
+            table.add_column(col, overflow="fold")
+        for (label, _t, _h), rep in zip(items, reports):
+            table.add_row(label, "[green]yes[/green]" if rep.ok else "[red]no[/red]", rep.stage,
+                          rep.reason, rep.message[:160],
+                          f"{rep.details.get('timings_ms', {}).get('total', 0):.0f}")
+        console.print(table)
+        n_ok = sum(r.ok for r in reports)
+        console.print(f"{n_ok}/{len(reports)} valid")
+    raise typer.Exit(0 if all(r.ok for r in reports) else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def play(
+    path: str = typer.Argument(..., help="Program file, raw model output, or `library:NAME`."),
+    seed: Optional[int] = typer.Option(None, help="Seed for reset()."),
+    hint: Optional[str] = typer.Option(None, help="Append this hint to the first observation "
+                                       "(SPADE's `HINT:` convention)."),
+    use_library_hint: bool = typer.Option(False, "--library-hint", help="Use the reference "
+                                          "environment's own hint."),
+    actions: list[str] = typer.Option(None, "--actions", "-a", help="Play this action "
+                                      "(repeatable, in order) instead of asking."),
+    solution: bool = typer.Option(False, "--solution", help="Play the program's own solution()."),
+    max_turns: int = typer.Option(12, help="Turn cap (the program's own max_turns applies "
+                                  "too)."),
+    raw: bool = typer.Option(False, "--raw", help="Interactive: send input exactly as typed "
+                             "(otherwise games get \\boxed{...} and tool calls get shorthand)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the transcript as JSON."),
+    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+) -> None:
+    """Play a program: interactively, from --actions, or its own --solution.
+
+    Interactive shorthand: in games, input without \\boxed{} is wrapped in it; in tool use,
+    `NAME {json args}` becomes a tool call and `done` the final answer. `:q` quits.
+    Exit 0 when the episode ran (whatever its return), 1 when the program failed.
+    """
+    from spadekit.play import Episode, interactive_source, scripted_source
+    from spadekit.validate import to_program
+
+    label, text, lib_hint = _read_program(path)
+    try:
+        program = to_program(text)
+    except SpadekitError as exc:
+        raise typer.BadParameter(exc.message) from None
+    except ValueError as exc:
+        raise typer.BadParameter(f"{label}: {exc}") from None
+    if use_library_hint:
+        hint = hint or lib_hint or program.hint
+    pool = _pool(unsafe, warm=0)
+    try:
+        episode = Episode(pool, program, seed=seed, hint=hint, max_turns=max_turns)
+        if solution:
+            source = "solution"
+        elif actions:
+            source = scripted_source(actions)
+        else:
+            if as_json or not sys.stdin.isatty():
+                source = scripted_source([line.rstrip("\n") for line in sys.stdin])
+            else:
+                source = interactive_source(console, raw)
+        transcript = episode.run(source, show=None if as_json else console)
+    finally:
+        pool.close()
+    transcript["path"] = label
+    if as_json:
+        print(json.dumps(transcript, indent=2, default=str))
+    else:
+        status = transcript["error"]["message"] if transcript["error"] else (
+            "terminated" if transcript["terminated"] else
+            "truncated" if transcript["truncated"] else "stopped")
+        console.print(Panel(f"return {transcript['return']:.3f}  ({status}, "
+                            f"{len(transcript['turns'])} turns)", title="episode"))
+    raise typer.Exit(1 if transcript["error"] else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command("library")
+def library_cmd(
+    seeds: int = typer.Option(3, min=1, help="Seeds per environment for the solution replay."),
+    as_json: bool = typer.Option(False, "--json", help="Print results as JSON."),
+    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+) -> None:
+    """Validate every reference environment in the sandbox and replay its solution and a
+    garbage-playing baseline on several seeds: a health check of the sandbox, the validator and
+    the library. Exit 1 if any environment fails."""
+    from spadekit.envs import library as lib
+    from spadekit.play import Episode, garbage_source
+    from spadekit.validate import Validator, ValidatorSettings
+
+    entries = lib.list_library()
+    pool = _pool(unsafe, warm=3)
+    rows = []
+    try:
+        validator = Validator(pool, ValidatorSettings(seeds=tuple(range(seeds))))
+        with _progress() as bar:
+            task = bar.add_task("library", total=len(entries))
+            for entry in entries:
+                from spadekit.envs.program import EnvProgram
+
+                program = EnvProgram(code=lib.source(entry.name), hint=entry.hint,
+                                     skill=entry.skill, domain=entry.setting,
+                                     source=f"library:{entry.name}")
+                rep = validator.validate(program)
+                sol, junk = [], []
+                if rep.ok:
+                    for s in range(seeds):
+                        sol.append(Episode(pool, program, seed=s).run("solution")["return"])
+                        junk.append(Episode(pool, program, seed=s).run(
+                            garbage_source(entry.setting, s))["return"])
+                rows.append({"name": entry.name, "skill": entry.skill, "setting": entry.setting,
+                             "ok": rep.ok, "reason": rep.reason, "message": rep.message,
+                             "solution_return": sum(sol) / len(sol) if sol else None,
+                             "garbage_return": sum(junk) / len(junk) if junk else None,
+                             "ms": rep.details.get("timings_ms", {}).get("total")})
+                bar.advance(task)
+    finally:
+        pool.close()
+    if as_json:
+        print(json.dumps({"tier": pool.report.tier, "environments": rows}, indent=2))
+    else:
+        table = Table(title=f"reference library ({pool.report.tier} isolation)")
+        for col in ("environment", "skill", "valid", "solution return", "garbage return",
+                    "validate ms"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["name"], r["skill"], "[green]yes[/green]" if r["ok"] else
+                          f"[red]{r['reason']}[/red]",
+                          "-" if r["solution_return"] is None else f"{r['solution_return']:.2f}",
+                          "-" if r["garbage_return"] is None else f"{r['garbage_return']:.2f}",
+                          f"{r['ms'] or 0:.0f}")
+        console.print(table)
+    raise typer.Exit(0 if all(r["ok"] for r in rows) else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")
+           ) -> None:
+    """What this machine offers: the sandbox's isolation tier and each layer, dependencies,
+    and which models are available offline. Exit 1 when no safe sandbox tier works."""
+    from spadekit.doctor import collect, render
+
+    report = collect()
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        render(report, console)
+    raise typer.Exit(0 if report["sandbox"].get("safe_for_untrusted_code") else 1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

