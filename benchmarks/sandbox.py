@@ -155,11 +155,12 @@ def starts(pool, n):
     return cold, warm
 
 
-def validations(pool, rounds):
+def validations(pool, rounds, workers):
     sources = [library.source(e.name) for e in library.list_library()] * rounds
     validator = Validator(pool)
+    settle(pool)
     t = time.perf_counter()
-    reports = validator.validate_many(sources, workers=2)
+    reports = validator.validate_many(sources, workers=workers)
     elapsed = time.perf_counter() - t
     bad = [r.reason for r in reports if not r.ok]
     return len(sources) / elapsed, bad
@@ -198,6 +199,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--starts", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=3, help="passes over the library")
+    ap.add_argument("--workers", type=int, default=4, help="validations in flight at once")
     args = ap.parse_args()
     from spadekit.sandbox import detect
 
@@ -205,10 +207,10 @@ def main() -> None:
     _report, plan = detect(config)
     inproc = inprocess_step(args.steps)
     pipe, iso = pipe_vs_isolated(config, plan, args.steps)
-    pool = SandboxPool(config, warm=2)
+    pool = SandboxPool(config, warm=args.workers)
     try:
         cold, warm = starts(pool, args.starts)
-        vps, bad = validations(pool, args.rounds)
+        vps, bad = validations(pool, args.rounds, args.workers)
         sps1 = steps_per_s(pool, 1)
         sps2 = steps_per_s(pool, 2)
     finally:

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spadekit.envs.extract import ExtractionError, extract_program
-from spadekit.envs.program import EnvProgram, find_env_classes
-from spadekit.errors import InvalidResult, SandboxError
+from spadekit.envs.program import EnvProgram
+from spadekit.errors import EnvRaised, InvalidResult, SandboxError
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 
@@ -70,17 +70,9 @@ class _Fail(Exception):
 
 
 def to_program(source: str | EnvProgram) -> EnvProgram:
-    """Accept a program or raw model output; raw text goes through ``extract_program``."""
-    if isinstance(source, EnvProgram):
-        return source
-    try:
-        classes = find_env_classes(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        classes = []
-    if len(classes) == 1:
-        return EnvProgram(code=source, class_name=classes[0])
-    found = extract_program(source)
-    return found.to_program()
+    """Accept a program or raw model output (bare code is raw output too: its module-level
+    ``HINT`` literal is picked up); raw text goes through ``extract_program``."""
+    return source if isinstance(source, EnvProgram) else extract_program(source).to_program()
 
 
 class Validator:
@@ -131,6 +123,8 @@ class Validator:
                 sb = self.pool.acquire(program.code)
             except SandboxError as exc:
                 raise _Fail("load", exc.reason, exc.message, **_err(exc)) from None
+            if program.class_name not in (None, sb.program["class_name"]):
+                details["class_name_given"] = program.class_name
             details.update(class_name=sb.program["class_name"],
                            has_solution=sb.program["has_solution"],
                            has_tools=sb.program["has_tools"])
@@ -149,7 +143,7 @@ class Validator:
                 t = time.monotonic()
                 details.update(fn(tooluse) or {})
                 details["timings_ms"][stage] = _ms(t)
-            if program.class_name is None:
+            if program.class_name != details["class_name"]:
                 program = dataclasses.replace(program, class_name=details["class_name"])
             return ValidationReport(True, "done", "ok", "valid", details, program)
         except _Fail as fail:
@@ -201,20 +195,36 @@ class _Runner:
                         "observation")
         return obs
 
-    def _play(self, stage: str, seed: int, actions, stop_on_end: bool = True) -> list[tuple]:
-        """Reset with ``seed`` and play ``actions``; returns the step tuples (without info)."""
+    def _play(self, stage: str, seed: int, actions) -> list[tuple]:
+        """Reset with ``seed`` and play ``actions`` until the episode ends; returns the reset
+        observation and the step tuples (without info)."""
         trace = [(self._reset(stage, seed),)]
         for action in actions:
             self._budget(stage)
             obs, reward, term, trunc, _ = _checked(stage, lambda a=action: self.env.step(a))
             trace.append((obs, reward, term, trunc))
-            if stop_on_end and (term or trunc):
+            if term or trunc:
                 break
         return trace
 
+    def _probe(self, stage: str, seed: int, actions) -> list[tuple]:
+        """Send every action, starting a new episode (next seed) whenever one ends, so that an
+        environment that ends early still meets every probe. Returns the step tuples."""
+        steps: list[tuple] = []
+        self._reset(stage, seed)
+        live = True
+        for action in actions:
+            if not live:
+                seed += 1
+                self._reset(stage, seed)
+            self._budget(stage)
+            obs, reward, term, trunc, _ = _checked(stage, lambda a=action: self.env.step(a))
+            steps.append((seed, obs, reward, term, trunc))
+            live = not (term or trunc)
+        return steps
+
     def interface(self, tooluse: bool) -> dict:
-        probes = (TOOL_PROBES if tooluse else GAME_PROBES)
-        self._play("interface", 42, probes)
+        self._probe("interface", 42, TOOL_PROBES if tooluse else GAME_PROBES)
         self._reset("interface", 123)
         return {}
 
@@ -260,6 +270,11 @@ class _Runner:
                 actions = self.env.solution()
             except InvalidResult as exc:
                 raise _Fail("solution", "solution_fails", exc.message) from None
+            except EnvRaised as exc:
+                if exc.exc_type == "NotImplementedError":
+                    return {"solution": "absent"}
+                raise _Fail("solution", "solution_fails", f"solution() failed: {exc.message}",
+                            **_err(exc)) from None
             except SandboxError as exc:
                 raise _Fail("solution", "solution_fails" if exc.reason == "env_raised"
                             else exc.reason, f"solution() failed: {exc.message}",
@@ -281,12 +296,12 @@ class _Runner:
     def not_trivially_won(self, tooluse: bool) -> dict:
         best = 0.0
         for seed in self.settings.seeds[:2]:
-            trace = self._play("not_trivially_won", seed, self._actions(tooluse, seed))
-            for step in trace[1:]:
-                best = max(best, step[1])
-                if step[1] >= 1.0:
+            for i, (played, _obs, reward, _te, _tr) in enumerate(
+                    self._probe("not_trivially_won", seed, self._actions(tooluse, seed))):
+                best = max(best, reward)
+                if reward >= 1.0:
                     raise _Fail("not_trivially_won", "trivially_won", f"garbage actions reached "
-                                f"reward 1.0 (seed {seed}, action {trace.index(step)})")
+                                f"reward 1.0 (seed {played}, garbage action {i + 1})")
         return {"garbage_best_reward": best}
 
     def ends(self, tooluse: bool) -> dict:

@@ -153,7 +153,24 @@ class WorkerProcess:
 
 
 def descendants(pid: int) -> set[int]:
-    """All descendants of ``pid`` (via /proc/*/stat parent links)."""
+    """All descendants of ``pid``: through /proc/PID/task/TID/children where the kernel has it,
+    else by scanning the parent links of every process."""
+    try:
+        found: set[int] = set()
+        todo = [pid]
+        while todo:
+            current = todo.pop()
+            for tid in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{tid}/children", "rb") as fh:
+                    for child in fh.read().split():
+                        if int(child) not in found:
+                            found.add(int(child))
+                            todo.append(int(child))
+        return found
+    except FileNotFoundError:
+        pass
+    except OSError:
+        pass
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -165,7 +182,7 @@ def descendants(pid: int) -> set[int]:
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    found: set[int] = set()
+    found = set()
     todo = [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -190,6 +207,7 @@ def worker_config(config: SandboxConfig, plan: Plan, scratch: str) -> dict:
             "nproc": config.max_processes if plan.per_worker_uid else None,
         },
         "sys_path": [lib_dir],
+        "preload": list(config.preload),
         "max_observation_chars": config.max_observation_chars,
     }
     cfg["chdir"] = scratch

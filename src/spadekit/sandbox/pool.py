@@ -22,6 +22,9 @@ from spadekit.sandbox.isolation import IsolationReport, detect
 from spadekit.sandbox.sandbox import Sandbox
 
 
+YIELD_S = 0.005
+
+
 class SandboxPool:
     def __init__(self, config: SandboxConfig | None = None, warm: int = 2,
                  max_workers: int | None = None) -> None:
@@ -36,10 +39,14 @@ class SandboxPool:
         self._cond = threading.Condition()
         self._closed = False
         self._booting = 0
+        self._last_pop = 0.0
         self.stats = {"acquired": 0, "warm_hits": 0, "cold_starts": 0, "boot_failures": 0}
-        self._thread = threading.Thread(target=self._refill, daemon=True,
-                                        name="spadekit-sandbox-pool")
-        self._thread.start()
+        # Booting is mostly waiting for the child, so a few boots run side by side.
+        self._threads = [threading.Thread(target=self._refill, daemon=True,
+                                          name=f"spadekit-sandbox-pool-{i}")
+                         for i in range(max(1, min(self.warm, 4)))]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def isolation(self) -> IsolationReport:
@@ -86,7 +93,8 @@ class SandboxPool:
             self._cond.notify_all()
         for sb in workers:
             sb.close()
-        self._thread.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
 
     def __enter__(self) -> "SandboxPool":
         return self
@@ -110,6 +118,7 @@ class SandboxPool:
                     self._ready.popleft()
                 if self._ready:
                     sb = self._ready.popleft()
+                    self._last_pop = time.monotonic()
                     self._live.add(sb)
                     self.stats["acquired"] += 1
                     self.stats["warm_hits"] += 1
@@ -146,6 +155,9 @@ class SandboxPool:
                 if self._closed:
                     return
                 self._booting += 1
+                wait = YIELD_S - (time.monotonic() - self._last_pop)
+            if wait > 0:  # let the caller that just took a worker load its program first:
+                time.sleep(wait)  # spawning holds the GIL for a while
             try:
                 sb = Sandbox.start(self.config, self.plan)
                 failures = 0

@@ -17,7 +17,6 @@ The parent enforces wall-clock deadlines and kills this process (and its namespa
 timeout; nothing here relies on signals or alarms, which environment code could swallow.
 """
 
-import ast
 import ctypes
 import faulthandler
 import json
@@ -25,7 +24,6 @@ import math
 import os
 import resource
 import sys
-import traceback
 
 PROTO_IN = None
 PROTO_OUT = None
@@ -194,6 +192,8 @@ def send(obj):
 
 
 def error_from_exception(exc):
+    import traceback  # imported on first use: it costs a worker's boot ~10 ms
+
     tb = traceback.format_exc(limit=20)
     if len(tb) > 8000:
         tb = tb[:2000] + "\n...\n" + tb[-6000:]
@@ -303,11 +303,25 @@ def op_load(req):
     code = req["code"]
     filename = req.get("filename") or "<env>"
     try:
-        tree = ast.parse(code, filename=filename)
-    except (SyntaxError, ValueError) as exc:
+        compiled = compile(code, filename, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
         return {"type": "ProgramLoadError", "reason": "syntax", "message": "%s: %s" % (
             type(exc).__name__, _short(exc)), "line": getattr(exc, "lineno", None)}
-    declared = [n.name for n in tree.body if isinstance(n, ast.ClassDef) and n.name.endswith("Env")]
+    module = type(sys)("spadekit_env_program")
+    module.__file__ = filename
+    sys.modules["spadekit_env_program"] = module
+    try:
+        exec(compiled, module.__dict__)
+    except BaseException as exc:
+        err = error_from_exception(exc)
+        if err["type"] == "EnvRaised":
+            err = {"type": "ProgramLoadError", "reason": "load_error", "message": err["message"],
+                   "traceback": err["traceback"]}
+        return err
+    # The program's own top-level classes (imported base classes such as ToolEnv don't count).
+    declared = [name for name, value in list(module.__dict__.items())
+                if isinstance(value, type) and name.endswith("Env")
+                and value.__module__ == module.__name__ and value.__qualname__ == name]
     if not declared:
         return {"type": "ProgramLoadError", "reason": "no_env_class",
                 "message": "the program defines no top-level class whose name ends in 'Env'"}
@@ -315,26 +329,24 @@ def op_load(req):
         return {"type": "ProgramLoadError", "reason": "multiple_env_classes",
                 "message": "the program defines %d Env classes (%s); exactly one is required"
                 % (len(declared), ", ".join(declared))}
-    module = type(sys)("spadekit_env_program")
-    module.__file__ = filename
-    sys.modules["spadekit_env_program"] = module
-    try:
-        exec(compile(tree, filename, "exec"), module.__dict__)
-    except BaseException as exc:
-        err = error_from_exception(exc)
-        if err["type"] == "EnvRaised":
-            err = {"type": "ProgramLoadError", "reason": "load_error", "message": err["message"],
-                   "traceback": err["traceback"]}
-        return err
-    cls = module.__dict__.get(declared[0])
-    if not isinstance(cls, type):
-        return {"type": "ProgramLoadError", "reason": "no_env_class",
-                "message": "%s is not a class after the program ran" % declared[0]}
+    cls = module.__dict__[declared[0]]
     STATE["module"], STATE["cls"] = module, cls
     return {"result": {"class_name": declared[0],
-                       "has_solution": callable(getattr(cls, "solution", None)),
+                       "has_solution": _overrides(cls, "solution"),
                        "has_tools": callable(getattr(cls, "tools", None)),
                        "doc": (cls.__doc__ or "").strip()[:500]}}
+
+
+def _overrides(cls, name):
+    """True when ``cls`` has a callable ``name`` that is not just the spadekit base class's
+    placeholder (``ToolEnv.solution`` raises NotImplementedError)."""
+    fn = getattr(cls, name, None)
+    if not callable(fn):
+        return False
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return not klass.__module__.startswith("spadekit.")
+    return True
 
 
 def op_create(req):
@@ -488,6 +500,14 @@ def main():
     for path in reversed(cfg.get("sys_path", [])):
         sys.path.insert(0, path)
     sys.setrecursionlimit(int(cfg.get("recursion_limit", 2000)))
+    preloaded = []
+    for name in cfg.get("preload", []):  # warm the import cache before any program arrives
+        try:
+            __import__(name)
+            preloaded.append(name)
+        except Exception:
+            pass
+    layers["preloaded"] = len(preloaded)
     send({"id": 0, "ok": True, "result": {"ready": True, "layers": layers}})
     serve(reader)
 
