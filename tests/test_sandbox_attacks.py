@@ -465,3 +465,80 @@ def test_threads_share_a_pool_safely(pool):
 
 def test_parent_signal_handlers_untouched():
     assert signal.getsignal(signal.SIGINT) is not None
+
+
+KILLED_PARENT = r'''
+import json, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from spadekit.sandbox import SandboxConfig, SandboxPool
+pool = SandboxPool(SandboxConfig(tier=sys.argv[2], step_timeout=120.0), warm=2)
+sb = pool.acquire("""
+class SpinEnv:
+    def reset(self, seed=None, options=None):
+        return "spin", {}
+    def step(self, action):
+        while True:
+            try:
+                pass
+            except BaseException:
+                pass
+""")
+env = sb.new_env()
+env.reset()
+held = pool.sandboxes()
+print(json.dumps({"uids": [s.worker.uid for s in held],
+                  "pids": sorted(p for s in held for p in s.worker.host_pids),
+                  "scratch": [s.worker.scratch for s in held]}), flush=True)
+env.step("go")
+'''
+
+
+def test_killed_trainer_leaves_no_worker_behind(tmp_path):
+    """SIGKILL the process that owns a pool while a worker spins: every worker dies with it,
+    and the next start sweeps the directories it left."""
+    from conftest import TIERS
+
+    from spadekit.sandbox.launch import sweep_stale_dirs
+
+    src = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "src")
+    for tier in TIERS:
+        proc = subprocess.Popen([__import__("sys").executable, "-c", KILLED_PARENT, src, tier],
+                                stdout=subprocess.PIPE, text=True)
+        info = json.loads(proc.stdout.readline())
+        time.sleep(0.3)  # the step is now spinning inside the sandbox
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 3
+        alive = info["pids"]
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+            alive = [p for p in info["pids"] if _alive(p)]
+        assert alive == [], (tier, alive)
+        for uid in info["uids"]:
+            if uid is not None:
+                assert live_processes_of_uid(uid) == []
+        sweep_stale_dirs()
+        assert not any(os.path.exists(p) for p in info["scratch"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def test_every_tier_the_layers_allow_actually_boots():
+    """Guard against a silently lost tier: when the probes say a tier's layers exist, the tier
+    must boot, so the attack matrix above really ran against it."""
+    from conftest import TEST_CONFIG, TIERS
+
+    from spadekit.sandbox import SandboxConfig
+    from spadekit.sandbox.isolation import plan_for, probe_layers
+
+    config = SandboxConfig(**TEST_CONFIG)
+    layers = probe_layers(config)
+    for tier in ("strong", "standard"):
+        if not isinstance(plan_for(tier, layers, config), str):
+            assert tier in TIERS, f"{tier} has its layers but did not boot"

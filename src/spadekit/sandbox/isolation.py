@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from spadekit.errors import InsecureSandboxError, SandboxError, SandboxStartError
 from spadekit.sandbox import cgroup
 from spadekit.sandbox.config import TIERS, SandboxConfig
-from spadekit.sandbox.launch import Plan
+from spadekit.sandbox.launch import Plan, sweep_stale_dirs
 from spadekit.sandbox.seccomp_filter import SeccompUnavailable, compile_filter
 
 MINIMUM_SAFE_TIER = "standard"
@@ -206,6 +206,7 @@ def detect(config: SandboxConfig | None = None) -> tuple[IsolationReport, Plan]:
         wanted = TIERS if config.tier == "auto" else (config.tier,)
         chosen: Plan | None = None
         cgroup.sweep_stale(cgroup.detect()[0] if layers["cgroup"].available else None)
+        sweep_stale_dirs()
         for tier in wanted:
             plan = plan_for(tier, layers, config)
             if isinstance(plan, str):

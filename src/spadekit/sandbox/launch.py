@@ -221,6 +221,21 @@ def worker_config(config: SandboxConfig, plan: Plan, scratch: str) -> dict:
     return cfg
 
 
+def sweep_stale_dirs() -> int:
+    """Remove scratch and runtime directories left by spadekit processes that were killed (their
+    names carry the owner's pid); returns how many were removed."""
+    removed = 0
+    tmp = Path(tempfile.gettempdir())
+    for path in tmp.glob("spadekit-*-*-*"):
+        parts = path.name.split("-")
+        if parts[1] not in ("sbx", "rt") or not parts[2].isdigit():
+            continue
+        if not Path(f"/proc/{parts[2]}").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
 def bwrap_argv(plan: Plan, scratch: str, env: dict[str, str]) -> list[str]:
     argv = [plan.bwrap, "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",

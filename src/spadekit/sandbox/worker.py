@@ -62,6 +62,7 @@ def _libc():
     return _LIBC
 
 
+PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -480,6 +481,10 @@ def main():
     for stream in (sys.stdout, sys.stderr):  # program output reaches the parent's ring buffer
         stream.reconfigure(line_buffering=True, write_through=True)  # at once, unbuffered
     faulthandler.enable(file=sys.stderr, all_threads=True)
+    # Die with the parent (the trainer, or bwrap which itself dies with the trainer), even when
+    # busy in a loop that never reads the protocol again.
+    # (If the parent died before this line, the protocol pipe is closed and the read below ends.)
+    _libc().prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
     reader = os.fdopen(PROTO_IN, "rb", buffering=1 << 16)
     cfg = json.loads(reader.readline())
     STATE["cfg"] = cfg
