@@ -1,0 +1,99 @@
+"""Token-exact incremental chat rendering for multi-turn rollouts.
+
+A conversation's training sequence is built turn by turn: the rendered prompt, then the model's
+sampled ids exactly as sampled, then the template text that closes the assistant turn and wraps
+the next observation, then the next sampled ids, ... Re-tokenising the whole conversation at the
+end would not give back the sampled ids (a model may sample a non-canonical tokenisation of its
+own text), which is the multi-turn "token drift" that corrupts importance ratios; here the sampled
+ids are never re-tokenised.
+
+``ChatRenderer`` learns, once per tokenizer, how the chat template wraps a user turn (by rendering
+probe conversations with sentinel strings), so each new observation costs one small tokenisation
+instead of a full template render. Templates that do not render turns independently (content
+rewriting, turn-dependent text) fall back to rendering the conversation, and the renderer says so
+(``regular`` is False), never silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spadekit.policy.base import encode_text, render_text
+
+_SENTINELS = ("\x00SPADEKIT-A\x00", "\x00SPADEKIT-B\x00")
+
+
+class ChatRenderer:
+    def __init__(self, tokenizer: Any, stop_token_texts: tuple[str, ...] = ()) -> None:
+        self.tokenizer = tokenizer
+        self.stop_token_texts = tuple(t for t in stop_token_texts if t)
+        self.regular, self.closing, self.user_open, self.user_close = self._learn()
+
+    def _learn(self) -> tuple[bool, str, str, str]:
+        """Find ``closing`` (after assistant content), and the text around a user message up to
+        the next generation prompt, and check they do not depend on position or content."""
+        a, b = _SENTINELS
+        try:
+            shapes = []
+            for content, answer in ((a, b), (b, a)):
+                base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+                prompt = render_text(self.tokenizer, base, True)
+                done = render_text(self.tokenizer, base + [{"role": "assistant",
+                                                            "content": answer}], False)
+                more = render_text(self.tokenizer, base + [
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": content}], True)
+                if not done.startswith(prompt + answer) or not more.startswith(done):
+                    return False, "", "", ""
+                closing = done[len(prompt) + len(answer):]
+                rest = more[len(done):]
+                i = rest.find(content)
+                if i < 0:
+                    return False, "", "", ""
+                shapes.append((closing, rest[:i], rest[i + len(content):]))
+            if shapes[0] != shapes[1]:
+                return False, "", "", ""
+            return (True,) + shapes[0]
+        except Exception:
+            return False, "", "", ""
+
+    def _closing(self, closing: str, sampled_end: bool) -> str:
+        if sampled_end:
+            for stop in self.stop_token_texts:
+                if closing.startswith(stop):
+                    return closing[len(stop):]
+        return closing
+
+    def observation_ids(self, messages: list[dict], sampled_end: bool, observation: str,
+                        tools: list[dict] | None = None) -> tuple[list[int], bool]:
+        """Token ids to append after an assistant turn (``messages[-1]``) so that the next
+        observation is in the prompt, ending with the generation prompt.
+
+        ``sampled_end``: the model itself sampled an end-of-turn token, so the part of the
+        closing text that token stands for is not added again. Returns the ids and whether they
+        are exact (a full re-render of the conversation gives the same tokens around the
+        sampled ones); inexact happens only for templates that rewrite earlier turns."""
+        if self.regular:
+            text = (self._closing(self.closing, sampled_end) + self.user_open + observation
+                    + self.user_close)
+            return encode_text(self.tokenizer, text), True
+        prompt = render_text(self.tokenizer, messages[:-1], True, tools)
+        content = messages[-1]["content"]
+        before = render_text(self.tokenizer, messages, False, tools)
+        after = render_text(self.tokenizer, messages + [{"role": "user",
+                                                         "content": observation}], True, tools)
+        if before.startswith(prompt + content) and after.startswith(before):
+            text = self._closing(before[len(prompt) + len(content):], sampled_end) \
+                + after[len(before):]
+            return encode_text(self.tokenizer, text), True
+        common = 0
+        for x, y in zip(before, after):
+            if x != y:
+                break
+            common += 1
+        return encode_text(self.tokenizer, after[common:]), False
+
+    def closing_ids(self, sampled_end: bool) -> list[int]:
+        """Ids that close the final assistant turn (so the sequence re-renders completely)."""
+        closing = self._closing(self.closing, sampled_end) if self.regular else ""
+        return encode_text(self.tokenizer, closing) if closing else []

@@ -1,0 +1,306 @@
+"""The multi-turn rollout engine: many episodes at once, token-in/token-out, in sandboxes.
+
+Each turn, every live episode's token sequence goes into one batched ``policy.generate`` call;
+then every environment steps in its sandbox, concurrently. A trajectory keeps the exact sampled
+ids and their behaviour logprobs; observation tokens are appended through the chat template's
+incremental rendering (``spadekit.chat``), and ``loss_mask`` marks sampled tokens only.
+
+Episodes end when the program terminates or truncates, at ``max_turns`` (the runner's cap), when
+the context would overflow (truncated, ``stop_reason="context"``), or when the environment fails
+(a typed failure on that episode only; the batch goes on). Return per SPEC point 4: the last
+reward if terminated, else 0. Hints go on the first observation only: ``"{obs}\\n\\nHINT: {hint}"``.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from spadekit.chat import ChatRenderer
+from spadekit.envs.program import EnvProgram
+from spadekit.errors import SandboxError
+from spadekit.play import episode_return, with_hint
+from spadekit.policy.base import GenerationRequest, Policy, SamplingParams
+from spadekit.sandbox.pool import SandboxPool
+from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
+
+GAMES_SYSTEM = (
+    "You are playing a text game. Read each observation carefully and reply with exactly one "
+    "command per turn, written inside \\boxed{...}, for example \\boxed{guess 42}. You may think "
+    "briefly before the box; only the last box counts.")
+TOOLUSE_SYSTEM = (
+    "You complete tasks by calling tools. Call a tool by writing "
+    '<tool_call>{"name": "TOOL_NAME", "arguments": {...}}</tool_call>; you may make several calls '
+    "in one turn. Tool results come back in the next message. When the task is complete, reply "
+    "<answer>done</answer>.")
+END_OF_TURN_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    max_turns: int = 12
+    max_new_tokens: int = 256
+    """Per assistant turn."""
+    max_context_tokens: int = 4096
+    """Whole conversation; an episode that would exceed it ends truncated."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    system_prompt: str | None = None
+    """None: the built-in prompt of the program's setting (games or tool use)."""
+    native_tools: bool = True
+    """Give tool schemas to the chat template (models with native tool calling render them)."""
+    seed: int | None = None
+    """Derive each episode's and turn's sampling seed from this (reproducible rollouts)."""
+    step_workers: int = 8
+
+
+@dataclass
+class EpisodeSpec:
+    program: EnvProgram
+    seed: int
+    hint: str | None = None
+    tag: dict[str, Any] = field(default_factory=dict)
+    """Free metadata carried to the trajectory (env id, group, with_hint, ...)."""
+
+
+@dataclass
+class TurnRecord:
+    action: str
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    new_tokens: int
+    finish_reason: str
+    exact_render: bool = True
+    generate_s: float = 0.0
+    step_s: float = 0.0
+
+
+@dataclass
+class Trajectory:
+    spec: EpisodeSpec
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    """Behaviour logprobs at sampled positions, 0.0 elsewhere (aligned with token_ids)."""
+    messages: list[dict[str, str]] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
+    prompt_len: int = 0
+    terminated: bool = False
+    truncated: bool = False
+    stop_reason: str = ""
+    """terminated | truncated | max_turns | context | env_error | policy_error"""
+    failure: dict[str, Any] | None = None
+    episode_return: float = 0.0
+    tools: list[dict] | None = None
+    _env: RemoteEnv | None = field(default=None, repr=False)
+    _index: int = field(default=0, repr=False)
+    _sampled_end: bool = field(default=False, repr=False)
+
+    @property
+    def live(self) -> bool:
+        return not self.stop_reason
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"program_sha256": self.spec.program.sha256, "seed": self.spec.seed,
+                "hint": self.spec.hint, "tag": self.spec.tag, "token_ids": self.token_ids,
+                "loss_mask": self.loss_mask, "logprobs": self.logprobs, "messages": self.messages,
+                "turns": [asdict(t) for t in self.turns], "prompt_len": self.prompt_len,
+                "terminated": self.terminated, "truncated": self.truncated,
+                "stop_reason": self.stop_reason, "failure": self.failure,
+                "episode_return": self.episode_return, "num_sampled": self.num_sampled}
+
+
+class RolloutEngine:
+    """Plays episodes of programs with a policy. Owns nothing: give it a policy and a pool."""
+
+    def __init__(self, policy: Policy, pool: SandboxPool, config: RolloutConfig | None = None):
+        self.policy = policy
+        self.pool = pool
+        self.config = config or RolloutConfig()
+        vocab = policy.tokenizer.get_vocab()
+        stops = tuple(t for t in END_OF_TURN_TEXTS if t in vocab)
+        eos = getattr(policy.tokenizer, "eos_token", None)
+        self.stop_texts = tuple(dict.fromkeys(((eos,) if eos else ()) + stops))
+        self.renderer = ChatRenderer(policy.tokenizer, self.stop_texts)
+        self._stop_ids = {vocab[t] for t in self.stop_texts if t in vocab}
+        self.stats: dict[str, float] = {}
+
+    # -- public ---------------------------------------------------------------------------
+
+    def run(self, specs: list[EpisodeSpec]) -> list[Trajectory]:
+        t0 = time.perf_counter()
+        self.stats = {"model_s": 0.0, "env_s": 0.0, "sampled_tokens": 0, "turns": 0}
+        trajs = [Trajectory(spec=s, _index=i) for i, s in enumerate(specs)]
+        sandboxes: dict[str, Sandbox] = {}
+        with ThreadPoolExecutor(max(1, self.config.step_workers)) as ex:
+            try:
+                self._start(trajs, sandboxes, ex)
+                turn = 0
+                while any(t.live for t in trajs):
+                    self._turn([t for t in trajs if t.live], turn, ex)
+                    turn += 1
+            finally:
+                for sb in sandboxes.values():
+                    self.pool.release(sb)
+        self.stats["total_s"] = time.perf_counter() - t0
+        return trajs
+
+    # -- phases ---------------------------------------------------------------------------
+
+    def _start(self, trajs: list[Trajectory], sandboxes: dict[str, Sandbox], ex) -> None:
+        """One sandbox per distinct program; one environment instance per episode; reset."""
+        codes = {t.spec.program.sha256: t.spec.program.code for t in trajs}
+
+        def acquire(item):
+            sha, code = item
+            try:
+                return sha, self.pool.acquire(code), None
+            except SandboxError as exc:
+                return sha, None, exc
+
+        t = time.perf_counter()
+        for sha, sb, exc in ex.map(acquire, codes.items()):
+            if sb is not None:
+                sandboxes[sha] = sb
+            else:
+                for tr in trajs:
+                    if tr.spec.program.sha256 == sha:
+                        self._fail(tr, exc, "env_error")
+
+        def begin(tr: Trajectory):
+            try:
+                sb = sandboxes[tr.spec.program.sha256]
+                env = sb.new_env(max_turns=self.config.max_turns)
+                obs, _info = env.reset(seed=tr.spec.seed)
+                tools = env.tools() if sb.program.get("has_tools") else None
+                return tr, env, obs, tools, None
+            except SandboxError as exc:
+                return tr, None, None, None, exc
+
+        for tr, env, obs, tools, exc in ex.map(begin, [x for x in trajs if x.live]):
+            if exc is not None:
+                self._fail(tr, exc, "env_error")
+                continue
+            tr._env, tr.tools = env, tools
+            setting = "tooluse" if tools else "games"
+            system = self.config.system_prompt or (TOOLUSE_SYSTEM if tools else GAMES_SYSTEM)
+            tr.messages = [{"role": "system", "content": system},
+                           {"role": "user", "content": with_hint(obs, tr.spec.hint)}]
+            tr.spec.tag.setdefault("setting", setting)
+            native = tools if (tools and self.config.native_tools) else None
+            tr.token_ids = self.policy.render(tr.messages, True, native)
+            tr.loss_mask = [0] * len(tr.token_ids)
+            tr.logprobs = [0.0] * len(tr.token_ids)
+            tr.prompt_len = len(tr.token_ids)
+        self.stats["env_s"] += time.perf_counter() - t
+
+    def _turn(self, live: list[Trajectory], turn: int, ex) -> None:
+        cfg = self.config
+        ready, requests = [], []
+        for tr in live:
+            room = cfg.max_context_tokens - len(tr.token_ids)
+            if room < 1:
+                self._end(tr, "context", truncated=True)
+                continue
+            seed = None if cfg.seed is None else _seed(cfg.seed, tr.spec.seed, tr._index, turn)
+            params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
+                                    max_new_tokens=min(cfg.max_new_tokens, room),
+                                    stop=cfg.stop, seed=seed)
+            ready.append(tr)
+            requests.append(GenerationRequest(prompt_ids=list(tr.token_ids), params=params))
+        if not ready:
+            return
+        t = time.perf_counter()
+        try:
+            gens = self.policy.generate(requests)
+        except Exception as exc:  # the policy failing ends these episodes, typed
+            for tr in ready:
+                self._fail(tr, exc, "policy_error")
+            return
+        gen_s = time.perf_counter() - t
+        self.stats["model_s"] += gen_s
+        for tr, gen in zip(ready, gens):
+            tr.token_ids += gen.token_ids
+            tr.loss_mask += [1] * len(gen.token_ids)
+            tr.logprobs += list(gen.logprobs) if gen.logprobs is not None else \
+                [0.0] * len(gen.token_ids)
+            tr.messages.append({"role": "assistant", "content": gen.text})
+            tr._sampled_end = bool(gen.token_ids) and gen.token_ids[-1] in self._stop_ids
+            self.stats["sampled_tokens"] += len(gen.token_ids)
+
+        def step(pair):
+            tr, gen = pair
+            t1 = time.perf_counter()
+            try:
+                return tr, gen, tr._env.step(gen.text), None, time.perf_counter() - t1
+            except SandboxError as exc:
+                return tr, gen, None, exc, time.perf_counter() - t1
+
+        t = time.perf_counter()
+        for tr, gen, result, exc, step_s in ex.map(step, list(zip(ready, gens))):
+            if exc is not None:
+                self._fail(tr, exc, "env_error")
+                continue
+            obs, reward, term, trunc, _info = result
+            record = TurnRecord(action=gen.text, observation=obs, reward=reward, terminated=term,
+                                truncated=trunc, new_tokens=len(gen.token_ids),
+                                finish_reason=gen.finish_reason, generate_s=gen_s / len(ready),
+                                step_s=step_s)
+            tr.turns.append(record)
+            self.stats["turns"] += 1
+            if term or trunc:
+                self._end(tr, "terminated" if term else "truncated", term, trunc)
+            elif len(tr.turns) >= cfg.max_turns:
+                self._end(tr, "max_turns", truncated=True)
+            else:
+                ids, exact = self.renderer.observation_ids(
+                    tr.messages, tr._sampled_end, obs,
+                    tr.tools if (tr.tools and cfg.native_tools) else None)
+                record.exact_render = exact
+                tr.messages.append({"role": "user", "content": obs})
+                tr.token_ids += ids
+                tr.loss_mask += [0] * len(ids)
+                tr.logprobs += [0.0] * len(ids)
+        self.stats["env_s"] += time.perf_counter() - t
+
+    # -- endings --------------------------------------------------------------------------
+
+    def _end(self, tr: Trajectory, reason: str, terminated: bool = False,
+             truncated: bool = False) -> None:
+        tr.stop_reason = reason
+        tr.terminated, tr.truncated = terminated, truncated
+        last = tr.turns[-1].reward if tr.turns else None
+        tr.episode_return = episode_return(last, terminated)
+        if tr.messages and tr.messages[-1]["role"] == "assistant":
+            closing = self.renderer.closing_ids(tr._sampled_end)
+            tr.token_ids += closing
+            tr.loss_mask += [0] * len(closing)
+            tr.logprobs += [0.0] * len(closing)
+        self._drop(tr)
+
+    def _fail(self, tr: Trajectory, exc: Exception, reason: str) -> None:
+        tr.failure = exc.to_dict() if hasattr(exc, "to_dict") else {
+            "type": type(exc).__name__, "message": str(exc)[:2000]}
+        tr.stop_reason = reason
+        tr.episode_return = 0.0
+        self._drop(tr)
+
+    @staticmethod
+    def _drop(tr: Trajectory) -> None:
+        if tr._env is not None:
+            tr._env.close()
+            tr._env = None
+
+
+def _seed(base: int, episode_seed: int, key: int, turn: int) -> int:
+    return zlib.crc32(f"{base}:{episode_seed}:{key}:{turn}".encode())
