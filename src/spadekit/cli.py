@@ -343,6 +343,80 @@ def library_cmd(
 
 
 @app.command()
+def generate(
+    model: str = typer.Option(..., "--model", "-m", help="The (frozen) designer: tiny, "
+                              "smollm2-135m, hf:PATH, openai:NAME@URL, vllm:PATH."),
+    out: Path = typer.Option(..., "--out", "-o", help="Pool directory to write (appended to, "
+                             "never duplicated)."),
+    n: int = typer.Option(8, "--n", min=1, help="Programs to design."),
+    setting: str = typer.Option("games", help="games or tooluse."),
+    skill: Optional[str] = typer.Option(None, help="One skill, or several comma-separated; "
+                                        "default: all skills of the setting, round robin."),
+    corpus: Optional[str] = typer.Option(None, help="Grounding corpus (JSONL, Parquet, folder); "
+                                         "default: the offline documentation corpus."),
+    seed: int = typer.Option(0, help="Seed of prompts, documents and sampling."),
+    temperature: float = typer.Option(0.6, help="Designer sampling temperature."),
+    max_new_tokens: int = typer.Option(4096, help="Designer output budget."),
+    hint_mode: str = typer.Option("second_call", help="second_call (the policy reads the code "
+                                  "and writes the hint) or designer (hint from the designer's "
+                                  "own output)."),
+    batch_size: int = typer.Option(8, min=1, help="Designer prompts per generate call."),
+    workers: int = typer.Option(2, min=1, help="Programs validated in parallel."),
+    doc_words: Optional[int] = typer.Option(None, help="Truncate grounding documents to this "
+                                            "many words (default 6000 games, 4000 tool use)."),
+    max_turns: int = typer.Option(12, help="Episode cap stated in the contract."),
+    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+) -> None:
+    """The designer role with a frozen model: write N programs, validate them in the sandbox,
+    write hints for the valid ones, and store them as a pool directory (pool.jsonl,
+    programs/, rejected.jsonl, summary.json): a fixed environment pool built by any model.
+    Exit 1 when no program was valid."""
+    from spadekit.generate import run_generate
+    from spadekit.sandbox import SandboxConfig
+
+    if setting not in ("games", "tooluse"):
+        raise typer.BadParameter("setting must be games or tooluse")
+    if hint_mode not in ("second_call", "designer"):
+        raise typer.BadParameter("hint-mode must be second_call or designer")
+    try:
+        summary = run_generate(model, setting=setting, skill=skill, n=n, out=out, corpus=corpus,
+                               seed=seed, temperature=temperature,
+                               max_new_tokens=max_new_tokens, hint_mode=hint_mode,
+                               workers=workers, batch_size=batch_size, doc_words=doc_words,
+                               max_turns=max_turns,
+                               sandbox_config=SandboxConfig(allow_unsafe=unsafe),
+                               console=err_console)
+    except SpadekitError as exc:
+        err_console.print(f"[red]generate failed:[/red] {exc.message}")
+        raise typer.Exit(2) from None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    data = summary.to_dict() if hasattr(summary, "to_dict") else dict(vars(summary))
+    console.print_json(json.dumps(data, default=str))
+    valid = data.get("valid", 0)
+    raise typer.Exit(0 if valid or not data.get("attempted") else 1)
+
+
+@app.command()
+def serve(
+    model: str = typer.Option("tiny", "--model", "-m", help="Model to serve: tiny, "
+                              "smollm2-135m, hf:PATH, ..."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+    port: int = typer.Option(8000, help="Port (0 picks a free one)."),
+) -> None:
+    """Serve a model as an OpenAI-compatible server (/v1/completions with token ids and
+    logprobs, /v1/chat/completions, /v1/models, /health), batching concurrent requests.
+    No authentication: keep it on loopback or a trusted network. Ctrl-C stops it."""
+    from spadekit.policy.serve import run_server
+
+    try:
+        run_server(model, host=host, port=port)
+    except SpadekitError as exc:
+        err_console.print(f"[red]cannot serve {model}:[/red] {exc.message}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
 def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")
            ) -> None:
     """What this machine offers: the sandbox's isolation tier and each layer, dependencies,

@@ -34,6 +34,8 @@ class HFPolicy:
         self.name = name
         self.max_batch_size = max_batch_size
         self.device = next(model.parameters()).device
+        if self.device.type == "cpu":
+            configure_cpu_threads()
         self.stop_ids = self._stop_ids()
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None \
             else min(self.stop_ids)
@@ -86,6 +88,11 @@ class HFPolicy:
             return []
         if any(not p for p in prompts):
             raise PolicyError("empty prompt")
+        vocab = self.model.get_input_embeddings().num_embeddings
+        bad = sorted({t for p in prompts for t in p if not 0 <= t < vocab})
+        if bad:  # an embedding lookup would fail (on CUDA: a device assert that kills the context)
+            raise PolicyError(f"prompt token ids outside the vocabulary (0..{vocab - 1}): "
+                              f"{bad[:5]}")
         b = len(prompts)
         width = max(len(p) for p in prompts)
         ids = torch.full((b, width), self.pad_id, dtype=torch.long)
@@ -171,6 +178,22 @@ class HFPolicy:
         if len(ids) >= params.max_new_tokens:
             return "length"
         return ""
+
+
+def configure_cpu_threads() -> int:
+    """Torch's CPU thread count: ``SPADEKIT_TORCH_THREADS``, else one core fewer than the machine
+    has (at least 1). With every core in torch, OpenMP threads spin against the sandbox workers
+    and the trainer's other threads: on 2 cores that was 3x to 100x slower than one thread."""
+    import os
+
+    import torch
+
+    want = os.environ.get("SPADEKIT_TORCH_THREADS")
+    threads = int(want) if want and want.isdigit() and int(want) > 0 else \
+        max(1, (os.cpu_count() or 2) - 1)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads
 
 
 def _select_cache(past: Any, index) -> Any:

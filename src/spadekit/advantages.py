@@ -1,0 +1,158 @@
+"""Per-role advantages, the designer's upweighting factor, and the training ``Sample`` record
+(SPEC points 6-7).
+
+- Reasoning Agent: GRPO within each environment: the z-score of each play's return over that
+  environment's plays, ``(r - mean) / (std + eps)``, with the population standard deviation
+  (divide by n, as GRPO implementations do).
+- Environment Designer: the designer rewards centred by their mean within each skill, no std
+  division. The upweighting factor ``min(n_agent / n_designer * regen_interval, cap)`` is not
+  folded into the advantage: it travels as an explicit per-sample loss weight
+  (``Sample.weight``), so logged advantages stay on the reward's scale.
+- Designer samples are trained ``regen_interval`` rollouts after they were generated, so they
+  need the behaviour logprobs stored at generation time for truncated importance sampling; those
+  without are dropped (``drop_without_logprobs``).
+
+Plain Python floats, exact and torch-free; the trainer turns ``Sample`` lists into tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Literal, Sequence
+
+__all__ = ["agent_advantages", "designer_advantages", "designer_weight", "Sample",
+           "drop_without_logprobs", "ROLES"]
+
+ROLES = ("agent", "designer")
+
+
+def _floats(values: Sequence[float], what: str) -> list[float]:
+    out = [float(v) for v in values]
+    if not all(math.isfinite(v) for v in out):
+        raise ValueError(f"{what}: values must be finite, got {out}")
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def agent_advantages(returns_by_env: dict[str, list[float]],
+                     eps: float = 1e-8) -> dict[str, list[float]]:
+    """GRPO advantages of the agent's plays, one group per environment.
+
+    For each environment, ``A_i = (r_i - mean) / (std + eps)`` where ``std`` is the population
+    standard deviation of that environment's returns (``sqrt(sum((r - mean)^2) / n)``). A group
+    whose returns are all equal (including a group of one) gets exact zeros: it carries no
+    preference. An empty group maps to an empty list. Order within each list is preserved.
+    """
+    if eps < 0:
+        raise ValueError(f"agent_advantages: eps must be >= 0, got {eps}")
+    out: dict[str, list[float]] = {}
+    for env_id, returns in returns_by_env.items():
+        values = _floats(returns, f"agent_advantages[{env_id!r}]")
+        if not values or max(values) == min(values):
+            out[env_id] = [0.0] * len(values)
+            continue
+        mean = _mean(values)
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+        out[env_id] = [(v - mean) / (std + eps) for v in values]
+    return out
+
+
+def designer_advantages(rewards_by_skill: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Designer advantages: each reward minus the mean reward of its skill (no std division).
+    An empty skill maps to an empty list; a skill with one sample gets 0.0."""
+    out: dict[str, list[float]] = {}
+    for skill, rewards in rewards_by_skill.items():
+        values = _floats(rewards, f"designer_advantages[{skill!r}]")
+        if not values or max(values) == min(values):
+            out[skill] = [0.0] * len(values)
+            continue
+        mean = _mean(values)
+        out[skill] = [v - mean for v in values]
+    return out
+
+
+def designer_weight(n_agent_samples: int, n_designer_samples: int, regen_interval: int,
+                    cap: float = 50.0) -> float:
+    """The designer's per-sample loss weight: ``min(n_agent / n_designer * regen_interval, cap)``.
+
+    Designer samples are few (one per environment) and arrive once per ``regen_interval``
+    rollouts, while agent samples arrive every rollout; the weight restores their share of the
+    gradient. Paper setup: 192 agent samples, 24 designer samples, interval 4 -> 32.
+    ``n_designer_samples`` must be > 0 (``ValueError`` otherwise: there is nothing to weight).
+    """
+    if n_designer_samples <= 0:
+        raise ValueError(f"designer_weight: n_designer_samples must be > 0, "
+                         f"got {n_designer_samples}")
+    if n_agent_samples < 0:
+        raise ValueError(f"designer_weight: n_agent_samples must be >= 0, got {n_agent_samples}")
+    if regen_interval < 1:
+        raise ValueError(f"designer_weight: regen_interval must be >= 1, got {regen_interval}")
+    if not cap > 0:
+        raise ValueError(f"designer_weight: cap must be > 0, got {cap}")
+    return min(n_agent_samples / n_designer_samples * regen_interval, float(cap))
+
+
+@dataclass
+class Sample:
+    """One sequence for the policy-gradient loss.
+
+    ``token_ids`` is the full sequence (prompt and completion, all turns); ``loss_mask`` marks
+    with 1 the tokens the policy produced and is trained on. ``behaviour_logprobs``: per-token
+    logprobs under the policy that sampled the tokens (stored at generation time; entries at
+    masked positions are ignored), or None when the backend did not return them; designer
+    samples need them for truncated importance sampling. ``advantage``: one scalar for the
+    whole sequence. ``weight``: explicit loss weight of every token of this sample (1.0 for the
+    agent, ``designer_weight(...)`` for the designer). ``group_id``: the GRPO group (the
+    environment for agent samples, the skill for designer samples). ``generated_at_step``: the
+    rollout step whose policy produced the sample.
+    """
+
+    role: Literal["agent", "designer"]
+    group_id: str
+    token_ids: list[int]
+    loss_mask: list[int]
+    behaviour_logprobs: list[float] | None
+    advantage: float
+    weight: float = 1.0
+    generated_at_step: int = 0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"Sample.role must be one of {ROLES}, got {self.role!r}")
+        if len(self.loss_mask) != len(self.token_ids):
+            raise ValueError(f"Sample: loss_mask has {len(self.loss_mask)} entries for "
+                             f"{len(self.token_ids)} tokens")
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError("Sample: loss_mask entries must be 0 or 1")
+        if (self.behaviour_logprobs is not None
+                and len(self.behaviour_logprobs) != len(self.token_ids)):
+            raise ValueError(f"Sample: behaviour_logprobs has {len(self.behaviour_logprobs)} "
+                             f"entries for {len(self.token_ids)} tokens")
+        if not math.isfinite(self.advantage):
+            raise ValueError(f"Sample.advantage must be finite, got {self.advantage}")
+        if not (math.isfinite(self.weight) and self.weight >= 0):
+            raise ValueError(f"Sample.weight must be finite and >= 0, got {self.weight}")
+
+    @property
+    def num_loss_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+def drop_without_logprobs(samples: Iterable[Sample],
+                          roles: Sequence[str] = ("designer",)) -> tuple[list[Sample], int]:
+    """Drop the samples of ``roles`` (default: designer only) that have no behaviour logprobs;
+    SPEC point 7 corrects designer samples with truncated importance sampling, which needs
+    them. Agent samples are trained on-policy and are kept either way by default.
+    Returns ``(kept, dropped_count)``, keeping the input order."""
+    kept: list[Sample] = []
+    dropped = 0
+    for sample in samples:
+        if sample.role in roles and sample.behaviour_logprobs is None:
+            dropped += 1
+        else:
+            kept.append(sample)
+    return kept, dropped

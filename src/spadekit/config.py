@@ -1,0 +1,236 @@
+"""The self-play configuration: one dataclass tree, YAML presets, ``--set key=value`` overrides.
+
+``SelfPlayConfig`` holds every knob of a run, with SPEC.md's values where the paper fixes them
+and small values in the ``cpu-tiny`` preset (the default). Presets live in ``configs/*.yaml`` at
+the repository root and inside the package (``spadekit/presets``); a config file or ``--set``
+overrides any field by dotted path (``--set train.learning_rate=1e-5``). The resolved config is
+written to the run directory as ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spadekit.errors import ConfigError
+from spadekit.rollout import RolloutConfig
+from spadekit.sandbox.config import SandboxConfig
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+
+@dataclass(frozen=True)
+class DesignerConfig:
+    temperature: float = 0.6
+    top_p: float = 1.0
+    max_new_tokens: int = 1024
+    """Designer output budget (paper: 16384)."""
+    hint_mode: str = "second_call"
+    """``second_call``: the same policy writes the hint after reading the code (temperature
+    ``hint_temperature``); ``designer``: take the hint from the designer's own output."""
+    hint_temperature: float = 0.3
+    hint_max_new_tokens: int = 128
+    positive_seeds: int = 2
+    max_words: int | None = None
+    """Grounding document truncation; None: 6000 words for games, 4000 for tool use."""
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    signal: str = "blend"
+    """Designer reward: blend (0.4 regret_norm + 0.6 plateau), regret, plateau,
+    learning_potential, solve_rate, azr."""
+    regret_scale: float = 0.15
+    regret_weight: float = 0.4
+    plateau_weight: float = 0.6
+    plateau_low: float = 0.4
+    plateau_high: float = 0.6
+    plateau_ramp: float = 0.25
+    failed_episode_reward: float = 0.0
+    """Return given to a crashed agent episode (the reference uses -1)."""
+    designer_weight_cap: float = 50.0
+
+
+@dataclass(frozen=True)
+class TrainSection:
+    learning_rate: float = 1e-6
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    epsilon: float = 0.2
+    epsilon_high: float = 0.28
+    beta: float = 0.0
+    loss_type: str = "token"
+    max_grad_norm: float = 1.0
+    max_tokens_per_microbatch: int = 8192
+    num_iterations: int = 1
+    use_peft: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    importance_sampling_cap: float = 2.0
+    mask_truncated_completions: bool = False
+
+
+@dataclass(frozen=True)
+class SelfPlayConfig:
+    setting: str = "games"
+    """``games`` (reasoning puzzles) or ``tooluse`` (multi-turn API calling)."""
+    model: str = "smollm2-135m"
+    rounds: int = 2
+    envs_per_round: int = 4
+    """Environments the designer writes at each regeneration (paper: 24)."""
+    num_generations: int = 4
+    """Agent plays of every pooled environment per round, without hint (paper: 16)."""
+    hint_generations: int = 4
+    """Plays with the hint at the generation step, for regret (paper: 16)."""
+    regen_interval: int = 4
+    """Rounds an environment stays in the pool; also the designer update delay k."""
+    skills_per_epoch: int = 3
+    bootstrap: str | None = "library"
+    """Environments the agent plays while the designer is still weak: ``library`` (the
+    reference environments of the active skills), a pool directory, or None."""
+    bootstrap_per_round: int = 2
+    corpus: str | None = None
+    """Grounding corpus: None for the offline default, or a path (JSONL, Parquet, folder)."""
+    memory_size: int = 200
+    dedup_threshold: float = 0.9
+    seed: int = 0
+    checkpoint_every: int = 1
+    designer: DesignerConfig = field(default_factory=DesignerConfig)
+    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(
+        max_turns=12, max_new_tokens=256, temperature=0.6, max_context_tokens=4096))
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    train: TrainSection = field(default_factory=TrainSection)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+    def __post_init__(self) -> None:
+        if self.setting not in ("games", "tooluse"):
+            raise ConfigError(f"setting must be games or tooluse, got {self.setting!r}")
+        for name in ("rounds", "envs_per_round", "num_generations", "regen_interval",
+                     "skills_per_epoch"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        if self.hint_generations < 0 or self.bootstrap_per_round < 0:
+            raise ConfigError("hint_generations and bootstrap_per_round must be >= 0")
+
+
+# ---------------------------------------------------------------------------------------------
+# loading, overriding, saving
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
+                overrides: list[str] | None = None) -> SelfPlayConfig:
+    """Preset, then file, then ``key=value`` overrides, each on top of the previous."""
+    import yaml
+
+    data: dict[str, Any] = {}
+    if preset:
+        file = PRESET_DIR / f"{preset}.yaml"
+        if not file.is_file():
+            raise ConfigError(f"unknown preset {preset!r}; available: {', '.join(preset_names())}")
+        data = _merge(data, yaml.safe_load(file.read_text()) or {})
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path} must be a mapping")
+        data = _merge(data, loaded)
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        cursor = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            cursor = cursor.setdefault(part, {})
+            if not isinstance(cursor, dict):
+                raise ConfigError(f"{key}: {part} is not a section")
+        cursor[parts[-1]] = yaml.safe_load(value)
+    return build(SelfPlayConfig, data)
+
+
+def build(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """Construct dataclass ``cls`` from nested dicts, checking names and types."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {', '.join(sorted(where + k for k in unknown))}")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(hints[name], value, f"{where}{name}")
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where.rstrip('.') or 'config'}: {exc}") from None
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, where + ".")
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        return tuple(_coerce(args[0], v, where) for v in value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool) and not (type(value) is hint):
+        raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}")
+    return value
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    out = dataclasses.asdict(config)
+    return _plain(out)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def save_config(config: SelfPlayConfig, path: Path) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))

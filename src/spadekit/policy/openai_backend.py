@@ -1,0 +1,636 @@
+"""The ``openai`` backend: any OpenAI-compatible server (vLLM, SGLang, llama.cpp server, ollama).
+
+``openai:MODEL`` or ``openai:MODEL@http://host:port/v1``. Standard library HTTP only.
+
+How requests travel:
+
+- ``prompt_ids`` requests go to ``POST /v1/completions`` with ``prompt`` as a list of token ids
+  (when the server accepts that; otherwise the ids are decoded to text with the tokenizer).
+- ``messages`` requests are rendered locally through the tokenizer's chat template when a
+  tokenizer is given (so the prompt ids are known exactly) and then sent as above; without a
+  tokenizer they go to ``POST /v1/chat/completions`` and the server renders them.
+- Every request asks for the sampled tokens' logprobs (``logprobs: 1`` for completions,
+  ``logprobs: true`` for chat) and, when the server takes vLLM's extra fields, for token ids
+  (``return_tokens_as_token_ids`` makes logprob tokens come back as ``token_id:N``;
+  ``return_token_ids`` adds ``token_ids``/``prompt_token_ids`` fields), for the stop string to be
+  kept in the text (``include_stop_str_in_output``) and for no extra special tokens
+  (``add_special_tokens: false``: the chat template already has them).
+
+Capabilities are learnt at construction (``probe=True``): one tiny completion tells whether the
+server accepts token-id prompts, whether it returns token ids and whether it returns logprobs.
+``token_ids`` needs a tokenizer (``render``), token-id prompts and token ids back; ``logprobs``
+needs logprobs back. Training needs both; otherwise the policy is for generation only
+(``explain_capabilities()`` says so in words). When the server returns no logprobs,
+``Generation.logprobs`` is None; when it returns no token ids, ``Generation.token_ids`` is the
+tokenizer's re-encoding of the text (or empty without a tokenizer): fine for counting, not for
+training.
+
+Logprob semantics are the server's: vLLM's default (``raw_logprobs``) is ``log_softmax(logits)``
+before temperature; start it with ``--logprobs-mode processed_logprobs`` (vLLM >= 0.10.2) to get
+``log_softmax(logits / temperature)``, which is what the trainer computes (equal for top_p = 1).
+
+Transport: one HTTP request per generation request, at most ``max_concurrency`` in flight (a
+thread pool); the server batches them. ``timeout`` bounds connecting and every wait for data.
+Connection failures, 408, 429 and 5xx answers are retried ``retries`` times with exponential
+backoff (``Retry-After`` is honoured, capped); other 4xx answers and read timeouts are not (a
+generation that timed out is likely to time out again, and would be paid for twice). Failures
+are typed: ``ServerUnreachable``, ``ServerHTTPError`` (status and body excerpt),
+``ServerTimeout``, ``MalformedResponse``, all ``PolicyError``. Connections go straight to the
+server (no HTTP proxy).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import re
+import ssl
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from spadekit.policy.base import (CapabilityError, Generation, GenerationRequest, PolicyError,
+                                  SamplingParams, cut_at_stop, encode_text, render_text)
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+"""Used when neither the spec, ``base_url=`` nor ``OPENAI_BASE_URL`` names a server (vLLM's
+default port)."""
+
+VLLM_EXTRAS = {"return_tokens_as_token_ids": True, "return_token_ids": True,
+               "include_stop_str_in_output": True}
+"""Extra request fields understood by vLLM (and by ``spadekit serve``); servers that reject
+unknown fields are detected by the probe and get plain OpenAI requests."""
+
+_TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
+_STOP_REASONS = {"stop", "eos", "eos_token", "stop_sequence", "end_turn", "tool_calls",
+                 "function_call", "content_filter", "stop_token"}
+_LENGTH_REASONS = {"length", "max_tokens", "max_length", "model_length"}
+_RETRY_STATUS = {408, 429}
+_BODY_EXCERPT = 500
+_MAX_BACKOFF = 30.0
+
+
+# -- typed failures ---------------------------------------------------------------------------
+
+class ServerUnreachable(PolicyError):
+    """No connection could be made (refused, DNS failure, reset before an answer)."""
+
+    reason = "unreachable"
+
+
+class ServerHTTPError(PolicyError):
+    """The server answered with an HTTP error status; ``status`` and ``body`` (an excerpt)."""
+
+    reason = "http_status"
+
+    def __init__(self, message: str, status: int = 0, body: str = "", **details: Any) -> None:
+        super().__init__(message, status=status, body=body, **details)
+        self.status = status
+        self.body = body
+
+
+class ServerTimeout(PolicyError):
+    """The server did not answer within the timeout."""
+
+    reason = "timeout"
+
+
+class MalformedResponse(PolicyError):
+    """The server's answer is not the JSON an OpenAI-compatible server sends."""
+
+    reason = "bad_response"
+
+
+# -- the server's features, as probed ---------------------------------------------------------
+
+@dataclass
+class ServerFeatures:
+    completions: bool = True
+    """``/v1/completions`` exists (else only chat is used)."""
+    token_prompts: bool | None = True
+    """``prompt`` may be a list of token ids (None: not tested, for want of a tokenizer)."""
+    extras: bool = True
+    """The vLLM extra fields (``VLLM_EXTRAS``) are accepted."""
+    token_ids: bool = True
+    """Sampled token ids come back (``token_id:N`` tokens, ``token_ids`` field, or ``id``)."""
+    logprobs: bool = True
+    """Logprobs of the sampled tokens come back."""
+    probed: bool = False
+
+
+# -- the policy -------------------------------------------------------------------------------
+
+class OpenAIPolicy:
+    """A model behind an OpenAI-compatible HTTP server, as a ``Policy``."""
+
+    def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None,
+                 tokenizer: Any = None, max_concurrency: int = 8, timeout: float = 120.0,
+                 retries: int = 3, probe: bool = True, backoff: float = 0.5,
+                 name: str | None = None) -> None:
+        if max_concurrency < 1:
+            raise PolicyError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if not timeout > 0:
+            raise PolicyError(f"timeout must be > 0, got {timeout}")
+        if retries < 0:
+            raise PolicyError(f"retries must be >= 0, got {retries}")
+        self.base_url = normalize_base_url(base_url or os.environ.get("OPENAI_BASE_URL")
+                                           or DEFAULT_BASE_URL)
+        parts = urlsplit(self.base_url)
+        self._scheme, self._host = parts.scheme, parts.hostname or ""
+        self._port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._path = parts.path.rstrip("/")
+        self.api_key = os.environ.get("OPENAI_API_KEY", "") if api_key is None else api_key
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.max_concurrency = int(max_concurrency)
+        self.tokenizer = _load_tokenizer(tokenizer)
+        self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency,
+                                        thread_name_prefix="spadekit-openai")
+        self._closed = False
+        self.features = ServerFeatures()
+        self.model = model or self._first_model()
+        self.name = name or f"openai:{self.model}"
+        if probe:
+            self.features = self._probe()
+        self.capabilities = self._capabilities()
+
+    # -- Policy API --------------------------------------------------------------------------
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = True,
+               tools: list[dict] | None = None) -> list[int]:
+        if self.tokenizer is None:
+            raise CapabilityError(f"{self.name}: render() needs a tokenizer (pass tokenizer= "
+                                  "a Hugging Face tokenizer or a local path)")
+        return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
+                                                       add_generation_prompt, tools))
+
+    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        if self._closed:
+            raise PolicyError(f"{self.name}: the policy is closed")
+        if not requests:
+            return []
+        if len(requests) == 1:
+            return [self._generate_one(requests[0])]
+        futures = [self._pool.submit(self._generate_one, r) for r in requests]
+        out: list[Generation] = []
+        try:
+            for f in futures:
+                out.append(f.result())
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+        return out
+
+    def explain_capabilities(self) -> str:
+        """What this server and tokenizer allow, in words."""
+        f = self.features
+        lines = [f"{self.name} at {self.base_url}"
+                 + ("" if f.probed else " (not probed: assuming a vLLM-like server)")]
+
+        def yes(flag: bool) -> str:
+            return "yes" if flag else "no"
+
+        lines.append(f"- tokenizer given: {yes(self.tokenizer is not None)}")
+        prompts = "untested (no tokenizer)" if f.completions and f.token_prompts is None \
+            else yes(bool(f.completions and f.token_prompts))
+        lines.append(f"- /v1/completions: {yes(f.completions)}; token-id prompts accepted: "
+                     f"{prompts}; vLLM extra fields accepted: {yes(f.extras)}")
+        lines.append(f"- sampled token ids returned: {yes(f.token_ids)}; logprobs returned: "
+                     f"{yes(f.logprobs)}")
+        caps = self.capabilities
+        if {"token_ids", "logprobs"} <= caps:
+            lines.append("Training: possible (exact token ids in and out, logprobs of the sampled "
+                         "tokens); the weights live in the server, so updates must be pushed to "
+                         "it separately.")
+        else:
+            missing = []
+            if self.tokenizer is None:
+                missing.append("no tokenizer (pass tokenizer=)")
+            if not (f.completions and f.token_prompts is not False):
+                missing.append("the server does not take token-id prompts")
+            if not f.token_ids:
+                missing.append("the server returns no token ids (vLLM: it needs "
+                               "return_tokens_as_token_ids)")
+            if not f.logprobs:
+                missing.append("the server returns no logprobs")
+            lines.append("Generation only: training needs token_ids and logprobs, and "
+                         + "; ".join(missing) + ".")
+        if f.logprobs:
+            lines.append("Logprobs are the server's: for training they must be log_softmax(logits "
+                         "/ temperature) (vLLM: start it with --logprobs-mode processed_logprobs "
+                         "and sample with top_p = 1).")
+        lines.append(f"capabilities: {sorted(caps) or 'none'}")
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "OpenAIPolicy":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAIPolicy({self.model!r}, {self.base_url!r}, {sorted(self.capabilities)})"
+
+    # -- capabilities ------------------------------------------------------------------------
+
+    def _capabilities(self) -> frozenset[str]:
+        f = self.features
+        caps = set()
+        if self.tokenizer is not None and f.completions and f.token_prompts and f.token_ids:
+            caps.add("token_ids")
+        if f.logprobs:
+            caps.add("logprobs")
+        return frozenset(caps)
+
+    def _first_model(self) -> str:
+        data = self._request("GET", "/models", None)
+        try:
+            return str(data["data"][0]["id"])
+        except (KeyError, IndexError, TypeError):
+            raise MalformedResponse(f"{self.base_url}/models lists no model; name one in the "
+                                    "spec (openai:MODEL@URL)") from None
+
+    def _probe(self) -> ServerFeatures:
+        """One tiny request (a couple more only if the server rejects a variant)."""
+        f = ServerFeatures(probed=True)
+        token_prompt = encode_text(self.tokenizer, "Hi") if self.tokenizer is not None else None
+        attempts: list[tuple[Any, bool]] = []
+        if token_prompt:
+            attempts += [(token_prompt, True), (token_prompt, False)]
+        attempts += [("Hi", True), ("Hi", False)]
+        last: ServerHTTPError | None = None
+        for prompt, extras in attempts:
+            body = {"model": self.model, "prompt": prompt, "max_tokens": 2, "temperature": 0,
+                    "logprobs": 1}
+            if extras:
+                body.update(VLLM_EXTRAS)
+            try:
+                data = self._request("POST", "/completions", body)
+            except ServerHTTPError as exc:
+                if exc.status in (404, 405, 501):
+                    return self._probe_chat(f)
+                if 400 <= exc.status < 500 and exc.status not in (401, 403):
+                    last = exc
+                    continue
+                raise
+            if not isinstance(prompt, str):
+                f.token_prompts = True
+            else:
+                f.token_prompts = False if token_prompt else None
+            f.extras = extras
+            choice = _first_choice(data)
+            ids, lps, _ = _completion_tokens(choice)
+            f.token_ids = ids is not None
+            f.logprobs = lps is not None
+            return f
+        assert last is not None
+        raise last
+
+    def _probe_chat(self, f: ServerFeatures) -> ServerFeatures:
+        f.completions = False
+        f.token_prompts = False
+        last: ServerHTTPError | None = None
+        for extras in (True, False):
+            body = {"model": self.model, "messages": [{"role": "user", "content": "Hi"}],
+                    "max_tokens": 2, "temperature": 0, "logprobs": True}
+            if extras:
+                body.update(VLLM_EXTRAS)
+            try:
+                data = self._request("POST", "/chat/completions", body)
+            except ServerHTTPError as exc:
+                if 400 <= exc.status < 500 and exc.status not in (401, 403, 404):
+                    last = exc
+                    continue
+                raise
+            f.extras = extras
+            ids, lps, _ = _chat_tokens(_first_choice(data))
+            f.token_ids = ids is not None
+            f.logprobs = lps is not None
+            return f
+        assert last is not None
+        raise last
+
+    # -- one request -------------------------------------------------------------------------
+
+    def _generate_one(self, req: GenerationRequest) -> Generation:
+        f = self.features
+        if req.messages is not None and (self.tokenizer is None or not f.completions):
+            return self._chat(req)
+        if req.prompt_ids is not None:
+            prompt_ids = [int(t) for t in req.prompt_ids]
+        else:
+            prompt_ids = self.render(req.messages, True, req.tools)
+        if not prompt_ids:
+            raise PolicyError("empty prompt")
+        if not f.completions:
+            raise CapabilityError(f"{self.name}: the server has no /v1/completions, so token-id "
+                                  "prompts cannot be sent; send messages instead")
+        if f.token_prompts is not False:
+            prompt: Any = prompt_ids
+        elif self.tokenizer is not None:
+            prompt = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        else:
+            raise CapabilityError(f"{self.name}: the server takes no token-id prompts and there "
+                                  "is no tokenizer to decode them (pass tokenizer=)")
+        body = {"model": self.model, "prompt": prompt, **_sampling_fields(req.params),
+                "logprobs": 1}
+        if f.extras:
+            body.update(VLLM_EXTRAS)
+            body["add_special_tokens"] = False
+        choice = _first_choice(self._request("POST", "/completions", body))
+        ids, lps, text = _completion_tokens(choice)
+        return self._finish(prompt_ids, ids, lps, text, choice, req.params)
+
+    def _chat(self, req: GenerationRequest) -> Generation:
+        body: dict[str, Any] = {"model": self.model, "messages": req.messages,
+                                **_sampling_fields(req.params), "logprobs": True}
+        if req.tools:
+            body["tools"] = req.tools
+        if self.features.extras:
+            body.update(VLLM_EXTRAS)
+        data = self._request("POST", "/chat/completions", body)
+        choice = _first_choice(data)
+        ids, lps, text = _chat_tokens(choice)
+        prompt_ids = choice.get("prompt_token_ids") or data.get("prompt_token_ids") or []
+        if not _int_list(prompt_ids):
+            prompt_ids = []
+        return self._finish(list(prompt_ids), ids, lps, text, choice, req.params)
+
+    def _finish(self, prompt_ids: list[int], ids: list[int] | None, lps: list[float] | None,
+                text: str, choice: dict, params: SamplingParams) -> Generation:
+        if ids is None and "token_ids" in self.capabilities:
+            raise CapabilityError(f"{self.name}: the server returned no token ids although the "
+                                  "probe said it would")
+        if ids is not None and self.tokenizer is not None:
+            # the same text rule as every other backend: decode, cut after the first stop string
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        else:
+            stop_reason = choice.get("stop_reason")
+            if isinstance(stop_reason, str) and stop_reason in params.stop \
+                    and not text.endswith(stop_reason):
+                text += stop_reason  # the server cut the stop string off; put it back
+        text, _ = cut_at_stop(text, params.stop)
+        if ids is not None and lps is not None and len(lps) != len(ids):
+            raise MalformedResponse(f"{self.name}: {len(lps)} logprobs for {len(ids)} tokens")
+        if ids is None:  # best effort, for counting only (capabilities lack token_ids)
+            ids = encode_text(self.tokenizer, text) if self.tokenizer is not None else []
+        finish = _finish_reason(choice.get("finish_reason"), len(ids), params.max_new_tokens)
+        return Generation(prompt_ids=list(prompt_ids), token_ids=list(ids), logprobs=lps,
+                          text=text, finish_reason=finish)
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: dict | None) -> dict:
+        """One call with retries; the decoded JSON object."""
+        attempt = 0
+        while True:
+            try:
+                return self._request_once(method, path, body)
+            except (ServerUnreachable, ServerHTTPError) as exc:
+                retriable = isinstance(exc, ServerUnreachable) or exc.status in _RETRY_STATUS \
+                    or exc.status >= 500
+                if not retriable or attempt >= self.retries:
+                    if attempt:
+                        exc.details["attempts"] = attempt + 1
+                        exc.message = f"{exc.message} (after {attempt + 1} attempts)"
+                        exc.args = (exc.message,)
+                    raise
+                delay = min(_MAX_BACKOFF, self.backoff * (2 ** attempt))
+                delay *= 0.75 + 0.5 * random.random()
+                retry_after = exc.details.get("retry_after")
+                if isinstance(retry_after, (int, float)):
+                    delay = max(delay, min(float(retry_after), _MAX_BACKOFF))
+                time.sleep(delay)
+                attempt += 1
+
+    def _request_once(self, method: str, path: str, body: dict | None) -> dict:
+        url = f"{self.base_url}{path}"
+        headers = {"Accept": "application/json", "Connection": "close",
+                   "User-Agent": "spadekit"}
+        payload = None
+        if body is not None:
+            payload = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        if self._scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                self._host, self._port, timeout=self.timeout,
+                context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+        try:
+            try:
+                conn.connect()
+            except TimeoutError as exc:
+                raise ServerUnreachable(f"{url}: connection timed out after {self.timeout:g} s",
+                                        url=url) from exc
+            except OSError as exc:
+                raise ServerUnreachable(f"{url}: cannot connect ({exc})", url=url) from exc
+            try:
+                conn.request(method, self._path + path, body=payload, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except TimeoutError as exc:
+                raise ServerTimeout(f"{url}: no answer within {self.timeout:g} s", url=url,
+                                    seconds=self.timeout) from exc
+            except (ConnectionError, http.client.HTTPException, OSError) as exc:
+                raise ServerUnreachable(f"{url}: connection lost ({type(exc).__name__}: {exc})",
+                                        url=url) from exc
+        finally:
+            conn.close()
+        if resp.status >= 400:
+            excerpt = raw[:_BODY_EXCERPT].decode("utf-8", "replace")
+            retry_after = _retry_after(resp.getheader("Retry-After"))
+            raise ServerHTTPError(f"{url}: HTTP {resp.status} {resp.reason}: {excerpt}",
+                                  status=resp.status, body=excerpt, url=url,
+                                  retry_after=retry_after)
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MalformedResponse(f"{url}: the answer is not JSON: "
+                                    f"{raw[:200].decode('utf-8', 'replace')!r}", url=url) from exc
+        if not isinstance(data, dict):
+            raise MalformedResponse(f"{url}: the answer is JSON but not an object", url=url)
+        return data
+
+
+# -- parsing helpers --------------------------------------------------------------------------
+
+def _first_choice(data: dict) -> dict:
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise MalformedResponse(f"the answer has no choices: {json.dumps(data)[:200]}")
+    return choices[0]
+
+
+def _int_list(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    return None
+
+
+def _token_id(token: Any) -> int | None:
+    if isinstance(token, str):
+        m = _TOKEN_ID.match(token)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _entries_tokens(entries: list) -> tuple[list[int] | None, list[float] | None]:
+    """Token ids and logprobs from a ``logprobs.content`` list (chat format, llama.cpp); each is
+    None unless every entry has it."""
+    if not entries:
+        return None, None
+    ids: list[int | None] = []
+    lps: list[float | None] = []
+    for e in entries:
+        if not isinstance(e, dict):
+            raise MalformedResponse(f"bad logprobs entry: {e!r}"[:200])
+        tid = _token_id(e.get("token"))
+        if tid is None and isinstance(e.get("id"), int) and not isinstance(e.get("id"), bool):
+            tid = e["id"]
+        ids.append(tid)
+        lps.append(_num(e.get("logprob")))
+    known_ids = None if None in ids else [int(t) for t in ids if t is not None]
+    known_lps = None if None in lps else [float(v) for v in lps if v is not None]
+    return known_ids, known_lps
+
+
+def _completion_tokens(choice: dict) -> tuple[list[int] | None, list[float] | None, str]:
+    """(token ids or None, logprobs or None, text) of a ``/v1/completions`` choice."""
+    text = choice.get("text")
+    if not isinstance(text, str):
+        raise MalformedResponse(f"a completion choice without text: {json.dumps(choice)[:200]}")
+    ids = choice.get("token_ids") if _int_list(choice.get("token_ids")) else None
+    lps = None
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict):
+        if isinstance(lp.get("token_logprobs"), list):
+            raw = lp["token_logprobs"]
+            vals = [_num(v) for v in raw]
+            lps = vals if raw and all(v is not None for v in vals) else None
+            if ids is None and isinstance(lp.get("tokens"), list) and lp["tokens"]:
+                parsed = [_token_id(t) for t in lp["tokens"]]
+                ids = parsed if all(t is not None for t in parsed) else None
+        elif isinstance(lp.get("content"), list):
+            cids, lps = _entries_tokens(lp["content"])
+            ids = ids if ids is not None else cids
+    return (list(ids) if ids is not None else None), lps, text
+
+
+def _chat_tokens(choice: dict) -> tuple[list[int] | None, list[float] | None, str]:
+    """(token ids or None, logprobs or None, text) of a ``/v1/chat/completions`` choice."""
+    msg = choice.get("message")
+    if not isinstance(msg, dict):
+        raise MalformedResponse(f"a chat choice without a message: {json.dumps(choice)[:200]}")
+    text = msg.get("content")
+    if text is None and msg.get("tool_calls"):
+        text = json.dumps(msg["tool_calls"])
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    ids = choice.get("token_ids") if _int_list(choice.get("token_ids")) else None
+    lps = None
+    lp = choice.get("logprobs")
+    if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+        cids, lps = _entries_tokens(lp["content"])
+        ids = ids if ids is not None else cids
+    return (list(ids) if ids is not None else None), lps, text
+
+
+def _finish_reason(reason: Any, n_tokens: int, max_tokens: int) -> str:
+    if isinstance(reason, str):
+        r = reason.lower()
+        if r in _LENGTH_REASONS:
+            return "length"
+        if r in _STOP_REASONS:
+            return "stop"
+    return "length" if n_tokens >= max_tokens else "stop"
+
+
+def _sampling_fields(p: SamplingParams) -> dict[str, Any]:
+    body: dict[str, Any] = {"temperature": p.temperature, "top_p": p.top_p,
+                            "max_tokens": p.max_new_tokens}
+    if p.stop:
+        body["stop"] = list(p.stop)
+    if p.seed is not None:
+        body["seed"] = int(p.seed)
+    return body
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _load_tokenizer(tokenizer: Any) -> Any:
+    if tokenizer is None or not isinstance(tokenizer, (str, os.PathLike)):
+        return tokenizer
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise PolicyError("loading a tokenizer from a path needs transformers "
+                          "(pip install 'spadekit[train]')") from exc
+    try:
+        return AutoTokenizer.from_pretrained(str(tokenizer))
+    except Exception as exc:  # transformers raises many kinds
+        raise PolicyError(f"cannot load the tokenizer {str(tokenizer)!r}: {exc}") from exc
+
+
+# -- names ------------------------------------------------------------------------------------
+
+def normalize_base_url(url: str) -> str:
+    """``http://host:port`` gets ``/v1``; a trailing slash goes. Only http and https."""
+    url = url.strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PolicyError(f"not an http(s) base URL: {url!r} (e.g. http://127.0.0.1:8000/v1)")
+    path = parts.path.rstrip("/")
+    if not path:
+        path = "/v1"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError as exc:
+        raise PolicyError(f"bad port in {url!r}") from exc
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    return f"{parts.scheme}://{host}{port}{path}"
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """``openai:MODEL[@BASE_URL]`` -> (MODEL, BASE_URL or None)."""
+    rest = spec.split(":", 1)[1] if spec.startswith("openai:") else spec
+    m = re.search(r"@(https?://.*)$", rest)
+    if m:
+        return rest[:m.start()], m.group(1)
+    return rest, None
+
+
+def load_openai(spec: str, base_url: str | None = None, api_key: str | None = None,
+                tokenizer: Any = None, max_concurrency: int = 8, timeout: float = 120,
+                retries: int = 3, probe: bool = True, **options: Any) -> OpenAIPolicy:
+    """The registry's ``openai`` backend. A URL in the spec wins over ``base_url=``, which wins
+    over ``OPENAI_BASE_URL``; the key comes from ``api_key=`` or ``OPENAI_API_KEY`` (may be
+    empty). An empty MODEL takes the first model the server lists."""
+    model, spec_url = parse_spec(spec)
+    return OpenAIPolicy(model, base_url=spec_url or base_url, api_key=api_key,
+                        tokenizer=tokenizer, max_concurrency=max_concurrency, timeout=timeout,
+                        retries=retries, probe=probe, **options)

@@ -1,0 +1,234 @@
+"""spadekit.rewards: every expected number below is worked out by hand in the comments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spadekit import play, rewards
+from spadekit.rewards import (DESIGNER_SIGNALS, HANG_PENALTY, INVALID_REWARD, EmaTracker,
+                              EnvStats, FailureReward, azr_learnability, designer_reward,
+                              designer_reward_for_failure, designer_signal, episode_return,
+                              plateau, register_designer_signal, regret, regret_norm,
+                              solve_rate, win_rate)
+
+approx = pytest.approx
+
+
+# ----- episode return (re-exported, not duplicated) -----------------------------------------------
+def test_episode_return_is_play_s_function():
+    assert episode_return is play.episode_return
+    assert episode_return(0.7, True) == 0.7
+    assert episode_return(0.7, False) == 0.0      # truncated / not finished -> 0
+    assert episode_return(None, True) == 0.0      # no step taken
+
+
+# ----- regret -------------------------------------------------------------------------------------
+def test_regret_hand_value():
+    # with hint: (1 + 0.5 + 0 + 0.5) / 4 = 0.5 ; without: (0 + 0.2 + 0.1) / 3 = 0.1
+    # regret: 0.5 - 0.1 = 0.4
+    assert regret([1.0, 0.5, 0.0, 0.5], [0.0, 0.2, 0.1]) == approx(0.4)
+
+
+def test_regret_negative_when_hint_hurts():
+    # 0.25 - 0.75 = -0.5
+    assert regret([0.0, 0.5], [1.0, 0.5]) == approx(-0.5)
+
+
+def test_regret_empty_raises():
+    with pytest.raises(ValueError):
+        regret([], [1.0])
+    with pytest.raises(ValueError):
+        regret([1.0], [])
+
+
+def test_regret_non_finite_raises():
+    with pytest.raises(ValueError):
+        regret([float("nan")], [0.0])
+
+
+@pytest.mark.parametrize(("r", "expected"), [
+    (-0.3, 0.0),     # negative regret is floored at 0
+    (0.0, 0.0),
+    (0.03, 0.2),     # 0.03 / 0.15 = 0.2
+    (0.075, 0.5),    # 0.075 / 0.15 = 0.5
+    (0.15, 1.0),     # exactly the scale
+    (0.6, 1.0),      # 4.0 clipped to 1
+])
+def test_regret_norm(r, expected):
+    assert regret_norm(r) == approx(expected)
+
+
+def test_regret_norm_custom_scale_and_bad_scale():
+    assert regret_norm(0.1, scale=0.4) == approx(0.25)   # 0.1 / 0.4
+    with pytest.raises(ValueError):
+        regret_norm(0.1, scale=0.0)
+
+
+# ----- win rate and plateau -----------------------------------------------------------------------
+def test_win_rate_counts_strictly_positive():
+    # > 0: 0.1, 1.0, 0.5 -> 3 of 5 ; 0.0 and -1 are losses
+    assert win_rate([0.0, 0.1, 1.0, -1.0, 0.5]) == approx(0.6)
+
+
+def test_win_rate_empty_raises():
+    with pytest.raises(ValueError):
+        win_rate([])
+
+
+@pytest.mark.parametrize(("w", "expected"), [
+    (0.0, 0.0),      # distance 0.4 > ramp 0.25 -> max(0, 1 - 1.6) = 0
+    (0.15, 0.0),     # distance 0.25 -> 1 - 0.25/0.25 = 0
+    (0.3, 0.6),      # distance 0.10 -> 1 - 0.4 = 0.6
+    (0.4, 1.0),      # band edge
+    (0.5, 1.0),
+    (0.6, 1.0),      # band edge
+    (0.7, 0.6),      # distance 0.10 -> 0.6
+    (0.85, 0.0),     # distance 0.25 -> 0
+    (0.9, 0.0),      # distance 0.30 -> max(0, -0.2) = 0
+    (1.0, 0.0),
+])
+def test_plateau(w, expected):
+    assert plateau(w) == approx(expected, abs=1e-12)
+
+
+def test_plateau_custom_band_and_bad_input():
+    # band [0.2, 0.3], ramp 0.5: w = 0.55 -> distance 0.25 -> 1 - 0.5 = 0.5
+    assert plateau(0.55, low=0.2, high=0.3, ramp=0.5) == approx(0.5)
+    with pytest.raises(ValueError):
+        plateau(1.2)
+    with pytest.raises(ValueError):
+        plateau(0.5, low=0.7, high=0.6)
+    with pytest.raises(ValueError):
+        plateau(0.5, ramp=0.0)
+
+
+# ----- the blend ----------------------------------------------------------------------------------
+def test_designer_reward_blend():
+    # 0.4 * 0.5 + 0.6 * 0.6 = 0.2 + 0.36 = 0.56
+    assert designer_reward(0.5, 0.6) == approx(0.56)
+    assert designer_reward(1.0, 1.0) == approx(1.0)
+    assert designer_reward(0.0, 0.0) == 0.0
+    # custom weights: 0.5 * 0.5 + 0.5 * 0.6 = 0.55
+    assert designer_reward(0.5, 0.6, regret_weight=0.5, plateau_weight=0.5) == approx(0.55)
+
+
+# ----- failures -----------------------------------------------------------------------------------
+def test_failure_rewards():
+    assert HANG_PENALTY == -0.5
+    assert INVALID_REWARD == 0.0
+    assert designer_reward_for_failure("timeout") == FailureReward(-0.5, True)
+    for reason in ("syntax", "load_error", "no_env_class", "bad_step_type", "resource_limit",
+                   "worker_died", "empty_observation"):
+        assert designer_reward_for_failure(reason) == FailureReward(0.0, False)
+    with pytest.raises(TypeError):
+        designer_reward_for_failure(None)  # type: ignore[arg-type]
+
+
+# ----- ablation signals ---------------------------------------------------------------------------
+def test_solve_rate_needs_full_reward():
+    # >= 1.0: two of four (partial credit 0.9 and 0.5 do not count)
+    assert solve_rate([1.0, 0.9, 0.5, 1.0]) == approx(0.5)
+    assert solve_rate([0.5, 1.0], threshold=0.5) == approx(1.0)
+    with pytest.raises(ValueError):
+        solve_rate([])
+
+
+@pytest.mark.parametrize(("acc", "expected"), [
+    (0.0, 0.0),      # nobody solves it: nothing to learn
+    (0.25, 0.75),    # 1 - 0.25
+    (1.0, 0.0),      # 1 - 1
+])
+def test_azr_learnability(acc, expected):
+    assert azr_learnability(acc) == approx(expected)
+
+
+def test_ema_tracker_updates_by_hand():
+    t = EmaTracker()                         # alpha_fast 0.3, alpha_slow 0.05
+    assert t.learning_potential == 0.0       # before any update
+    # first update: both set to 0.5 -> gap 0
+    assert t.update(0.5) == 0.0
+    # fast = 0.5 + 0.3 * (1 - 0.5) = 0.65 ; slow = 0.5 + 0.05 * 0.5 = 0.525 ; gap 0.125
+    assert t.update(1.0) == approx(0.125)
+    assert (t.fast, t.slow) == (approx(0.65), approx(0.525))
+    # fast = 0.65 - 0.3 * 0.65 = 0.455 ; slow = 0.525 - 0.05 * 0.525 = 0.49875 ; gap 0.04375
+    assert t.update(0.0) == approx(0.04375)
+    assert t.count == 3
+
+
+def test_ema_tracker_custom_alphas_and_validation():
+    t = EmaTracker(alpha_fast=0.5, alpha_slow=0.25)
+    t.update(0.0)
+    # fast = 0.5 ; slow = 0.25 ; gap 0.25
+    assert t.update(1.0) == approx(0.25)
+    with pytest.raises(ValueError):
+        EmaTracker(alpha_fast=0.0)
+    with pytest.raises(ValueError):
+        t.update(1.5)
+
+
+def test_ema_tracker_state_round_trip():
+    t = EmaTracker(alpha_fast=0.4, alpha_slow=0.1)
+    for w in (0.2, 0.8, 0.5):
+        t.update(w)
+    state = json.loads(json.dumps(t.state_dict()))   # survives JSON (the run directory)
+    resumed = EmaTracker()
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == t.state_dict()
+    # both continue identically
+    assert resumed.update(1.0) == t.update(1.0)
+    # a fresh tracker round-trips too
+    empty = EmaTracker()
+    empty.load_state_dict(EmaTracker().state_dict())
+    assert empty.fast is None and empty.learning_potential == 0.0
+    with pytest.raises(KeyError):
+        empty.load_state_dict({"fast": 0.1})
+
+
+def _stats() -> EnvStats:
+    tracker = EmaTracker()
+    tracker.update(0.5)
+    tracker.update(1.0)                                   # gap 0.125 (see above)
+    return EnvStats(
+        returns_with_hint=[1.0, 1.0, 0.5, 0.5],           # mean 0.75
+        returns_without_hint=[1.0, 0.0, 0.5, 0.5],        # mean 0.5 ; regret 0.25 -> norm 1
+        # lifetime: wins (> 0) 3 of 10 -> 0.3 -> plateau 0.6 ; solved (>= 1) 2 of 10 -> 0.2
+        lifetime_returns=[1.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
+        ema=tracker)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("blend", 0.76),              # 0.4 * 1 + 0.6 * 0.6 = 0.4 + 0.36
+    ("regret", 1.0),              # clip(0.25 / 0.15) = 1
+    ("plateau", 0.6),
+    ("learning_potential", 0.125),
+    ("solve_rate", 0.2),
+    ("azr", 0.8),                 # 1 - 0.2
+])
+def test_designer_signals(name, expected):
+    assert designer_signal(name, _stats()) == approx(expected)
+
+
+def test_designer_signal_registry():
+    assert set(DESIGNER_SIGNALS) == {"blend", "regret", "plateau", "learning_potential",
+                                     "solve_rate", "azr"}
+    with pytest.raises(KeyError, match="known"):
+        designer_signal("nope", _stats())
+    with pytest.raises(ValueError):
+        register_designer_signal("blend", lambda s: 0.0)
+    with pytest.raises(TypeError):
+        register_designer_signal("broken", 3)  # type: ignore[arg-type]
+    register_designer_signal("constant", lambda s: 0.25)
+    try:
+        assert designer_signal("constant", _stats()) == 0.25
+    finally:
+        del rewards.DESIGNER_SIGNALS["constant"]
+
+
+def test_signals_lifetime_defaults_to_generation_step_and_needs_ema():
+    stats = EnvStats(returns_with_hint=[1.0, 1.0], returns_without_hint=[1.0, 0.0])
+    # win rate 1/2 -> plateau 1 ; regret 1 - 0.5 = 0.5 -> norm 1 ; blend 0.4 + 0.6 = 1
+    assert designer_signal("blend", stats) == approx(1.0)
+    with pytest.raises(ValueError):
+        designer_signal("learning_potential", stats)

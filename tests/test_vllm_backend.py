@@ -1,0 +1,212 @@
+"""The ``vllm`` backend without vLLM: the import guard, and the mapping to and from vLLM's API
+checked against a stand-in ``vllm`` module (``LLM``, ``SamplingParams``) written here.
+
+What vLLM itself does with these parameters (logprob semantics, weight loading) needs a GPU:
+``benchmarks/vllm_check.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+import pytest
+
+from spadekit.policy import GenerationRequest, Policy, PolicyError, SamplingParams, load_policy
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    pytest.importorskip("transformers")
+    from spadekit.policy.tiny import tiny_tokenizer
+
+    return tiny_tokenizer()
+
+
+class FakeLogprob:
+    def __init__(self, logprob):
+        self.logprob = logprob
+        self.rank = 1
+
+
+class FakeSamplingParams:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class FakeModel:
+    def __init__(self):
+        self.loaded = []
+
+    def load_weights(self, weights):
+        self.loaded.append(list(weights))
+
+
+class FakeLLM:
+    """Records how it was built and called; answers from ``script``: text to emit per prompt."""
+
+    reject_logprobs_mode = False
+
+    def __init__(self, model, **kwargs):
+        if self.reject_logprobs_mode and "logprobs_mode" in kwargs:
+            raise TypeError("EngineArgs.__init__() got an unexpected keyword argument "
+                            "'logprobs_mode'")
+        self.model = model
+        self.kwargs = kwargs
+        self.calls = []
+        self.script = []
+        self.resets = 0
+        self.tok = None
+
+    def get_tokenizer(self):
+        return self.tok
+
+    def generate(self, prompts, sampling_params=None, use_tqdm=True):
+        self.calls.append((prompts, sampling_params, use_tqdm))
+        outs = []
+        for k, (prompt, sp) in enumerate(zip(prompts, sampling_params)):
+            ids, reason = self.script[k]
+            lps = [{t: FakeLogprob(-0.1 * (j + 1))} for j, t in enumerate(ids)]
+            seq = types.SimpleNamespace(token_ids=tuple(ids), logprobs=lps, finish_reason=reason,
+                                        text="(vllm text, not used)")
+            outs.append(types.SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"],
+                                              outputs=[seq]))
+        return outs
+
+    def reset_prefix_cache(self):
+        self.resets += 1
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch, tokenizer):
+    mod = types.ModuleType("vllm")
+
+    class LLM(FakeLLM):
+        def __init__(self, model, **kwargs):
+            super().__init__(model, **kwargs)
+            self.tok = tokenizer
+            mod.built.append(self)
+
+    mod.LLM = LLM
+    mod.SamplingParams = FakeSamplingParams
+    mod.built = []
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    return mod
+
+
+def test_import_guard(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # as if vllm were not installed
+    backend = importlib.reload(importlib.import_module("spadekit.policy.vllm_backend"))
+    with pytest.raises(PolicyError, match="pip install vllm"):
+        backend.VLLMPolicy("some/model")
+    with pytest.raises(PolicyError, match="pip install vllm"):
+        load_policy("vllm:some/model")
+
+
+def test_engine_is_built_with_processed_logprobs(fake_vllm):
+    policy = load_policy("vllm:org/model", dtype="float32", gpu_memory_utilization=0.5)
+    llm = fake_vllm.built[0]
+    assert llm.model == "org/model"
+    assert llm.kwargs == {"logprobs_mode": "processed_logprobs", "dtype": "float32",
+                          "gpu_memory_utilization": 0.5}
+    assert isinstance(policy, Policy) and policy.name == "vllm:org/model"
+    assert policy.capabilities == frozenset({"token_ids", "logprobs"})
+    assert "train" not in policy.capabilities
+    assert policy.logprobs_exact(SamplingParams(temperature=0.7))
+    assert not policy.logprobs_exact(SamplingParams(temperature=0.7, top_p=0.9))
+
+
+def test_old_vllm_without_logprobs_mode(fake_vllm, monkeypatch):
+    monkeypatch.setattr(FakeLLM, "reject_logprobs_mode", True)
+    with pytest.warns(UserWarning, match="logprobs_mode"):
+        policy = load_policy("vllm:org/model")
+    assert "logprobs_mode" not in fake_vllm.built[-1].kwargs
+    assert policy.logprobs_mode == "raw_logprobs"
+    assert policy.logprobs_exact(SamplingParams(temperature=1.0, top_p=0.5))
+    assert not policy.logprobs_exact(SamplingParams(temperature=0.7))
+
+
+def test_sampling_params_and_outputs(fake_vllm, tokenizer):
+    from spadekit.policy.vllm_backend import load_vllm
+
+    policy = load_vllm("vllm:org/model")
+    llm = fake_vllm.built[0]
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    enc = lambda s: list(tokenizer(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+    llm.script = [(enc("Hi. More") , "stop"), (enc("abc") + [im_end], "stop"),
+                  (enc("xyzw"), "length")]
+    messages = [{"role": "user", "content": "hello"}]
+    reqs = [GenerationRequest(prompt_ids=[5, 6, 7], params=SamplingParams(
+                temperature=0.7, top_p=0.95, max_new_tokens=9, stop=("."), seed=11)),
+            GenerationRequest(messages=messages),
+            GenerationRequest(prompt_ids=[8], params=SamplingParams(temperature=0,
+                                                                    max_new_tokens=4))]
+    gens = policy.generate(reqs)
+
+    prompts, params, use_tqdm = llm.calls[0]
+    assert use_tqdm is False
+    assert prompts[0] == {"prompt_token_ids": [5, 6, 7]}
+    assert prompts[1] == {"prompt_token_ids": policy.render(messages)}
+    first = params[0].kwargs
+    assert first == {"n": 1, "temperature": 0.7, "top_p": 0.95, "max_tokens": 9, "logprobs": 0,
+                     "stop": ["."], "seed": 11, "stop_token_ids": sorted(policy.stop_ids),
+                     "include_stop_str_in_output": True, "skip_special_tokens": True}
+    assert im_end in first["stop_token_ids"]
+    assert "stop" not in params[1].kwargs and "seed" not in params[1].kwargs
+    assert params[1].kwargs["max_tokens"] == SamplingParams().max_new_tokens
+    assert params[2].kwargs["temperature"] == 0.0
+
+    g0, g1, g2 = gens
+    assert g0.prompt_ids == [5, 6, 7] and g0.token_ids == enc("Hi. More")
+    assert g0.logprobs == pytest.approx([-0.1 * (j + 1) for j in range(len(g0.token_ids))])
+    assert (g0.text, g0.finish_reason) == ("Hi.", "stop")  # cut after the stop string
+    assert g1.token_ids[-1] == im_end and g1.text == "abc"  # end-of-turn kept as a token
+    assert (g2.text, g2.finish_reason) == ("xyzw", "length")
+
+
+def test_bad_outputs_are_policy_errors(fake_vllm):
+    policy = load_policy("vllm:m")
+    llm = fake_vllm.built[0]
+    llm.script = [([1, 2], "abort")]
+    with pytest.raises(PolicyError, match="abort"):
+        policy.generate([GenerationRequest(prompt_ids=[3])])
+    llm.generate = lambda *a, **k: [types.SimpleNamespace(outputs=[types.SimpleNamespace(
+        token_ids=[4], logprobs=[{5: FakeLogprob(-1.0)}], finish_reason="stop")])]
+    with pytest.raises(PolicyError, match="sampled token 4"):
+        policy.generate([GenerationRequest(prompt_ids=[3])])
+    with pytest.raises(PolicyError, match="empty prompt"):
+        policy.generate([GenerationRequest(prompt_ids=[])])
+
+
+def test_load_weights_paths(fake_vllm):
+    policy = load_policy("vllm:m")
+    llm = fake_vllm.built[0]
+    model = FakeModel()  # V1 in-process layout
+    worker = types.SimpleNamespace(worker=types.SimpleNamespace(
+        model_runner=types.SimpleNamespace(model=model)))
+    llm.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(
+        driver_worker=worker))
+    assert policy.load_weights({"a.weight": 1, "b.weight": 2}) == 2
+    assert model.loaded == [[("a.weight", 1), ("b.weight", 2)]] and llm.resets == 1
+
+    other = FakeModel()  # no reachable runner: LLM.apply_model
+    del llm.llm_engine
+    llm.apply_model = lambda fn: [fn(other)]
+    assert policy.load_weights(iter([("c", 3)])) == 1
+    assert other.loaded == [[("c", 3)]] and llm.resets == 2
+
+    del llm.apply_model
+    with pytest.raises(PolicyError, match="cannot reach"):
+        policy.load_weights([("d", 4)])
+
+
+def test_wrapping_an_existing_engine(fake_vllm, tokenizer):
+    from spadekit.policy.vllm_backend import VLLMPolicy
+
+    engine = FakeLLM("x")
+    engine.llm_engine = types.SimpleNamespace(model_config=types.SimpleNamespace(
+        logprobs_mode="processed_logprobs"))
+    policy = VLLMPolicy(llm=engine, tokenizer=tokenizer)
+    assert policy.logprobs_mode == "processed_logprobs" and policy.tokenizer is tokenizer
+    assert "load_weights" in policy.explain_capabilities()
