@@ -19,6 +19,7 @@ from typing import Any
 from spadekit.errors import ConfigError
 from spadekit.rollout import RolloutConfig
 from spadekit.sandbox.config import SandboxConfig
+from spadekit.train.config import TrainConfig
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -56,26 +57,6 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
-class TrainSection:
-    learning_rate: float = 1e-6
-    weight_decay: float = 0.1
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    epsilon: float = 0.2
-    epsilon_high: float = 0.28
-    beta: float = 0.0
-    loss_type: str = "token"
-    max_grad_norm: float = 1.0
-    max_tokens_per_microbatch: int = 8192
-    num_iterations: int = 1
-    use_peft: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    importance_sampling_cap: float = 2.0
-    mask_truncated_completions: bool = False
-
-
-@dataclass(frozen=True)
 class SelfPlayConfig:
     setting: str = "games"
     """``games`` (reasoning puzzles) or ``tooluse`` (multi-turn API calling)."""
@@ -90,12 +71,17 @@ class SelfPlayConfig:
     regen_interval: int = 4
     """Rounds an environment stays in the pool; also the designer update delay k."""
     skills_per_epoch: int = 3
+    env_max_turns: int = 12
+    """The episode cap stated in the designer's contract and used by the validator (SPEC: 12;
+    paper cap 25). ``rollout.max_turns`` is the runner's cap during play and may be smaller."""
     bootstrap: str | None = "library"
     """Environments the agent plays while the designer is still weak: ``library`` (the
     reference environments of the active skills), a pool directory, or None."""
     bootstrap_per_round: int = 2
     corpus: str | None = None
     """Grounding corpus: None for the offline default, or a path (JSONL, Parquet, folder)."""
+    memory_seed_library: bool = True
+    """Start the environment memory with the reference library (designer seeds from round 0)."""
     memory_size: int = 200
     dedup_threshold: float = 0.9
     seed: int = 0
@@ -104,7 +90,8 @@ class SelfPlayConfig:
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(
         max_turns=12, max_new_tokens=256, temperature=0.6, max_context_tokens=4096))
     reward: RewardConfig = field(default_factory=RewardConfig)
-    train: TrainSection = field(default_factory=TrainSection)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The GRPO update (TRL's knob names); its ``temperature`` is set from the rollout's."""
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
     def __post_init__(self) -> None:
@@ -116,6 +103,10 @@ class SelfPlayConfig:
                 raise ConfigError(f"{name} must be >= 1")
         if self.hint_generations < 0 or self.bootstrap_per_round < 0:
             raise ConfigError("hint_generations and bootstrap_per_round must be >= 0")
+        if self.designer.temperature != self.rollout.temperature:
+            raise ConfigError("designer.temperature and rollout.temperature must be equal: the "
+                              "trainer scores both roles' samples with one temperature, and "
+                              "importance ratios need the sampling temperature")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,8 +150,9 @@ def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
     return build(SelfPlayConfig, data)
 
 
-def build(cls: type, data: dict[str, Any], where: str = "") -> Any:
-    """Construct dataclass ``cls`` from nested dicts, checking names and types."""
+def build(cls: type, data: dict[str, Any], where: str = "", base: Any = None) -> Any:
+    """Construct dataclass ``cls`` from nested dicts, checking names and types. Fields not in
+    ``data`` keep their values from ``base`` (or the field defaults), at every depth."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
@@ -170,18 +162,28 @@ def build(cls: type, data: dict[str, Any], where: str = "") -> Any:
         raise ConfigError(f"unknown setting(s) {', '.join(sorted(where + k for k in unknown))}")
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = _coerce(hints[name], value, f"{where}{name}")
+        default = getattr(base, name, None) if base is not None else _default(fields[name])
+        kwargs[name] = _coerce(hints[name], value, f"{where}{name}", default)
     try:
-        return cls(**kwargs)
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except ConfigError:
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where.rstrip('.') or 'config'}: {exc}") from None
 
 
-def _coerce(hint: Any, value: Any, where: str) -> Any:
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _coerce(hint: Any, value: Any, where: str, default: Any = None) -> Any:
     if dataclasses.is_dataclass(hint):
-        return build(hint, value, where + ".")
+        return build(hint, value, where + ".", default if dataclasses.is_dataclass(default)
+                     else None)
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
@@ -200,8 +202,17 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             value = [value]
         return tuple(_coerce(args[0], v, where) for v in value)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        return [_coerce(args[0], v, where) for v in value] if args else list(value)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint in (int, float) and isinstance(value, str):  # YAML reads "1e-4" as a string
+        try:
+            return hint(value)
+        except ValueError:
+            raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}") from None
     if hint in (int, float, str, bool) and not (type(value) is hint):
         raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}")
     return value

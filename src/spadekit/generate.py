@@ -229,7 +229,7 @@ def _report_summary(report: Any) -> dict[str, Any]:
     return out
 
 
-def _solution_actions(pool: Any, code: str, max_turns: int) -> list[str] | None:
+def solution_actions(pool: Any, code: str, max_turns: int) -> list[str] | None:
     """The program's solution actions over a few seeds (for the hint leak check)."""
     try:
         sb = pool.acquire(code)
@@ -479,7 +479,7 @@ def run_generate(model: Any, setting: str = "games", skill: str | None = None, n
             def check(it: _Item) -> None:
                 it.report = validator.validate(it.program)
                 if it.report.ok and it.report.details.get("solution") == "replayed":
-                    it.actions = _solution_actions(pool, it.program.code, max_turns)
+                    it.actions = solution_actions(pool, it.program.code, max_turns)
 
             valid: list[_Item] = []
             with ThreadPoolExecutor(max_workers=workers) as ex_pool:

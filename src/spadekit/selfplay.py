@@ -1,0 +1,326 @@
+"""The SPADE self-play loop: design, validate, hint, play, reward, update, checkpoint, resume.
+
+One round (``step``), all of it inside one database transaction (``RunStore.round``):
+
+1. at each regeneration (every ``regen_interval`` rounds) the designer writes
+   ``envs_per_round`` environments for the active skills (``spadekit.design``);
+2. bootstrap environments (reference library) join the pool while the designer is weak;
+3. the agent plays every pooled environment ``num_generations`` times without the hint, and each
+   new designer environment ``hint_generations`` times with the hint (regret, matched timing);
+4. agent samples: GRPO z-scores within each environment's no-hint plays of this round;
+   designer samples due now (generated ``regen_interval`` rounds ago): the configured designer
+   signal (default 0.4 * regret_norm + 0.6 * plateau(lifetime win rate)), centred per skill,
+   weighted by ``min(n_agent / n_designer * regen_interval, cap)``, importance-corrected (TIS);
+5. one GRPO update of the one policy; environments past their interval retire to memory;
+6. checkpoint (weights, optimizer, RNG) then commit; ``resume`` continues from the last commit.
+
+A process killed at any moment loses at most the round in flight: the checkpoint is written
+before the round commits, and the round's pointer to it is part of the commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from spadekit.advantages import Sample, agent_advantages, designer_advantages, designer_weight
+from spadekit.config import SelfPlayConfig, build, save_config
+from spadekit.design import DesignPhase, active_skills
+from spadekit.envs.program import EnvProgram
+from spadekit.errors import ConfigError
+from spadekit.memory import EnvironmentMemory
+from spadekit.rewards import EmaTracker, EnvStats, designer_signal
+from spadekit.rollout import EpisodeSpec, RolloutEngine, Trajectory
+from spadekit.sandbox.pool import SandboxPool
+from spadekit.store import RunStore
+from spadekit.validate import Validator, ValidatorSettings
+
+STATE_KEYS = ("rng", "corpus", "ema")
+
+
+class SelfPlay:
+    """A self-play run in ``run_dir`` (created, or resumed when it already holds rounds)."""
+
+    def __init__(self, config: SelfPlayConfig, run_dir: str | Path, *, policy: Any = None,
+                 designer_policy: Any = None, resume: bool = False, console: Any = None):
+        self.run_dir = Path(run_dir)
+        self.console = console
+        if resume:
+            self.store = RunStore.open(self.run_dir)
+            config = self._stored_config(config)
+        else:
+            if (self.run_dir / "run.sqlite").exists():
+                raise ConfigError(f"{self.run_dir} already holds a run; use --resume to continue "
+                                  "it, or choose another --run-dir")
+            self.store = RunStore(self.run_dir, create=True)
+            save_config(config, self.run_dir / "config.yaml")
+        self.config = config
+        if policy is None:
+            from spadekit.policy.registry import load_policy
+
+            policy = load_policy(config.model, seed=config.seed)
+        self.policy = policy
+        self.designer_policy = designer_policy or policy
+        from spadekit.train.trainer import PolicyTrainer
+
+        self.trainer = PolicyTrainer(policy, dataclasses.replace(
+            config.train, temperature=config.rollout.temperature, seed=config.seed))
+        self.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
+        self.validator = Validator(self.pool, ValidatorSettings(max_turns=config.env_max_turns))
+        self.engine = RolloutEngine(policy, self.pool, config.rollout)
+        self.memory = EnvironmentMemory(self.store, cap=config.memory_size,
+                                        duplicate_threshold=config.dedup_threshold)
+        from spadekit.corpus import load_corpus
+
+        self.corpus = load_corpus(config.corpus, seed=config.seed)
+        self.rng = random.Random(config.seed)
+        self.ema: dict[str, EmaTracker] = {}
+        self._bootstrap_created: dict[str, int] = {}
+        self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
+                                  self.store, self.memory, self.corpus)
+        last = self.store.latest_complete_step()
+        if last is None:
+            if not resume and len(self.memory) == 0 and config.memory_seed_library:
+                self.memory.seed_from_library()
+            self.next_step = 0
+        else:
+            self._restore(last)
+            self.next_step = last + 1
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _stored_config(self, given: SelfPlayConfig) -> SelfPlayConfig:
+        import yaml
+
+        data = yaml.safe_load((self.run_dir / "config.yaml").read_text())
+        stored = build(SelfPlayConfig, data)
+        return dataclasses.replace(stored, rounds=given.rounds)
+
+    def _restore(self, step: int) -> None:
+        pointer = self.store.latest_checkpoint()
+        if pointer is not None:
+            self.trainer.load(pointer["path"])
+        state = self.store.get_state("loop", {})
+        if "rng" in state:
+            self.rng.setstate(_tuplify(state["rng"]))
+        if "corpus" in state and self.corpus is not None:
+            self.corpus.set_state(state["corpus"])
+        for sha, tracker in state.get("ema", {}).items():
+            self.ema[sha] = EmaTracker()
+            self.ema[sha].load_state_dict(tracker)
+
+    def close(self) -> None:
+        self.pool.close()
+        self.store.close()
+
+    def __enter__(self) -> "SelfPlay":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def run(self, rounds: int | None = None) -> list[dict[str, Any]]:
+        """Play ``rounds`` more rounds (default: the config's); returns each round's metrics."""
+        results = []
+        for _ in range(rounds if rounds is not None else self.config.rounds):
+            results.append(self.round(self.next_step))
+            self.next_step += 1
+        return results
+
+    # -- one round -------------------------------------------------------------------------
+
+    def round(self, step: int) -> dict[str, Any]:
+        cfg = self.config
+        timings: dict[str, float] = {}
+        metrics: dict[str, Any] = {"step": step}
+        t_round = time.perf_counter()
+        with self.store.round(step):
+            if step % cfg.regen_interval == 0:
+                t = time.perf_counter()
+                outcome = self.design.run(step, self.rng)
+                timings["design"] = time.perf_counter() - t
+                metrics.update(designed=outcome.attempted, valid=outcome.valid,
+                               valid_share=outcome.valid_share, pooled=len(outcome.pooled),
+                               designer_tokens=outcome.designer_tokens,
+                               hints_ok=outcome.hints["ok"], hints_leaked=outcome.hints["leaks"],
+                               invalid_reasons=outcome.reasons)
+            self._bootstrap(step)
+            t = time.perf_counter()
+            trajs, specs = self._play(step)
+            timings["play"] = time.perf_counter() - t
+            agent = self._agent_samples(trajs, metrics)
+            designer = self._designer_samples(step, len(agent), metrics)
+            t = time.perf_counter()
+            stats = self.trainer.train_step(agent + designer) if (agent or designer) else {}
+            timings["update"] = time.perf_counter() - t
+            metrics.update({f"train/{k}": v for k, v in stats.items()
+                            if isinstance(v, (int, float))})
+            self._retire(step)
+            self._save_state()
+            if (step + 1) % cfg.checkpoint_every == 0:
+                path = self.trainer.save(self.store.checkpoint_dir(step, create=True))
+                self.store.record_checkpoint(step, path)
+            metrics["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+            metrics["seconds"] = round(time.perf_counter() - t_round, 3)
+            self.store.log_metrics(step, {k: v for k, v in metrics.items()
+                                          if isinstance(v, (int, float)) and k != "step"})
+            self.store.append_event({"kind": "round", **metrics})
+        return metrics
+
+    def _bootstrap(self, step: int) -> None:
+        """Reference environments of the active skills join the pool for this round."""
+        cfg = self.config
+        if cfg.bootstrap != "library" or cfg.bootstrap_per_round == 0:
+            if cfg.bootstrap not in (None, "library"):
+                self._bootstrap_pool_dir(step)
+            return
+        from spadekit.envs import library
+
+        skills = set(active_skills(cfg.setting, cfg.skills_per_epoch,
+                                   step // cfg.regen_interval))
+        entries = [e for e in library.list_library() if e.setting == cfg.setting]
+        chosen = [e for e in entries if e.skill in skills] or entries
+        self.rng.shuffle(chosen)
+        for entry in chosen[:cfg.bootstrap_per_round]:
+            program = EnvProgram(code=library.source(entry.name), hint=entry.hint,
+                                 skill=entry.skill, domain=entry.setting,
+                                 source=f"library:{entry.name}")
+            if not self.store.has_environment(program.sha256):
+                self.store.add_environment(program, step=step, lineage={"bootstrap": True})
+            self.store.set_status(program.sha256, "pooled", step)
+            self._bootstrap_created[program.sha256] = step
+
+    def _bootstrap_pool_dir(self, step: int) -> None:
+        from spadekit.generate import load_pool
+
+        programs = load_pool(self.config.bootstrap)
+        self.rng.shuffle(programs)
+        for program in programs[:self.config.bootstrap_per_round]:
+            if not self.store.has_environment(program.sha256):
+                self.store.add_environment(program, step=step, lineage={"bootstrap": True})
+            self.store.set_status(program.sha256, "pooled", step)
+            self._bootstrap_created[program.sha256] = step
+
+    def _play(self, step: int) -> tuple[list[Trajectory], list[EpisodeSpec]]:
+        cfg = self.config
+        specs = []
+        for row in self.store.environments(status="pooled"):
+            program = self.store.get_program(row["sha256"])
+            designed = not (row.get("lineage") or {}).get("bootstrap")
+            tag = {"env": row["sha256"], "skill": row.get("skill"), "designed": designed}
+            for _ in range(cfg.num_generations):
+                specs.append(EpisodeSpec(program, seed=self.rng.randrange(2 ** 31),
+                                         tag={**tag, "with_hint": False}))
+            hint = program.hint
+            if designed and hint and row.get("created_step") == step:
+                for _ in range(cfg.hint_generations):
+                    specs.append(EpisodeSpec(program, seed=self.rng.randrange(2 ** 31), hint=hint,
+                                             tag={**tag, "with_hint": True}))
+        trajs = self.engine.run(specs) if specs else []
+        for tr in trajs:
+            self.store.record_episode(tr, step=step, env_sha=tr.spec.tag["env"],
+                                      with_hint=tr.spec.tag["with_hint"], role="agent",
+                                      play=True)
+        return trajs, specs
+
+    def _agent_samples(self, trajs: list[Trajectory], metrics: dict) -> list[Sample]:
+        """GRPO within each environment's no-hint plays (hint plays measure regret only)."""
+        fail = self.config.reward.failed_episode_reward
+        groups: dict[str, list[Trajectory]] = {}
+        for tr in trajs:
+            if not tr.spec.tag["with_hint"] and tr.num_sampled:
+                groups.setdefault(tr.spec.tag["env"], []).append(tr)
+        returns = {env: [fail if t.failure else t.episode_return for t in group]
+                   for env, group in groups.items()}
+        advs = agent_advantages(returns)
+        samples = []
+        for env, group in groups.items():
+            for tr, adv in zip(group, advs[env]):
+                samples.append(Sample(role="agent", group_id=env, token_ids=tr.token_ids,
+                                      loss_mask=tr.loss_mask, behaviour_logprobs=tr.logprobs,
+                                      advantage=adv, weight=1.0))
+        played = [r for rs in returns.values() for r in rs]
+        metrics.update(agent_episodes=len(played),
+                       agent_mean_return=sum(played) / len(played) if played else 0.0,
+                       agent_win_rate=sum(r > 0 for r in played) / len(played) if played else 0.0,
+                       agent_failures=sum(1 for t in trajs if t.failure),
+                       sampled_tokens=sum(t.num_sampled for t in trajs))
+        return samples
+
+    def _designer_samples(self, step: int, n_agent: int, metrics: dict) -> list[Sample]:
+        cfg = self.config
+        due = self.store.pop_due(step)
+        if not due:
+            return []
+        rewards, regrets = [], []
+        for item in due:
+            meta = item.get("meta") or {}
+            if "fixed_reward" in meta:
+                rewards.append(float(meta["fixed_reward"]))
+                continue
+            stats = self._env_stats(item["env_sha"])
+            reward = designer_signal(cfg.reward.signal, stats)
+            rewards.append(reward)
+            regret = self.store.env_stats(item["env_sha"])["regret_at_gen"]
+            if regret is not None:
+                regrets.append(regret)
+            self.memory.refresh_from_store(item["env_sha"], designer_reward=reward, step=step)
+        by_skill: dict[str, list[int]] = {}
+        for i, item in enumerate(due):
+            by_skill.setdefault(item.get("skill") or "?", []).append(i)
+        centred = designer_advantages({s: [rewards[i] for i in idx]
+                                       for s, idx in by_skill.items()})
+        weight = designer_weight(max(n_agent, 1), len(due), cfg.regen_interval,
+                                 cfg.reward.designer_weight_cap)
+        samples = []
+        for skill, idx in by_skill.items():
+            for i, adv in zip(idx, centred[skill]):
+                item = due[i]
+                samples.append(Sample(role="designer", group_id=skill,
+                                      token_ids=item["token_ids"], loss_mask=item["loss_mask"],
+                                      behaviour_logprobs=item.get("logprobs"), advantage=adv,
+                                      weight=weight, generated_at_step=item["generated_step"]))
+        metrics.update(designer_samples=len(samples),
+                       designer_reward=sum(rewards) / len(rewards), designer_weight=weight,
+                       regret=sum(regrets) / len(regrets) if regrets else 0.0)
+        return samples
+
+    def _env_stats(self, sha: str) -> EnvStats:
+        rows = self.store.query("SELECT episode_return, with_hint, step FROM plays "
+                                "WHERE env_sha = ?", (sha,))
+        created = self.store.get_environment(sha)["created_step"]
+        with_hint = [r[0] for r in rows if r[1] and r[2] == created]
+        without = [r[0] for r in rows if not r[1] and r[2] == created]
+        lifetime = [r[0] for r in rows if not r[1]]
+        return EnvStats(returns_with_hint=with_hint or [0.0], returns_without_hint=without or
+                        [0.0], lifetime_returns=lifetime or None, ema=self.ema.get(sha))
+
+    def _retire(self, step: int) -> None:
+        cfg = self.config
+        for row in self.store.environments(status="pooled"):
+            sha = row["sha256"]
+            stats = self.store.env_stats(sha)
+            if stats["win_rate"] is not None:
+                self.ema.setdefault(sha, EmaTracker()).update(stats["win_rate"])
+            born = self._bootstrap_created.get(sha, row.get("created_step") or 0)
+            bootstrap = (row.get("lineage") or {}).get("bootstrap")
+            if bootstrap or step - born + 1 >= cfg.regen_interval:
+                self.store.set_status(sha, "retired", step)
+                if sha in self.memory:
+                    self.memory.refresh_from_store(sha, step=step)
+
+    def _save_state(self) -> None:
+        self.store.put_state("loop", {
+            "rng": self.rng.getstate(),
+            "corpus": self.corpus.state() if self.corpus is not None else None,
+            "ema": {sha: t.state_dict() for sha, t in self.ema.items()}})
+
+
+def _tuplify(value: Any) -> Any:
+    """JSON turned random.getstate()'s tuples into lists; turn them back."""
+    if isinstance(value, list):
+        return tuple(_tuplify(v) for v in value)
+    return value
