@@ -94,6 +94,81 @@ def _progress() -> Progress:
 
 
 @app.command()
+def selfplay(
+    preset: str = typer.Option("cpu-tiny", help="Preset: cpu-tiny (default: bundled SmolLM2 on "
+                               "CPU), games-4b, tooluse-4b, games-30b."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file applied on top of "
+                                          "the preset."),
+    overrides: list[str] = typer.Option(None, "--set", help="Override one setting: "
+                                        "key=value, dotted for sections (train.learning_rate=1e-5)."
+                                        " Repeatable."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (shortcut for "
+                                        "--set model=...): tiny, smollm2-135m, hf:PATH, ..."),
+    rounds: Optional[int] = typer.Option(None, help="Rounds to play now."),
+    run_dir: Optional[Path] = typer.Option(None, help="Run directory (default runs/<time>)."),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from "
+                                          "its last completed round."),
+    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+) -> None:
+    """The main job: SPADE self-play. One model designs environments (with hints) and learns to
+    solve them; both roles are updated with GRPO every round.
+
+    Everything lives in the run directory (config.yaml, run.sqlite, checkpoints/,
+    events.jsonl); `--resume DIR` continues after any crash, losing at most the round in flight.
+    """
+    import time as _time
+
+    from spadekit.config import load_config
+    from spadekit.selfplay import SelfPlay
+
+    sets = list(overrides or [])
+    if model:
+        sets.append(f"model={model}")
+    if unsafe:
+        sets.append("sandbox.allow_unsafe=true")
+    try:
+        cfg = load_config(preset, config, sets)
+        if rounds is not None:
+            import dataclasses
+
+            cfg = dataclasses.replace(cfg, rounds=rounds)
+    except SpadekitError as exc:
+        raise typer.BadParameter(exc.message) from None
+    target = resume or run_dir or Path("runs") / _time.strftime("%Y%m%d-%H%M%S")
+    console.print(f"[bold]spadekit selfplay[/bold] {'resuming' if resume else 'run'} "
+                  f"[cyan]{target}[/cyan]: {cfg.model}, {cfg.setting}, {cfg.rounds} round(s)")
+    try:
+        with err_console.status(f"loading {cfg.model}"):
+            sp = SelfPlay(cfg, target, resume=resume is not None, console=err_console)
+    except SpadekitError as exc:
+        err_console.print(f"[red]cannot start:[/red] {exc.message}")
+        raise typer.Exit(2) from None
+    with sp:
+        console.print(f"sandbox tier: {sp.pool.report.tier}; starting at round {sp.next_step}")
+        for _ in range(sp.config.rounds):
+            metrics = sp.round(sp.next_step)
+            sp.next_step += 1
+            console.print(_round_table(metrics))
+    console.print(f"done: {target} (resume with --resume {target})")
+
+
+def _round_table(m: dict) -> Table:
+    table = Table(title=f"round {m['step']}  ({m['seconds']:.0f}s)", show_header=True)
+    for col in ("valid share", "win rate", "mean return", "regret", "designer reward",
+                "loss", "tokens/s", "timings"):
+        table.add_column(col)
+    tps = m.get("sampled_tokens", 0) / max(m.get("timings_s", {}).get("play", 0) or 1e-9, 1e-9)
+
+    def f(key, fmt="{:.3f}"):
+        return fmt.format(m[key]) if isinstance(m.get(key), (int, float)) else "-"
+
+    table.add_row(f("valid_share", "{:.0%}"), f("agent_win_rate", "{:.0%}"),
+                  f("agent_mean_return"), f("regret"), f("designer_reward"), f("train/loss"),
+                  f"{tps:.1f}", " ".join(f"{k} {v:.0f}s" for k, v in m["timings_s"].items()))
+    return table
+
+
+@app.command()
 def validate(
     paths: list[str] = typer.Argument(None, help="Program files (.py) or raw model-output text "
                                       "files; `library:NAME` for a reference environment."),

@@ -20,6 +20,7 @@ before the round commits, and the round's pointer to it is part of the commit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import time
@@ -122,6 +123,17 @@ class SelfPlay:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @contextlib.contextmanager
+    def _phase(self, text: str):
+        """Show what the round is doing (a spinner with elapsed time) when there is a console."""
+        if self.console is None:
+            yield
+            return
+        t = time.perf_counter()
+        with self.console.status(text):
+            yield
+        self.console.log(f"{text} [dim]{time.perf_counter() - t:.1f}s[/dim]")
+
     def run(self, rounds: int | None = None) -> list[dict[str, Any]]:
         """Play ``rounds`` more rounds (default: the config's); returns each round's metrics."""
         results = []
@@ -140,7 +152,9 @@ class SelfPlay:
         with self.store.round(step):
             if step % cfg.regen_interval == 0:
                 t = time.perf_counter()
-                outcome = self.design.run(step, self.rng)
+                with self._phase(f"round {step}: design, validate, hint "
+                                 f"({cfg.envs_per_round} environments)"):
+                    outcome = self.design.run(step, self.rng)
                 timings["design"] = time.perf_counter() - t
                 metrics.update(designed=outcome.attempted, valid=outcome.valid,
                                valid_share=outcome.valid_share, pooled=len(outcome.pooled),
@@ -149,20 +163,24 @@ class SelfPlay:
                                invalid_reasons=outcome.reasons)
             self._bootstrap(step)
             t = time.perf_counter()
-            trajs, specs = self._play(step)
+            with self._phase(f"round {step}: play"):
+                trajs, specs = self._play(step)
             timings["play"] = time.perf_counter() - t
             agent = self._agent_samples(trajs, metrics)
             designer = self._designer_samples(step, len(agent), metrics)
             t = time.perf_counter()
-            stats = self.trainer.train_step(agent + designer) if (agent or designer) else {}
+            with self._phase(f"round {step}: update ({len(agent)} agent + {len(designer)} "
+                             "designer samples)"):
+                stats = self.trainer.train_step(agent + designer) if (agent or designer) else {}
             timings["update"] = time.perf_counter() - t
             metrics.update({f"train/{k}": v for k, v in stats.items()
                             if isinstance(v, (int, float))})
             self._retire(step)
             self._save_state()
             if (step + 1) % cfg.checkpoint_every == 0:
-                path = self.trainer.save(self.store.checkpoint_dir(step, create=True))
-                self.store.record_checkpoint(step, path)
+                with self._phase(f"round {step}: checkpoint"):
+                    path = self.trainer.save(self.store.checkpoint_dir(step, create=True))
+                    self.store.record_checkpoint(step, path)
             metrics["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
             metrics["seconds"] = round(time.perf_counter() - t_round, 3)
             self.store.log_metrics(step, {k: v for k, v in metrics.items()

@@ -1,0 +1,1 @@
+"""Configuration presets (YAML) for ``spadekit selfplay --preset NAME``."""
