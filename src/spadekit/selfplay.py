@@ -67,6 +67,8 @@ class SelfPlay:
         self.designer_policy = designer_policy or policy
         from spadekit.train.trainer import PolicyTrainer
 
+        _quiet_transformers()
+
         self.trainer = PolicyTrainer(policy, dataclasses.replace(
             config.train, temperature=config.rollout.temperature, seed=config.seed))
         self.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
@@ -335,6 +337,16 @@ class SelfPlay:
             "rng": self.rng.getstate(),
             "corpus": self.corpus.state() if self.corpus is not None else None,
             "ema": {sha: t.state_dict() for sha, t in self.ema.items()}})
+
+
+def _quiet_transformers() -> None:
+    """The run shows its own progress; transformers' shard-writing bars would interleave."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
 
 
 def _tuplify(value: Any) -> Any:
