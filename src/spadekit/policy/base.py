@@ -115,7 +115,12 @@ def render_text(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of already-rendered template text (no extra BOS/EOS: the template has them)."""
+    """Token ids of already-rendered template text (no extra BOS/EOS: the template has them).
+    Fast tokenizers go straight to their Rust backend (the same encoding, without the Python
+    wrapper's per-call overhead, which dominated multi-turn bookkeeping)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return backend.encode(text, add_special_tokens=False).ids
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 

@@ -22,7 +22,7 @@ class ScriptedPolicy:
     capabilities = frozenset({"token_ids", "logprobs"})
 
     def __init__(self, tokenizer: Any, respond: Responder, name: str = "scripted",
-                 end_token: str | None = None) -> None:
+                 end_token: str | None = None, decode_prompt: bool = True) -> None:
         self.tokenizer = tokenizer
         self.respond = respond
         self.name = name
@@ -30,6 +30,8 @@ class ScriptedPolicy:
         if end is None or end not in tokenizer.get_vocab():
             raise PolicyError("the scripted policy needs an end-of-turn token in the vocabulary")
         self.end_id = tokenizer.get_vocab()[end]
+        self.decode_prompt = decode_prompt
+        """False: the responder gets "" instead of the decoded prompt (for benchmarks)."""
         self.calls = 0
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
@@ -42,7 +44,8 @@ class ScriptedPolicy:
         for req in requests:
             prompt = list(req.prompt_ids) if req.prompt_ids is not None else self.render(
                 req.messages, True, req.tools)
-            text = self.respond(prompt, self.tokenizer.decode(prompt))
+            text = self.respond(prompt, self.tokenizer.decode(prompt) if self.decode_prompt
+                                else "")
             text, stopped = cut_at_stop(text, req.params.stop)
             ids = encode_text(self.tokenizer, text)
             finish = "stop"
