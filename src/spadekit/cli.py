@@ -153,16 +153,18 @@ def selfplay(
 
 
 def _round_table(m: dict) -> Table:
-    table = Table(title=f"round {m['step']}  ({m['seconds']:.0f}s)", show_header=True)
-    for col in ("valid share", "win rate", "mean return", "regret", "designer reward",
-                "loss", "tokens/s", "timings"):
+    table = Table(title=f"round {m['step']}  ({m['seconds']:.0f}s; pool = designed + "
+                        "bootstrap environments)", show_header=True)
+    for col in ("valid share", "pool", "win rate", "mean return", "regret",
+                "designer reward", "loss", "tokens/s", "timings"):
         table.add_column(col)
     tps = m.get("sampled_tokens", 0) / max(m.get("timings_s", {}).get("play", 0) or 1e-9, 1e-9)
 
     def f(key, fmt="{:.3f}"):
         return fmt.format(m[key]) if isinstance(m.get(key), (int, float)) else "-"
 
-    table.add_row(f("valid_share", "{:.0%}"), f("agent_win_rate", "{:.0%}"),
+    pool = f"{m.get('pool_designed', 0)}+{m.get('pool_bootstrap', 0)}"
+    table.add_row(f("valid_share", "{:.0%}"), pool, f("agent_win_rate", "{:.0%}"),
                   f("agent_mean_return"), f("regret"), f("designer_reward"), f("train/loss"),
                   f"{tps:.1f}", " ".join(f"{k} {v:.0f}s" for k, v in m["timings_s"].items()))
     return table

@@ -168,6 +168,7 @@ class SelfPlay:
             with self._phase(f"round {step}: play"):
                 trajs, specs = self._play(step)
             timings["play"] = time.perf_counter() - t
+            metrics.update(self._mix)
             agent = self._agent_samples(trajs, metrics)
             designer = self._designer_samples(step, len(agent), metrics)
             t = time.perf_counter()
@@ -239,6 +240,9 @@ class SelfPlay:
                 for _ in range(cfg.hint_generations):
                     specs.append(EpisodeSpec(program, seed=self.rng.randrange(2 ** 31), hint=hint,
                                              tag={**tag, "with_hint": True}))
+        designed_envs = {s.tag["env"] for s in specs if s.tag["designed"]}
+        self._mix = {"pool_designed": len(designed_envs),
+                     "pool_bootstrap": len({s.tag["env"] for s in specs}) - len(designed_envs)}
         trajs = self.engine.run(specs) if specs else []
         for tr in trajs:
             self.store.record_episode(tr, step=step, env_sha=tr.spec.tag["env"],
