@@ -50,13 +50,14 @@ def main() -> None:
         code = library.source(e.name) + f"\n# copy {i}\n"  # distinct program, own sandbox
         programs.append(EnvProgram(code=code, skill=e.skill, domain=e.setting))
     config = RolloutConfig(max_turns=args.turns, max_new_tokens=256, max_context_tokens=65536,
-                           step_workers=8)
+                           load_workers=8)
     rounds = []
-    with SandboxPool(warm=8) as pool, tempfile.TemporaryDirectory() as tmp:
+    with SandboxPool(warm=args.envs) as pool, tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp) / "run", create=True)
         for p in programs:
             store.add_environment(p, step=0)
         engine = RolloutEngine(policy, pool, config)
+        time.sleep(3.0)  # let the warm pool boot one worker per program, as a trainer's would
         for r in range(args.rounds):
             specs = [EpisodeSpec(p, seed=rng.randrange(2 ** 31), tag={"env": p.sha256})
                      for p in programs for _ in range(args.plays)]

@@ -28,6 +28,7 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         self.stop_token_texts = tuple(t for t in stop_token_texts if t)
         self.regular, self.closing, self.user_open, self.user_close = self._learn()
+        self._prompt_cache: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     def _learn(self) -> tuple[bool, str, str, str]:
         """Find ``closing`` (after assistant content), and the text around a user message up to
@@ -56,6 +57,30 @@ class ChatRenderer:
             return (True,) + shapes[0]
         except Exception:
             return False, "", "", ""
+
+    def prompt_ids(self, system: str, observation: str,
+                   tools: list[dict] | None = None) -> list[int]:
+        """Ids of ``[system, user(observation)]`` with the generation prompt: the same as
+        rendering the template, but the part around the observation is rendered once per
+        (system prompt, tools) and reused for every episode."""
+        import json
+
+        key = (system, json.dumps(tools, sort_keys=True) if tools else "")
+        shape = self._prompt_cache.get(key)
+        if shape is None:
+            sentinel = _SENTINELS[0]
+            text = render_text(self.tokenizer, [{"role": "system", "content": system},
+                                                {"role": "user", "content": sentinel}], True,
+                               tools)
+            i = text.find(sentinel)
+            shape = (text[:i], text[i + len(sentinel):]) if i >= 0 and self.regular else None
+            if len(self._prompt_cache) < 256:
+                self._prompt_cache[key] = shape
+        if shape is None:
+            return encode_text(self.tokenizer, render_text(self.tokenizer, [
+                {"role": "system", "content": system},
+                {"role": "user", "content": observation}], True, tools))
+        return encode_text(self.tokenizer, shape[0] + observation + shape[1])
 
     def _closing(self, closing: str, sampled_end: bool) -> str:
         if sampled_end:

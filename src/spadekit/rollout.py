@@ -25,6 +25,7 @@ from spadekit.errors import SandboxError
 from spadekit.play import episode_return, with_hint
 from spadekit.policy.base import GenerationRequest, Policy, SamplingParams
 from spadekit.sandbox.pool import SandboxPool
+from spadekit.sandbox.batch import request_many, start_many, step_many
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 
 GAMES_SYSTEM = (
@@ -55,7 +56,9 @@ class RolloutConfig:
     """Give tool schemas to the chat template (models with native tool calling render them)."""
     seed: int | None = None
     """Derive each episode's and turn's sampling seed from this (reproducible rollouts)."""
-    step_workers: int = 8
+    load_workers: int = 8
+    """Programs loaded into sandboxes in parallel at the start of a run (steps need no threads:
+    ``spadekit.sandbox.batch`` multiplexes every worker's pipe)."""
 
 
 @dataclass
@@ -142,12 +145,12 @@ class RolloutEngine:
         self.stats = {"model_s": 0.0, "env_s": 0.0, "sampled_tokens": 0, "turns": 0}
         trajs = [Trajectory(spec=s, _index=i) for i, s in enumerate(specs)]
         sandboxes: dict[str, Sandbox] = {}
-        with ThreadPoolExecutor(max(1, self.config.step_workers)) as ex:
+        with ThreadPoolExecutor(max(1, self.config.load_workers)) as ex:
             try:
                 self._start(trajs, sandboxes, ex)
                 turn = 0
                 while any(t.live for t in trajs):
-                    self._turn([t for t in trajs if t.live], turn, ex)
+                    self._turn([t for t in trajs if t.live], turn)
                     turn += 1
             finally:
                 for sb in sandboxes.values():
@@ -177,20 +180,31 @@ class RolloutEngine:
                     if tr.spec.program.sha256 == sha:
                         self._fail(tr, exc, "env_error")
 
-        def begin(tr: Trajectory):
+        live = [x for x in trajs if x.live]
+        started = start_many([(sandboxes[tr.spec.program.sha256], self.config.max_turns,
+                               tr.spec.seed, None) for tr in live])
+        wants_tools = [i for i, r in enumerate(started) if not isinstance(r, SandboxError)
+                       and r[0].sandbox.program.get("has_tools")]
+        tools_raw = request_many([(started[i][0].sandbox, "call",
+                                   {"instance": started[i][0].instance, "method": "tools"})
+                                  for i in wants_tools])
+        tools_of: dict[int, Any] = {}
+        for i, raw in zip(wants_tools, tools_raw):
             try:
-                sb = sandboxes[tr.spec.program.sha256]
-                env = sb.new_env(max_turns=self.config.max_turns)
-                obs, _info = env.reset(seed=tr.spec.seed)
-                tools = env.tools() if sb.program.get("has_tools") else None
-                return tr, env, obs, tools, None
+                tools_of[i] = RemoteEnv.checked_tools(raw) if not isinstance(
+                    raw, SandboxError) else raw
             except SandboxError as exc:
-                return tr, None, None, None, exc
-
-        for tr, env, obs, tools, exc in ex.map(begin, [x for x in trajs if x.live]):
+                tools_of[i] = exc
+        for i, (tr, result) in enumerate(zip(live, started)):
+            tools = tools_of.get(i)
+            exc = result if isinstance(result, SandboxError) else (
+                tools if isinstance(tools, SandboxError) else None)
             if exc is not None:
+                if not isinstance(result, SandboxError):
+                    tr._env = result[0]
                 self._fail(tr, exc, "env_error")
                 continue
+            env, obs, _info = result
             tr._env, tr.tools = env, tools
             setting = "tooluse" if tools else "games"
             system = self.config.system_prompt or (TOOLUSE_SYSTEM if tools else GAMES_SYSTEM)
@@ -198,13 +212,13 @@ class RolloutEngine:
                            {"role": "user", "content": with_hint(obs, tr.spec.hint)}]
             tr.spec.tag.setdefault("setting", setting)
             native = tools if (tools and self.config.native_tools) else None
-            tr.token_ids = self.policy.render(tr.messages, True, native)
+            tr.token_ids = self.renderer.prompt_ids(system, tr.messages[1]["content"], native)
             tr.loss_mask = [0] * len(tr.token_ids)
             tr.logprobs = [0.0] * len(tr.token_ids)
             tr.prompt_len = len(tr.token_ids)
         self.stats["env_s"] += time.perf_counter() - t
 
-    def _turn(self, live: list[Trajectory], turn: int, ex) -> None:
+    def _turn(self, live: list[Trajectory], turn: int) -> None:
         cfg = self.config
         ready, requests = [], []
         for tr in live:
@@ -238,18 +252,12 @@ class RolloutEngine:
             tr._sampled_end = bool(gen.token_ids) and gen.token_ids[-1] in self._stop_ids
             self.stats["sampled_tokens"] += len(gen.token_ids)
 
-        def step(pair):
-            tr, gen = pair
-            t1 = time.perf_counter()
-            try:
-                return tr, gen, tr._env.step(gen.text), None, time.perf_counter() - t1
-            except SandboxError as exc:
-                return tr, gen, None, exc, time.perf_counter() - t1
-
         t = time.perf_counter()
-        for tr, gen, result, exc, step_s in ex.map(step, list(zip(ready, gens))):
-            if exc is not None:
-                self._fail(tr, exc, "env_error")
+        results = step_many([(tr._env, gen.text) for tr, gen in zip(ready, gens)])
+        step_s = (time.perf_counter() - t) / len(ready)
+        for tr, gen, result in zip(ready, gens, results):
+            if isinstance(result, SandboxError):
+                self._fail(tr, result, "env_error")
                 continue
             obs, reward, term, trunc, _info = result
             record = TurnRecord(action=gen.text, observation=obs, reward=reward, terminated=term,
@@ -297,9 +305,8 @@ class RolloutEngine:
 
     @staticmethod
     def _drop(tr: Trajectory) -> None:
-        if tr._env is not None:
-            tr._env.close()
-            tr._env = None
+        # the instance dies with its sandbox at the end of the run; no round trip to drop it
+        tr._env = None
 
 
 def _seed(base: int, episode_seed: int, key: int, turn: int) -> int:

@@ -162,26 +162,34 @@ class Sandbox:
     def request(self, op: str, payload: dict, timeout: float | None = None) -> Any:
         """Send one request and return its result, or raise a typed ``SandboxError``."""
         with self._lock:
-            if self.failure is not None:
-                raise SandboxClosed(f"the sandbox is dead after an earlier failure: "
-                                    f"{self.failure.message}", cause=self.failure.reason)
-            if self.worker.closed:
-                raise SandboxClosed("the sandbox was closed")
+            self._check_open()
             rid = next(self._ids)
-            deadline = timeout if timeout is not None else self._deadlines.get(
-                op, self.config.call_timeout)
-            try:
-                if op == "step":  # the hot path: only the action string needs encoding
-                    data = b'{"id":%d,"op":"step","instance":%d,"action":%s}\n' % (
-                        rid, payload["instance"], _encode_str(payload["action"]).encode())
-                else:
-                    data = json.dumps({"id": rid, "op": op, **payload}).encode() + b"\n"
-            except (TypeError, ValueError) as exc:
-                raise InvalidResult(f"request is not JSON-serialisable: {exc}",
-                                    reason="bad_request") from exc
+            deadline = timeout if timeout is not None else self.deadline(op)
+            data = self._encode(rid, op, payload)
             end = time.monotonic() + deadline
             self._send(data, op, deadline, end)
             return self._receive(rid, op, deadline, end)
+
+    def deadline(self, op: str) -> float:
+        return self._deadlines.get(op, self.config.call_timeout)
+
+    def _check_open(self) -> None:
+        if self.failure is not None:
+            raise SandboxClosed(f"the sandbox is dead after an earlier failure: "
+                                f"{self.failure.message}", cause=self.failure.reason)
+        if self.worker.closed:
+            raise SandboxClosed("the sandbox was closed")
+
+    @staticmethod
+    def _encode(rid: int, op: str, payload: dict) -> bytes:
+        try:
+            if op == "step":  # the hot path: only the action string needs encoding
+                return b'{"id":%d,"op":"step","instance":%d,"action":%s}\n' % (
+                    rid, payload["instance"], _encode_str(payload["action"]).encode())
+            return json.dumps({"id": rid, "op": op, **payload}).encode() + b"\n"
+        except (TypeError, ValueError) as exc:
+            raise InvalidResult(f"request is not JSON-serialisable: {exc}",
+                                reason="bad_request") from exc
 
     def _fail(self, exc: SandboxError) -> SandboxError:
         self.failure = exc
@@ -312,6 +320,10 @@ class RemoteEnv:
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         raw = self.sandbox.request("reset", {"instance": self.instance, "seed": seed,
                                              "options": options})
+        return self.checked_reset(raw)
+
+    def checked_reset(self, raw: Any) -> tuple[str, dict]:
+        """Re-validate a raw reset reply from the worker."""
         value, err = checks.check_reset(tuple(raw) if isinstance(raw, list) else raw,
                                         self.sandbox.config.max_observation_chars)
         if err:
@@ -322,6 +334,10 @@ class RemoteEnv:
         if not isinstance(action, str):
             raise TypeError(f"action must be str, got {type(action).__name__}")
         raw = self.sandbox.request("step", {"instance": self.instance, "action": action})
+        return self.checked_step(raw)
+
+    def checked_step(self, raw: Any) -> tuple[str, float, bool, bool, dict]:
+        """Re-validate a raw step reply from the worker (never trust the child)."""
         value, err = checks.check_step(tuple(raw) if isinstance(raw, list) else raw,
                                        self.sandbox.config.max_observation_chars)
         if err:
@@ -336,7 +352,11 @@ class RemoteEnv:
         return value
 
     def tools(self) -> list[dict]:
-        value = self.sandbox.request("call", {"instance": self.instance, "method": "tools"})
+        return self.checked_tools(self.sandbox.request("call", {"instance": self.instance,
+                                                                "method": "tools"}))
+
+    @staticmethod
+    def checked_tools(value: Any) -> list[dict]:
         if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
             raise InvalidResult("tools() must return a list of schema dicts", reason="bad_tools",
                                 op="tools")

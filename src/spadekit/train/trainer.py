@@ -31,6 +31,8 @@ place (with LoRA, the adapter layers are injected into that same module object).
 ``save(dir)``/``load(dir)`` write and read a checkpoint atomically (temp dir, then rename):
 the model in ``save_pretrained`` form (the adapter only, with LoRA), the tokenizer, the
 optimizer state, the RNG states, the step counter and the config.
+The file helpers (fsync, swap into place, finding the newest complete checkpoint, reading
+safetensors) live in ``spadekit.train.checkpoint``.
 """
 
 from __future__ import annotations
@@ -55,13 +57,20 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from spadekit.advantages import Sample
+from spadekit.train.checkpoint import (
+    CHECKPOINT_FORMAT,
+    STATE_FILE,
+    _fsync_tree,
+    _load_in_place,
+    _read_safetensors,
+    _resolve_checkpoint,
+    _swap_into_place,
+)
 from spadekit.train.config import TrainConfig
 from spadekit.train.loss import grpo_loss, token_logprobs
 
 __all__ = ["PolicyTrainer", "pack_microbatches", "CHECKPOINT_FORMAT"]
 
-CHECKPOINT_FORMAT = 1
-STATE_FILE = "trainer_state.json"
 _LOGIT_SCALE_ATTRS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
                       "lm_head_multiplier", "logits_scaling")
 
@@ -538,75 +547,3 @@ def _memory_stats(device: torch.device) -> dict[str, float]:
     if device.type == "cuda":
         out["peak_device_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
     return out
-
-
-def _read_safetensors(folder: Path) -> dict[str, Tensor]:
-    from safetensors.torch import load_file
-
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{folder}: no .safetensors weights")
-    weights: dict[str, Tensor] = {}
-    for f in files:
-        weights.update(load_file(str(f)))
-    return weights
-
-
-def _load_in_place(model: Any, folder: Path) -> None:
-    """Copy saved weights into ``model``'s existing tensors; weights tied to a loaded one (an
-    output head tied to the embeddings) may be absent from the files."""
-    weights = _read_safetensors(folder)
-    result = model.load_state_dict(weights, strict=False)
-    if result.unexpected_keys:
-        raise ValueError(f"{folder}: unexpected weights {result.unexpected_keys[:5]}")
-    if result.missing_keys:
-        named = dict(model.named_parameters(remove_duplicate=False))
-        loaded = {named[k].data_ptr() for k in weights if k in named}
-        missing = [k for k in result.missing_keys
-                   if k not in named or named[k].data_ptr() not in loaded]
-        if missing:
-            raise ValueError(f"{folder}: missing weights {missing[:5]}")
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    _fsync_dir(root)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _swap_into_place(tmp: Path, path: Path) -> None:
-    """Rename ``tmp`` to ``path``; an existing ``path`` is first renamed aside and removed after.
-    Between the two renames only ``.NAME.old-*`` exists, which ``_resolve_checkpoint`` finds."""
-    if path.exists():
-        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-        os.rename(path, old)
-    os.rename(tmp, path)
-    _fsync_dir(path.parent)
-    for aside in path.parent.glob(f".{path.name}.old-*"):  # this one, and any a crash left
-        shutil.rmtree(aside, ignore_errors=True)
-
-
-def _resolve_checkpoint(path: Path) -> Path:
-    if (path / STATE_FILE).is_file():
-        return path
-    if not path.exists():  # a save died between its two renames: the previous one is aside
-        aside = [p for p in path.parent.glob(f".{path.name}.old-*") if (p / STATE_FILE).is_file()]
-        if aside:
-            return max(aside, key=lambda p: p.stat().st_mtime)
-    raise FileNotFoundError(f"{path}: no complete checkpoint ({STATE_FILE} missing)")

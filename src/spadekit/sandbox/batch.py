@@ -1,0 +1,193 @@
+"""Many sandbox requests at once, without threads: write them all, read replies as they come.
+
+A rollout turn steps hundreds of environment instances living in dozens of workers. Instead of a
+thread per call (GIL hand-offs, a thread pool's bookkeeping), ``request_many`` writes every
+request into its worker's pipe and then multiplexes all replies with one ``poll``: workers run
+in parallel, requests to one worker queue in order. Every request still gets its own deadline
+(``step_timeout`` counted from when its predecessor in the same worker finished) and its own
+typed result: an environment that raises fails that request only; a worker that hangs, dies or
+breaks the protocol fails its pending requests and is killed, and the other workers go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import time
+from collections import deque
+from typing import Any
+
+from spadekit.errors import ProtocolViolation, SandboxError, SandboxTimeout
+from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
+
+Call = tuple[Sandbox, str, dict]
+
+
+def request_many(calls: list[Call]) -> list[Any]:
+    """Results in call order; each is the reply's result or the ``SandboxError`` instance."""
+    results: list[Any] = [None] * len(calls)
+    groups: dict[int, list[int]] = {}
+    boxes: dict[int, Sandbox] = {}
+    for i, (sb, _op, _payload) in enumerate(calls):
+        groups.setdefault(id(sb), []).append(i)
+        boxes[id(sb)] = sb
+    with contextlib.ExitStack() as stack:
+        for key in sorted(boxes):  # one lock order for everyone: no deadlock between batches
+            stack.enter_context(boxes[key]._lock)
+        live: dict[int, _Flight] = {}
+        for key, idx in groups.items():
+            sb = boxes[key]
+            try:
+                sb._check_open()
+                live[key] = _Flight(sb, [(i, calls[i][1], calls[i][2]) for i in idx])
+            except SandboxError as exc:
+                for i in idx:
+                    results[i] = exc
+        _pump(live, results)
+    return results
+
+
+def step_many(pairs: list[tuple[RemoteEnv, str]]) -> list[Any]:
+    """``RemoteEnv.step`` for many environments at once; each result is the checked 5-tuple or
+    the ``SandboxError`` instance."""
+    raw = request_many([(env.sandbox, "step", {"instance": env.instance, "action": action})
+                        for env, action in pairs])
+    out = []
+    for (env, _action), value in zip(pairs, raw):
+        if isinstance(value, SandboxError):
+            out.append(value)
+            continue
+        try:
+            out.append(env.checked_step(value))
+        except SandboxError as exc:
+            out.append(exc)
+    return out
+
+
+def start_many(specs: list[tuple[Sandbox, int | None, int | None, dict | None]]) -> list[Any]:
+    """Create an instance in each sandbox and reset it: ``(sandbox, max_turns, seed, options)``
+    in, ``(RemoteEnv, observation, info)`` or the ``SandboxError`` out."""
+    created = request_many([(sb, "create", {"kwargs": {} if mt is None else {"max_turns": mt}})
+                            for sb, mt, _seed, _opt in specs])
+    envs: list[Any] = []
+    for (sb, _mt, _seed, _opt), info in zip(specs, created):
+        envs.append(info if isinstance(info, SandboxError)
+                    else RemoteEnv(sb, info["instance"], info.get("max_turns")))
+    todo = [i for i, e in enumerate(envs) if isinstance(e, RemoteEnv)]
+    raw = request_many([(envs[i].sandbox, "reset", {"instance": envs[i].instance,
+                                                    "seed": specs[i][2], "options": specs[i][3]})
+                        for i in todo])
+    out: list[Any] = list(envs)
+    for i, value in zip(todo, raw):
+        if isinstance(value, SandboxError):
+            out[i] = value
+            continue
+        try:
+            obs, info = envs[i].checked_reset(value)
+            out[i] = (envs[i], obs, info)
+        except SandboxError as exc:
+            out[i] = exc
+    return out
+
+
+class _Flight:
+    """The requests of one worker in this batch: bytes still to write, replies still due."""
+
+    def __init__(self, sb: Sandbox, items: list[tuple[int, str, dict]]) -> None:
+        self.sb = sb
+        self.pending: deque[tuple[int, int, str]] = deque()
+        chunks = []
+        for index, op, payload in items:
+            rid = next(sb._ids)
+            chunks.append(sb._encode(rid, op, payload))
+            self.pending.append((index, rid, op))
+        self.out = memoryview(b"".join(chunks))
+        self.deadline = time.monotonic() + sb.deadline(items[0][1])
+
+    def fail_all(self, exc: SandboxError, results: list[Any]) -> None:
+        while self.pending:
+            results[self.pending.popleft()[0]] = exc
+
+
+def _pump(live: dict[int, _Flight], results: list[Any]) -> None:
+    by_fd: dict[int, _Flight] = {}
+    for fl in live.values():
+        by_fd[fl.sb._in_fd] = fl
+        by_fd[fl.sb._out_fd] = fl
+    while any(fl.pending for fl in live.values()):
+        fds = {}
+        now = time.monotonic()
+        soonest = None
+        for fl in live.values():
+            if not fl.pending:
+                continue
+            if now >= fl.deadline:
+                op = fl.pending[0][2]
+                seconds = fl.sb.deadline(op)
+                fl.fail_all(fl.sb._fail(SandboxTimeout(
+                    f"{op} timed out after {seconds:g}s; worker killed", op=op,
+                    seconds=seconds)), results)
+                continue
+            fds[fl.sb._out_fd] = select.POLLIN
+            if fl.out:
+                fds[fl.sb._in_fd] = select.POLLOUT
+            soonest = fl.deadline if soonest is None else min(soonest, fl.deadline)
+        if not fds:
+            break
+        poller = select.poll()
+        for fd, mask in fds.items():
+            poller.register(fd, mask)
+        for fd, event in poller.poll(max(0.0, soonest - now) * 1000.0):
+            fl = by_fd[fd]
+            if not fl.pending:
+                continue
+            if fd == fl.sb._in_fd:
+                _write(fl, results)
+            else:
+                _read(fl, results)
+
+
+def _write(fl: _Flight, results: list[Any]) -> None:
+    try:
+        n = os.write(fl.sb._in_fd, fl.out)
+        fl.out = fl.out[n:]
+    except BlockingIOError:
+        pass
+    except OSError:
+        fl.fail_all(fl.sb._fail(fl.sb._died(fl.pending[0][2])), results)
+
+
+def _read(fl: _Flight, results: list[Any]) -> None:
+    sb = fl.sb
+    try:
+        chunk = os.read(sb._out_fd, 1 << 16)
+    except BlockingIOError:
+        return
+    except OSError:
+        chunk = b""
+    if not chunk:
+        fl.fail_all(sb._fail(sb._died(fl.pending[0][2])), results)
+        return
+    sb._buf += chunk
+    while fl.pending:
+        nl = sb._buf.find(b"\n")
+        if nl < 0:
+            if len(sb._buf) > sb.config.max_reply_bytes:
+                op = fl.pending[0][2]
+                fl.fail_all(sb._fail(ProtocolViolation(
+                    f"reply to {op} exceeds {sb.config.max_reply_bytes} bytes; worker killed",
+                    op=op)), results)
+            return
+        line = bytes(sb._buf[:nl])
+        del sb._buf[:nl + 1]
+        index, rid, op = fl.pending.popleft()
+        try:
+            results[index] = sb._decode(line, rid, op)
+        except SandboxError as exc:
+            results[index] = exc
+            if sb.failure is not None:  # the worker was killed: the rest cannot be answered
+                fl.fail_all(sb.failure, results)
+                return
+        if fl.pending:
+            fl.deadline = time.monotonic() + sb.deadline(fl.pending[0][2])
