@@ -38,10 +38,20 @@ def main() -> None:
     ap.add_argument("--plays", type=int, default=32)
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--tokenizer", choices=["smollm2", "tiny"], default="smollm2",
+                    help="smollm2: the bundled model's BPE tokenizer (realistic token counts); "
+                         "tiny: the test model's byte-level one (about 4x more tokens)")
     args = ap.parse_args()
 
     rng = random.Random(0)
-    policy = ScriptedPolicy(tiny_tokenizer(), lambda _ids, _text: rng.choice(ANSWERS),
+    tokenizer = tiny_tokenizer()
+    if args.tokenizer == "smollm2":
+        from transformers import AutoTokenizer
+
+        from spadekit.policy.bundled import ensure_smollm2_cache
+
+        tokenizer = AutoTokenizer.from_pretrained(ensure_smollm2_cache(), local_files_only=True)
+    policy = ScriptedPolicy(tokenizer, lambda _ids, _text: rng.choice(ANSWERS),
                             decode_prompt=False)
     entries = library.list_library()
     programs = []
@@ -81,7 +91,7 @@ def main() -> None:
                            "failures": sum(1 for tr in trajs if tr.failure)})
         store.close()
     best = min(rounds, key=lambda x: x["round_s"])
-    result = {"envs": args.envs, "plays": args.plays, "max_turns": args.turns,
+    result = {"tokenizer": args.tokenizer, "envs": args.envs, "plays": args.plays, "max_turns": args.turns,
               "episodes": args.envs * args.plays, "steps": best["steps"],
               "round_s": round(best["round_s"], 3), "play_s": round(best["play_s"], 3),
               "store_s": round(best["store_s"], 3),

@@ -60,7 +60,11 @@ class ChatRenderer:
 
     def prompt_ids(self, system: str, observation: str,
                    tools: list[dict] | None = None) -> list[int]:
-        """Ids of ``[system, user(observation)]`` with the generation prompt: the same as
+        return encode_text(self.tokenizer, self.prompt_text(system, observation, tools))
+
+    def prompt_text(self, system: str, observation: str,
+                    tools: list[dict] | None = None) -> str:
+        """Text of ``[system, user(observation)]`` with the generation prompt: the same as
         rendering the template, but the part around the observation is rendered once per
         (system prompt, tools) and reused for every episode."""
         import json
@@ -77,10 +81,10 @@ class ChatRenderer:
             if len(self._prompt_cache) < 256:
                 self._prompt_cache[key] = shape
         if shape is None:
-            return encode_text(self.tokenizer, render_text(self.tokenizer, [
-                {"role": "system", "content": system},
-                {"role": "user", "content": observation}], True, tools))
-        return encode_text(self.tokenizer, shape[0] + observation + shape[1])
+            return render_text(self.tokenizer, [{"role": "system", "content": system},
+                                                {"role": "user", "content": observation}],
+                               True, tools)
+        return shape[0] + observation + shape[1]
 
     def _closing(self, closing: str, sampled_end: bool) -> str:
         if sampled_end:
@@ -91,6 +95,11 @@ class ChatRenderer:
 
     def observation_ids(self, messages: list[dict], sampled_end: bool, observation: str,
                         tools: list[dict] | None = None) -> tuple[list[int], bool]:
+        text, exact = self.observation_text(messages, sampled_end, observation, tools)
+        return encode_text(self.tokenizer, text), exact
+
+    def observation_text(self, messages: list[dict], sampled_end: bool, observation: str,
+                         tools: list[dict] | None = None) -> tuple[str, bool]:
         """Token ids to append after an assistant turn (``messages[-1]``) so that the next
         observation is in the prompt, ending with the generation prompt.
 
@@ -99,24 +108,22 @@ class ChatRenderer:
         are exact (a full re-render of the conversation gives the same tokens around the
         sampled ones); inexact happens only for templates that rewrite earlier turns."""
         if self.regular:
-            text = (self._closing(self.closing, sampled_end) + self.user_open + observation
-                    + self.user_close)
-            return encode_text(self.tokenizer, text), True
+            return (self._closing(self.closing, sampled_end) + self.user_open + observation
+                    + self.user_close), True
         prompt = render_text(self.tokenizer, messages[:-1], True, tools)
         content = messages[-1]["content"]
         before = render_text(self.tokenizer, messages, False, tools)
         after = render_text(self.tokenizer, messages + [{"role": "user",
                                                          "content": observation}], True, tools)
         if before.startswith(prompt + content) and after.startswith(before):
-            text = self._closing(before[len(prompt) + len(content):], sampled_end) \
-                + after[len(before):]
-            return encode_text(self.tokenizer, text), True
+            return self._closing(before[len(prompt) + len(content):], sampled_end) \
+                + after[len(before):], True
         common = 0
         for x, y in zip(before, after):
             if x != y:
                 break
             common += 1
-        return encode_text(self.tokenizer, after[common:]), False
+        return after[common:], False
 
     def closing_ids(self, sampled_end: bool) -> list[int]:
         """Ids that close the final assistant turn (so the sequence re-renders completely)."""

@@ -23,7 +23,7 @@ from spadekit.chat import ChatRenderer
 from spadekit.envs.program import EnvProgram
 from spadekit.errors import SandboxError
 from spadekit.play import episode_return, with_hint
-from spadekit.policy.base import GenerationRequest, Policy, SamplingParams
+from spadekit.policy.base import GenerationRequest, Policy, SamplingParams, encode_texts
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.batch import request_many, start_many, step_many
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
@@ -195,6 +195,7 @@ class RolloutEngine:
                     raw, SandboxError) else raw
             except SandboxError as exc:
                 tools_of[i] = exc
+        prompts: list[tuple[Trajectory, str]] = []
         for i, (tr, result) in enumerate(zip(live, started)):
             tools = tools_of.get(i)
             exc = result if isinstance(result, SandboxError) else (
@@ -212,7 +213,11 @@ class RolloutEngine:
                            {"role": "user", "content": with_hint(obs, tr.spec.hint)}]
             tr.spec.tag.setdefault("setting", setting)
             native = tools if (tools and self.config.native_tools) else None
-            tr.token_ids = self.renderer.prompt_ids(system, tr.messages[1]["content"], native)
+            prompts.append((tr, self.renderer.prompt_text(system, tr.messages[1]["content"],
+                                                          native)))
+        for (tr, _text), ids in zip(prompts, encode_texts(self.policy.tokenizer,
+                                                          [p[1] for p in prompts])):
+            tr.token_ids = ids
             tr.loss_mask = [0] * len(tr.token_ids)
             tr.logprobs = [0.0] * len(tr.token_ids)
             tr.prompt_len = len(tr.token_ids)
@@ -255,6 +260,7 @@ class RolloutEngine:
         t = time.perf_counter()
         results = step_many([(tr._env, gen.text) for tr, gen in zip(ready, gens)])
         step_s = (time.perf_counter() - t) / len(ready)
+        pending: list[tuple[Trajectory, str]] = []
         for tr, gen, result in zip(ready, gens, results):
             if isinstance(result, SandboxError):
                 self._fail(tr, result, "env_error")
@@ -271,14 +277,17 @@ class RolloutEngine:
             elif len(tr.turns) >= cfg.max_turns:
                 self._end(tr, "max_turns", truncated=True)
             else:
-                ids, exact = self.renderer.observation_ids(
+                text, exact = self.renderer.observation_text(
                     tr.messages, tr._sampled_end, obs,
                     tr.tools if (tr.tools and cfg.native_tools) else None)
                 record.exact_render = exact
                 tr.messages.append({"role": "user", "content": obs})
-                tr.token_ids += ids
-                tr.loss_mask += [0] * len(ids)
-                tr.logprobs += [0.0] * len(ids)
+                pending.append((tr, text))
+        for (tr, _text), ids in zip(pending, encode_texts(self.policy.tokenizer,
+                                                          [p[1] for p in pending])):
+            tr.token_ids += ids
+            tr.loss_mask += [0] * len(ids)
+            tr.logprobs += [0.0] * len(ids)
         self.stats["env_s"] += time.perf_counter() - t
 
     # -- endings --------------------------------------------------------------------------

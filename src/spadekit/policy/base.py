@@ -124,6 +124,16 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """``encode_text`` for many texts in one call (the Rust backend encodes them in parallel)."""
+    if not texts:
+        return []
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
+    return [encode_text(tokenizer, t) for t in texts]
+
+
 def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     """``text`` cut right after the first stop string it contains, and whether one was found."""
     best = None

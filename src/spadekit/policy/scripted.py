@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, cut_at_stop,
-                                  encode_text, render_text)
+                                  encode_text, encode_texts, render_text)
 
 Responder = Callable[[list[int], str], str]
 """(prompt ids, decoded prompt text) -> the answer text."""
@@ -41,13 +41,15 @@ class ScriptedPolicy:
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         out = []
+        answers = []
         for req in requests:
             prompt = list(req.prompt_ids) if req.prompt_ids is not None else self.render(
                 req.messages, True, req.tools)
             text = self.respond(prompt, self.tokenizer.decode(prompt) if self.decode_prompt
                                 else "")
-            text, stopped = cut_at_stop(text, req.params.stop)
-            ids = encode_text(self.tokenizer, text)
+            answers.append((req, prompt) + cut_at_stop(text, req.params.stop))
+        encoded = encode_texts(self.tokenizer, [a[2] for a in answers])
+        for (req, prompt, text, stopped), ids in zip(answers, encoded):
             finish = "stop"
             if len(ids) + 1 > req.params.max_new_tokens:
                 ids, finish = ids[:req.params.max_new_tokens], "length"
