@@ -66,7 +66,7 @@ def main() -> None:
         engine = RolloutEngine(policy, pool, config)
         engine.run(specs[:2])  # warm up the model and the pool
         policy.batches.clear()
-        time.sleep(0.5)
+        time.sleep(2.0)  # let the pool boot its warm workers again
         t = time.perf_counter()
         trajs = engine.run(specs)
         engine_s = time.perf_counter() - t

