@@ -250,6 +250,9 @@ out.append("flooded")
     env = sb.new_env()
     env.reset(seed=0)
     assert json.loads(env.step("{}")[0]) == ["flooded"]
+    deadline = time.monotonic() + 5  # the drain thread may be a moment behind the reply
+    while "END-OF-FLOOD" not in sb.output_tail() and time.monotonic() < deadline:
+        time.sleep(0.02)
     tail = sb.output_tail()
     assert len(tail.encode()) <= sb.config.stderr_tail_bytes
     assert "END-OF-FLOOD" in tail

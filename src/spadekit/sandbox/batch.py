@@ -18,7 +18,7 @@ import time
 from collections import deque
 from typing import Any
 
-from spadekit.errors import ProtocolViolation, SandboxError, SandboxTimeout
+from spadekit.errors import SandboxError, SandboxTimeout
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 
 Call = tuple[Sandbox, str, dict]
@@ -160,12 +160,9 @@ def _write(fl: _Flight, results: list[Any]) -> None:
 
 def _read(fl: _Flight, results: list[Any]) -> None:
     sb = fl.sb
-    try:
-        chunk = os.read(sb._out_fd, 1 << 16)
-    except BlockingIOError:
+    chunk = sb._read_chunk()
+    if chunk is None:
         return
-    except OSError:
-        chunk = b""
     if not chunk:
         fl.fail_all(sb._fail(sb._died(fl.pending[0][2])), results)
         return
@@ -174,10 +171,7 @@ def _read(fl: _Flight, results: list[Any]) -> None:
         nl = sb._buf.find(b"\n")
         if nl < 0:
             if len(sb._buf) > sb.config.max_reply_bytes:
-                op = fl.pending[0][2]
-                fl.fail_all(sb._fail(ProtocolViolation(
-                    f"reply to {op} exceeds {sb.config.max_reply_bytes} bytes; worker killed",
-                    op=op)), results)
+                fl.fail_all(sb._fail(sb._oversized(fl.pending[0][2])), results)
             return
         line = bytes(sb._buf[:nl])
         del sb._buf[:nl + 1]

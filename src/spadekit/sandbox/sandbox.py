@@ -131,7 +131,8 @@ class Sandbox:
         self.close()
 
     def output_tail(self) -> str:
-        """The last ``stderr_tail_bytes`` of what the program printed."""
+        """The last ``stderr_tail_bytes`` of what the program printed. A background thread drains
+        the worker's output, so text printed during a call may show up a moment after its reply."""
         return self._tail.text()
 
     # -- program and instances -------------------------------------------------------------
@@ -232,23 +233,32 @@ class Sandbox:
                 del self._buf[:nl + 1]
                 return self._decode(line, rid, op)
             if len(self._buf) > limit:
-                raise self._fail(ProtocolViolation(
-                    f"reply to {op} exceeds {limit} bytes; worker killed", op=op))
+                raise self._fail(self._oversized(op))
             left = end - time.monotonic()
             if left <= 0 or not self._poll.poll(left * 1000.0):
                 raise self._fail(SandboxTimeout(f"{op} timed out after {deadline:g}s; worker "
                                                 "killed", op=op, seconds=deadline))
-            try:
-                chunk = os.read(self._out_fd, 1 << 16)
-            except BlockingIOError:
+            chunk = self._read_chunk()
+            if chunk is None:
                 continue
-            except OSError:
-                chunk = b""
             if not chunk:
                 raise self._fail(self._died(op))
             if not self._buf and chunk.find(b"\n") == len(chunk) - 1:
                 return self._decode(chunk, rid, op)  # the usual case: exactly one whole reply
             self._buf += chunk
+
+    def _read_chunk(self) -> bytes | None:
+        """Up to 64 KiB from the reply pipe; None if nothing is there yet, b"" at its end."""
+        try:
+            return os.read(self._out_fd, 1 << 16)
+        except BlockingIOError:
+            return None
+        except OSError:
+            return b""
+
+    def _oversized(self, op: str) -> ProtocolViolation:
+        return ProtocolViolation(f"reply to {op} exceeds {self.config.max_reply_bytes} bytes; "
+                                 "worker killed", op=op)
 
     def _died(self, op: str) -> WorkerDied:
         proc = self.worker.proc
