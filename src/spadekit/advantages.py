@@ -119,6 +119,9 @@ class Sample:
     advantage: float
     weight: float = 1.0
     generated_at_step: int = 0
+    truncated: bool = False
+    """The episode was cut off (runner cap, context, env truncation): with
+    ``mask_truncated_completions`` the trainer leaves it out of the loss."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -265,7 +265,8 @@ class SelfPlay:
             for tr, adv in zip(group, advs[env]):
                 samples.append(Sample(role="agent", group_id=env, token_ids=tr.token_ids,
                                       loss_mask=tr.loss_mask, behaviour_logprobs=tr.logprobs,
-                                      advantage=adv, weight=1.0))
+                                      advantage=adv, weight=1.0,
+                                      truncated=tr.truncated and not tr.terminated))
         played = [r for rs in returns.values() for r in rs]
         metrics.update(agent_episodes=len(played),
                        agent_mean_return=sum(played) / len(played) if played else 0.0,

@@ -220,7 +220,7 @@ class PolicyTrainer:
         for s in samples:
             if s.role in cfg.importance_sampling_roles and s.behaviour_logprobs is None:
                 counts["dropped_no_logprobs"] += 1
-            elif cfg.mask_truncated_completions and getattr(s, "truncated", False):
+            elif cfg.mask_truncated_completions and s.truncated:
                 counts["dropped_truncated"] += 1
             elif not any(s.loss_mask[1:]):  # position 0 has no context to be predicted from
                 counts["dropped_empty"] += 1
