@@ -113,6 +113,15 @@ def test_end_to_end_rounds_design_play_reward_update(tmp_path):
     events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events if e.get("kind") == "round"] == [0, 1]
     assert (tmp_path / "run" / "config.yaml").is_file()
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("agent_mean_return")] == [0, 1]
 
 
 def test_invalid_and_hanging_designs_get_fixed_rewards_and_blacklist(tmp_path):

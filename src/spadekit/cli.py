@@ -153,11 +153,11 @@ def selfplay(
 
 
 def _round_table(m: dict) -> Table:
-    table = Table(title=f"round {m['step']}  ({m['seconds']:.0f}s; pool = designed + "
-                        "bootstrap environments)", show_header=True)
-    for col in ("valid share", "pool", "win rate", "mean return", "regret",
-                "designer reward", "loss", "tokens/s", "timings"):
-        table.add_column(col)
+    times = "  ".join(f"{k} {v:.0f}s" for k, v in m["timings_s"].items())
+    table = Table(title=f"round {m['step']} ({m['seconds']:.0f}s)", caption=times,
+                  show_header=True)
+    for col in ("valid", "pool d+b", "win", "return", "regret", "d.reward", "loss", "tok/s"):
+        table.add_column(col, no_wrap=True)
     tps = m.get("sampled_tokens", 0) / max(m.get("timings_s", {}).get("play", 0) or 1e-9, 1e-9)
 
     def f(key, fmt="{:.3f}"):
@@ -166,7 +166,7 @@ def _round_table(m: dict) -> Table:
     pool = f"{m.get('pool_designed', 0)}+{m.get('pool_bootstrap', 0)}"
     table.add_row(f("valid_share", "{:.0%}"), pool, f("agent_win_rate", "{:.0%}"),
                   f("agent_mean_return"), f("regret"), f("designer_reward"), f("train/loss"),
-                  f"{tps:.1f}", " ".join(f"{k} {v:.0f}s" for k, v in m["timings_s"].items()))
+                  f"{tps:.0f}")
     return table
 
 

@@ -86,6 +86,9 @@ class SelfPlayConfig:
     dedup_threshold: float = 0.9
     seed: int = 0
     checkpoint_every: int = 1
+    tensorboard: bool = True
+    """Also write each round's metrics to ``run_dir/tensorboard`` when the ``tensorboard``
+    package is installed (``pip install -e ".[tensorboard]"``)."""
     designer: DesignerConfig = field(default_factory=DesignerConfig)
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(
         max_turns=12, max_new_tokens=256, temperature=0.6, max_context_tokens=4096))

@@ -11,7 +11,9 @@ rounds later; invalid ones carry their fixed reward (0, or -0.5 and a blacklist 
 
 from __future__ import annotations
 
+import contextlib
 import random
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +49,7 @@ class DesignOutcome:
     reasons: dict[str, int] = field(default_factory=dict)
     hints: dict[str, int] = field(default_factory=lambda: {"ok": 0, "missing": 0, "leaks": 0})
     designer_tokens: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def valid_share(self) -> float:
@@ -65,9 +68,13 @@ class DesignPhase:
         self.memory = memory
         self.corpus = corpus
 
-    def run(self, step: int, rng: random.Random) -> DesignOutcome:
+    def run(self, step: int, rng: random.Random, phase=None) -> DesignOutcome:
+        """One designer phase; ``phase(text)`` is an optional context manager that shows each
+        sub-phase (design, validate, hint) while it runs."""
         cfg, dcfg = self.config, self.config.designer
         out = DesignOutcome()
+        phase = phase or (lambda _text: contextlib.nullcontext())
+        clock = time.perf_counter()
         skills = active_skills(cfg.setting, cfg.skills_per_epoch, step // cfg.regen_interval)
         plan = []
         for i in range(cfg.envs_per_round):
@@ -84,9 +91,14 @@ class DesignPhase:
             plan[-1]["request"] = GenerationRequest(messages=messages, params=SamplingParams(
                 temperature=dcfg.temperature, top_p=dcfg.top_p,
                 max_new_tokens=dcfg.max_new_tokens, seed=rng.randrange(2 ** 31)))
-        gens = self.policy.generate([p["request"] for p in plan])
+        with phase(f"round {step}: design ({len(plan)} environments)"):
+            gens = self.policy.generate([p["request"] for p in plan])
         out.attempted = len(gens)
-        reports = self.validator.validate_many([g.text for g in gens], workers=2)
+        out.timings["design"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        with phase(f"round {step}: validate"):
+            reports = self.validator.validate_many([g.text for g in gens], workers=2)
+        out.timings["validate"] = time.perf_counter() - clock
         valid_items = []
         for item, gen, report in zip(plan, gens, reports):
             out.designer_tokens += len(gen.token_ids)
@@ -116,7 +128,10 @@ class DesignPhase:
             out.valid += 1
             own_hint = _designer_hint(gen.text)
             valid_items.append((item, program, report, own_hint))
-        self._hints(valid_items, out, step, rng)
+        clock = time.perf_counter()
+        with phase(f"round {step}: hint ({len(valid_items)} valid)"):
+            self._hints(valid_items, out, step, rng)
+        out.timings["hint"] = time.perf_counter() - clock
         for item, program, report, hint in valid_items:
             program = EnvProgram(code=program.code, hint=hint, skill=item["skill"],
                                  domain=cfg.setting, source=f"designer:step-{step}",

@@ -84,6 +84,7 @@ class SelfPlay:
         self._bootstrap_created: dict[str, int] = {}
         self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
                                   self.store, self.memory, self.corpus)
+        self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
         last = self.store.latest_complete_step()
         if last is None:
             if not resume and len(self.memory) == 0 and config.memory_seed_library:
@@ -118,6 +119,8 @@ class SelfPlay:
     def close(self) -> None:
         self.pool.close()
         self.store.close()
+        if self.tb is not None:
+            self.tb.close()
 
     def __enter__(self) -> "SelfPlay":
         return self
@@ -153,11 +156,8 @@ class SelfPlay:
         t_round = time.perf_counter()
         with self.store.round(step):
             if step % cfg.regen_interval == 0:
-                t = time.perf_counter()
-                with self._phase(f"round {step}: design, validate, hint "
-                                 f"({cfg.envs_per_round} environments)"):
-                    outcome = self.design.run(step, self.rng)
-                timings["design"] = time.perf_counter() - t
+                outcome = self.design.run(step, self.rng, phase=self._phase)
+                timings.update(outcome.timings)
                 metrics.update(designed=outcome.attempted, valid=outcome.valid,
                                valid_share=outcome.valid_share, pooled=len(outcome.pooled),
                                designer_tokens=outcome.designer_tokens,
@@ -189,6 +189,12 @@ class SelfPlay:
             self.store.log_metrics(step, {k: v for k, v in metrics.items()
                                           if isinstance(v, (int, float)) and k != "step"})
             self.store.append_event({"kind": "round", **metrics})
+        if self.tb is not None:  # after the commit, like events.jsonl
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                        and key != "step":
+                    self.tb.add_scalar(key, value, step)
+            self.tb.flush()
         return metrics
 
     def _bootstrap(self, step: int) -> None:
@@ -342,6 +348,15 @@ class SelfPlay:
             "rng": self.rng.getstate(),
             "corpus": self.corpus.state() if self.corpus is not None else None,
             "ema": {sha: t.state_dict() for sha, t in self.ema.items()}})
+
+
+def _tensorboard(run_dir: Path):
+    """A TensorBoard writer into ``run_dir/tensorboard``, or None without the package."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(run_dir / "tensorboard"))
 
 
 def _quiet_transformers() -> None:
