@@ -200,3 +200,19 @@ def test_sigkill_at_any_moment_resumes_losing_at_most_the_round_in_flight(tmp_pa
         assert envs_before <= {e["sha256"] for e in sp.store.environments()}
         assert sp.store.query("SELECT COUNT(*) FROM memory")[0][0] >= memory_before
     assert os.path.isdir(run / "checkpoints")
+
+
+def test_resume_with_a_broken_checkpoint_is_a_typed_error(tmp_path):
+    from spadekit.selfplay import ResumeError, SelfPlay
+
+    policy = load_policy("tiny")
+    designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
+    with SelfPlay(config(tmp_path, rounds=1), tmp_path / "run", policy=policy,
+                  designer_policy=designer) as sp:
+        sp.run()
+        ckpt = Path(sp.store.latest_checkpoint()["path"])
+    for weights in ckpt.rglob("*.safetensors"):
+        weights.write_bytes(b"not safetensors")
+    with pytest.raises(ResumeError, match="does not load"):
+        SelfPlay(config(tmp_path, rounds=1), tmp_path / "run", policy=load_policy("tiny"),
+                 designer_policy=designer, resume=True)

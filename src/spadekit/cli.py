@@ -146,7 +146,13 @@ def selfplay(
     with sp:
         console.print(f"sandbox tier: {sp.pool.report.tier}; starting at round {sp.next_step}")
         for _ in range(sp.config.rounds):
-            metrics = sp.round(sp.next_step)
+            try:
+                metrics = sp.round(sp.next_step)
+            except SpadekitError as exc:
+                err_console.print(f"[red]round {sp.next_step} failed:[/red] {exc.message}\n"
+                                  "Nothing of that round was committed; fix the cause and "
+                                  f"continue with --resume {target}")
+                raise typer.Exit(1) from None
             sp.next_step += 1
             console.print(_round_table(metrics))
     console.print(f"done: {target} (resume with --resume {target})")

@@ -31,7 +31,7 @@ from spadekit.advantages import Sample, agent_advantages, designer_advantages, d
 from spadekit.config import SelfPlayConfig, build, save_config
 from spadekit.design import DesignPhase, active_skills
 from spadekit.envs.program import EnvProgram
-from spadekit.errors import ConfigError
+from spadekit.errors import ConfigError, SpadekitError
 from spadekit.memory import EnvironmentMemory
 from spadekit.rewards import EmaTracker, EnvStats, designer_signal
 from spadekit.rollout import EpisodeSpec, RolloutEngine, Trajectory
@@ -39,7 +39,12 @@ from spadekit.sandbox.pool import SandboxPool
 from spadekit.store import RunStore
 from spadekit.validate import Validator, ValidatorSettings
 
-STATE_KEYS = ("rng", "corpus", "ema")
+
+
+class ResumeError(SpadekitError):
+    """A run directory cannot be continued (its checkpoint is missing or unreadable)."""
+
+    reason = "resume"
 
 
 class SelfPlay:
@@ -91,7 +96,11 @@ class SelfPlay:
                 self.memory.seed_from_library()
             self.next_step = 0
         else:
-            self._restore(last)
+            try:
+                self._restore(last)
+            except BaseException:
+                self.close()
+                raise
             self.next_step = last + 1
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -106,7 +115,12 @@ class SelfPlay:
     def _restore(self, step: int) -> None:
         pointer = self.store.latest_checkpoint()
         if pointer is not None:
-            self.trainer.load(pointer["path"])
+            try:
+                self.trainer.load(pointer["path"])
+            except Exception as exc:  # whatever the file problem, the run cannot go on from it
+                raise ResumeError(f"cannot resume {self.run_dir}: the checkpoint of round "
+                                  f"{pointer['step']} ({pointer['path']}) does not load: {exc}",
+                                  step=pointer["step"]) from exc
         state = self.store.get_state("loop", {})
         if "rng" in state:
             self.rng.setstate(_tuplify(state["rng"]))
