@@ -87,6 +87,7 @@ class SelfPlay:
         self.rng = random.Random(config.seed)
         self.ema: dict[str, EmaTracker] = {}
         self._bootstrap_created: dict[str, int] = {}
+        self._broken: str | None = None
         self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
                                   self.store, self.memory, self.corpus)
         self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
@@ -164,6 +165,19 @@ class SelfPlay:
     # -- one round -------------------------------------------------------------------------
 
     def round(self, step: int) -> dict[str, Any]:
+        """Play round ``step``. If it fails, nothing of it is committed, but this object's model
+        weights and random streams may have moved on: continue with a new ``SelfPlay(...,
+        resume=True)``, which reloads the last committed state (the CLI does this for you)."""
+        if self._broken is not None:
+            raise ResumeError(f"an earlier round failed ({self._broken}); open the run again "
+                              f"with resume=True to continue from round {self.next_step}")
+        try:
+            return self._round(step)
+        except BaseException as exc:
+            self._broken = f"{type(exc).__name__}: {exc}"[:300]
+            raise
+
+    def _round(self, step: int) -> dict[str, Any]:
         cfg = self.config
         timings: dict[str, float] = {}
         metrics: dict[str, Any] = {"step": step}
