@@ -145,7 +145,7 @@ class RolloutEngine:
         self.stats = {"model_s": 0.0, "env_s": 0.0, "sampled_tokens": 0, "turns": 0}
         trajs = [Trajectory(spec=s, _index=i) for i, s in enumerate(specs)]
         sandboxes: dict[str, Sandbox] = {}
-        with ThreadPoolExecutor(max(1, self.config.load_workers)) as ex:
+        with ThreadPoolExecutor(max(1, self.config.load_workers)) as ex, self.pool.paused():
             try:
                 self._start(trajs, sandboxes, ex)
                 turn = 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 import time
 
@@ -40,6 +41,7 @@ class SandboxPool:
         self._closed = False
         self._booting = 0
         self._last_pop = 0.0
+        self._paused = 0
         self.stats = {"acquired": 0, "warm_hits": 0, "cold_starts": 0, "boot_failures": 0}
         # Booting is mostly waiting for the child, so a few boots run side by side.
         self._threads = [threading.Thread(target=self._refill, daemon=True,
@@ -75,6 +77,20 @@ class SandboxPool:
         with self._cond:
             self._live.discard(sb)
             self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Hold background boots while latency-critical work runs (a rollout): replacements for
+        the workers it takes are booted when the block ends. ``acquire`` still cold-starts a
+        worker when none is warm."""
+        with self._cond:
+            self._paused += 1
+        try:
+            yield self
+        finally:
+            with self._cond:
+                self._paused -= 1
+                self._cond.notify_all()
 
     def sandboxes(self) -> list[Sandbox]:
         """The sandboxes this pool holds now: warm ones and those handed out."""
@@ -149,7 +165,8 @@ class SandboxPool:
         while True:
             with self._cond:
                 while not self._closed and (
-                        len(self._ready) + self._booting >= self.warm
+                        self._paused
+                        or len(self._ready) + self._booting >= self.warm
                         or (self.max_workers is not None and self._count() >= self.max_workers)):
                     self._cond.wait(0.5)
                 if self._closed:
