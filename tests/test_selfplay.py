@@ -216,3 +216,13 @@ def test_resume_with_a_broken_checkpoint_is_a_typed_error(tmp_path):
     with pytest.raises(ResumeError, match="does not load"):
         SelfPlay(config(tmp_path, rounds=1), tmp_path / "run", policy=load_policy("tiny"),
                  designer_policy=designer, resume=True)
+
+
+def test_a_policy_that_cannot_train_is_refused_clearly(tmp_path):
+    from spadekit.errors import ConfigError
+    from spadekit.selfplay import SelfPlay
+
+    scripted = ScriptedPolicy(load_policy("tiny").tokenizer, lambda _i, _t: "x")
+    with pytest.raises(ConfigError, match="cannot be trained"):
+        SelfPlay(config(tmp_path), tmp_path / "run", policy=scripted)
+    assert not (tmp_path / "run").exists()  # nothing half-created to trip a retry

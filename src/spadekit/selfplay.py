@@ -57,17 +57,28 @@ class SelfPlay:
         if resume:
             self.store = RunStore.open(self.run_dir)
             config = self._stored_config(config)
-        else:
-            if (self.run_dir / "run.sqlite").exists():
-                raise ConfigError(f"{self.run_dir} already holds a run; use --resume to continue "
-                                  "it, or choose another --run-dir")
+        elif (self.run_dir / "run.sqlite").exists():
+            raise ConfigError(f"{self.run_dir} already holds a run; use --resume to continue "
+                              "it, or choose another --run-dir")
+        self.config = config
+        try:
+            if policy is None:
+                from spadekit.policy.registry import load_policy
+
+                policy = load_policy(config.model, seed=config.seed)
+            if "train" not in getattr(policy, "capabilities", ()):
+                raise ConfigError(
+                    f"self-play updates the policy in this process, but {config.model!r} "
+                    f"({getattr(policy, 'name', type(policy).__name__)}) cannot be trained here "
+                    "(no 'train' capability): use a transformers model (hf:PATH, smollm2-135m, "
+                    "tiny); servers and vLLM serve generation only")
+        except BaseException:
+            if resume:
+                self.store.close()
+            raise
+        if not resume:  # the run directory appears only once the model is known to work
             self.store = RunStore(self.run_dir, create=True)
             save_config(config, self.run_dir / "config.yaml")
-        self.config = config
-        if policy is None:
-            from spadekit.policy.registry import load_policy
-
-            policy = load_policy(config.model, seed=config.seed)
         self.policy = policy
         self.designer_policy = designer_policy or policy
         from spadekit.train.trainer import PolicyTrainer

@@ -631,6 +631,10 @@ def load_openai(spec: str, base_url: str | None = None, api_key: str | None = No
     over ``OPENAI_BASE_URL``; the key comes from ``api_key=`` or ``OPENAI_API_KEY`` (may be
     empty). An empty MODEL takes the first model the server lists."""
     model, spec_url = parse_spec(spec)
+    for local_only in ("seed", "device", "dtype", "max_batch_size"):
+        # options other backends take; a server owns its model, and sampling seeds travel
+        # with each request (SamplingParams.seed)
+        options.pop(local_only, None)
     return OpenAIPolicy(model, base_url=spec_url or base_url, api_key=api_key,
                         tokenizer=tokenizer, max_concurrency=max_concurrency, timeout=timeout,
                         retries=retries, probe=probe, **options)
