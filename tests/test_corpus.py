@@ -180,3 +180,23 @@ def test_default_corpus_is_deterministic():
     assert [d.text for d in first] == [d.text for d in second]
     assert [d.id for d in first] == [d.id for d in default_corpus().documents
                                      if d.id.startswith("stdlib:")]
+
+
+def test_default_corpus_ignores_what_other_packages_patch_in(monkeypatch):
+    """Resume depends on the default corpus being the same in every process, whatever else was
+    imported first (transformers, for one, adds methods to logging.Logger)."""
+    import logging
+
+    from spadekit.corpus import build_default_documents
+
+    before = [d.id for d in build_default_documents(stdlib=("logging",), scientific=())]
+
+    def warning_twice(self, *args):
+        pass
+
+    warning_twice.__doc__ = "Log a warning twice. " + "It comes from another package. " * 20
+
+    monkeypatch.setattr(logging.Logger, "warning_twice", warning_twice, raising=False)
+    monkeypatch.setattr(logging, "shout", warning_twice, raising=False)
+    after = [d.id for d in build_default_documents(stdlib=("logging",), scientific=())]
+    assert after == before and before

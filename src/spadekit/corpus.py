@@ -267,13 +267,7 @@ def _read_parquet(path: Path, label: str) -> list[Document]:
         raise CorpusError(f"{path}: no 'text' or 'orig_doc' column (columns: {', '.join(names)})")
     columns = [column] + (["id"] if "id" in names else [])
     table = pq.read_table(path, columns=columns).to_pydict()
-    ids = table.get("id")
-    docs = []
-    for row, text in enumerate(table[column]):
-        if isinstance(text, str) and text.strip():
-            key = f"#{ids[row]}" if ids is not None and ids[row] is not None else f":{row}"
-            docs.append(Document(f"{label}{key}", text, str(path)))
-    return docs
+    return _column_documents(table[column], table.get("id"), label, path)
 
 
 def _read_hf_dataset(path: Path) -> list[Document]:
@@ -291,11 +285,17 @@ def _read_hf_dataset(path: Path) -> list[Document]:
         raise CorpusError(f"{path}: no 'text' or 'orig_doc' column "
                           f"(columns: {', '.join(data.column_names)})")
     ids = data["id"] if "id" in data.column_names else None
+    return _column_documents(data[column], ids, path.name, path)
+
+
+def _column_documents(texts, ids, label: str, path: Path) -> list[Document]:
+    """Documents from a text column (and an optional id column) of a table; empty rows skipped.
+    Ids are ``label#id`` when an id exists, else ``label:row``."""
     docs = []
-    for row, text in enumerate(data[column]):
+    for row, text in enumerate(texts):
         if isinstance(text, str) and text.strip():
             key = f"#{ids[row]}" if ids is not None and ids[row] is not None else f":{row}"
-            docs.append(Document(f"{path.name}{key}", text, str(path)))
+            docs.append(Document(f"{label}{key}", text, str(path)))
     return docs
 
 
@@ -385,10 +385,23 @@ def _members(module: Any) -> Iterable[tuple[str, Any]]:
             obj = getattr(module, name)
         except Exception:  # noqa: BLE001 - lazy attributes may fail to import
             continue
-        if inspect.ismodule(obj):
+        if inspect.ismodule(obj) or not _native(obj, module.__name__):
             continue
         if callable(obj):
             yield name, obj
+
+
+def _native(obj: Any, modname: str) -> bool:
+    """Whether ``obj`` belongs to the package of ``modname``. Other packages patch things into
+    modules and classes they do not own (transformers adds methods to ``logging.Logger``), and
+    lazily exposed aliases appear only after some import: keeping only native objects makes the
+    corpus the same in every process, which resuming a run's sampling stream relies on."""
+    owner = getattr(obj, "__module__", None)
+    if not isinstance(owner, str):
+        return True  # builtins without a module (C functions of the module itself)
+    root = modname.split(".")[0]
+    return owner == root or owner.startswith(root + ".") or owner.lstrip("_").split(".")[0] \
+        == root.lstrip("_")
 
 
 def _module_documents(modname: str, origin: str, min_words: int) -> list[Document]:
@@ -410,7 +423,8 @@ def _module_documents(modname: str, origin: str, min_words: int) -> list[Documen
         if inspect.isclass(obj):
             add(qual, obj, f"class {qual}{_signature(obj)}")
             for meth_name, meth in sorted(vars(obj).items()):
-                if meth_name.startswith("_") or not callable(meth):
+                if meth_name.startswith("_") or not callable(meth) \
+                        or not _native(meth, modname):
                     continue
                 add(f"{qual}.{meth_name}", meth, f"{qual}.{meth_name}{_signature(meth)}")
         else:
