@@ -205,7 +205,7 @@ class SelfPlay:
             self._bootstrap(step)
             t = time.perf_counter()
             with self._phase(f"round {step}: play"):
-                trajs, specs = self._play(step)
+                trajs = self._play(step)
             timings["play"] = time.perf_counter() - t
             metrics.update(self._mix)
             agent = self._agent_samples(trajs, metrics)
@@ -270,7 +270,7 @@ class SelfPlay:
             self.store.set_status(program.sha256, "pooled", step)
             self._bootstrap_created[program.sha256] = step
 
-    def _play(self, step: int) -> tuple[list[Trajectory], list[EpisodeSpec]]:
+    def _play(self, step: int) -> list[Trajectory]:
         cfg = self.config
         specs = []
         for row in self.store.environments(status="pooled"):
@@ -293,7 +293,7 @@ class SelfPlay:
             self.store.record_episode(tr, step=step, env_sha=tr.spec.tag["env"],
                                       with_hint=tr.spec.tag["with_hint"], role="agent",
                                       play=True)
-        return trajs, specs
+        return trajs
 
     def _agent_samples(self, trajs: list[Trajectory], metrics: dict) -> list[Sample]:
         """GRPO within each environment's no-hint plays (hint plays measure regret only)."""

@@ -156,21 +156,32 @@ def descendants(pid: int) -> set[int]:
     """All descendants of ``pid``: through /proc/PID/task/TID/children where the kernel has it,
     else by scanning the parent links of every process."""
     try:
-        found: set[int] = set()
-        todo = [pid]
-        while todo:
-            current = todo.pop()
-            for tid in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{tid}/children", "rb") as fh:
-                    for child in fh.read().split():
-                        if int(child) not in found:
-                            found.add(int(child))
-                            todo.append(int(child))
-        return found
-    except FileNotFoundError:
-        pass
+        return _walk(pid, _children_files)
     except OSError:
-        pass
+        table = _children_table()
+        return _walk(pid, lambda p: table.get(p, []))
+
+
+def _walk(pid: int, children_of) -> set[int]:
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _children_files(pid: int) -> list[int]:
+    out: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+            out += [int(c) for c in fh.read().split()]
+    return out
+
+
+def _children_table() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -182,14 +193,7 @@ def descendants(pid: int) -> set[int]:
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    found = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    return children
 
 
 def worker_config(config: SandboxConfig, plan: Plan, scratch: str) -> dict:
