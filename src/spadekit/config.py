@@ -57,6 +57,50 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class CurriculumConfig:
+    """What the agent trains on: SPADE's designer (``spade``) or a baseline with the same
+    trainer and budget: ``fixed`` (a static pool) or ``rlve`` (RLVE's adaptive ladder)."""
+
+    kind: str = "spade"
+    pool: str = "library"
+    """``fixed``: the programs' source: library, a pool directory or a run directory."""
+    rlve_envs: list[str] | None = None
+    """``rlve``: environment names of rlve-gym (None: all 400)."""
+    rlve_threshold: float = 0.9
+    rlve_window_factor: int = 8
+    """Raise an environment's difficulty bound after this many x num_generations plays at it."""
+    rlve_levels: int = 4
+    """Difficulties sampled from the last this-many levels up to the bound."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("spade", "fixed", "rlve"):
+            raise ConfigError(f"curriculum.kind must be spade, fixed or rlve, got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class EvalLoopConfig:
+    """Evaluation inside the run: ``suites`` every ``every`` rounds, logged with the metrics
+    (``eval/<suite>/win_rate`` ...) and written in full to ``run_dir/evals/step-N.json``."""
+
+    suites: list[str] = field(default_factory=list)
+    every: int = 0
+    """Rounds between evaluations; 0 turns in-loop evaluation off."""
+    limit: int | None = 2
+    """Items per dataset (keep it small: the run waits for it)."""
+    k: int | None = 1
+    max_new_tokens: int | None = 256
+    max_turns: int | None = None
+    temperature: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ConfigError("eval.every must be >= 0")
+        if self.every and not self.suites:
+            raise ConfigError("eval.every is set but eval.suites is empty")
+
+
+@dataclass(frozen=True)
 class SelfPlayConfig:
     setting: str = "games"
     """``games`` (reasoning puzzles) or ``tooluse`` (multi-turn API calling)."""
@@ -96,6 +140,8 @@ class SelfPlayConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     """The GRPO update (TRL's knob names); its ``temperature`` is set from the rollout's."""
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    eval: EvalLoopConfig = field(default_factory=EvalLoopConfig)
 
     def __post_init__(self) -> None:
         if self.setting not in ("games", "tooluse"):

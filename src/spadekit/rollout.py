@@ -13,19 +13,22 @@ reward if terminated, else 0. Hints go on the first observation only: ``"{obs}\\
 
 from __future__ import annotations
 
+import contextlib
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from spadekit.chat import ChatRenderer
 from spadekit.envs.program import EnvProgram
-from spadekit.errors import SandboxError
+from spadekit.errors import EnvRaised, InvalidResult, SandboxError
 from spadekit.play import episode_return, with_hint
 from spadekit.policy.base import GenerationRequest, Policy, SamplingParams, encode_texts
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.batch import request_many, start_many, step_many
+from spadekit.sandbox import worker as checks
+from spadekit.sandbox.config import SandboxConfig
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 
 GAMES_SYSTEM = (
@@ -63,11 +66,27 @@ class RolloutConfig:
 
 @dataclass
 class EpisodeSpec:
-    program: EnvProgram
+    program: EnvProgram | None
+    """An untrusted program, played in a sandbox; None when ``env_factory`` is given."""
     seed: int
     hint: str | None = None
     tag: dict[str, Any] = field(default_factory=dict)
     """Free metadata carried to the trajectory (env id, group, with_hint, ...)."""
+    env_factory: Callable[[], Any] | None = None
+    """Trusted code only (benchmark adapters, packaged environments such as rlve-gym): builds an
+    object with the Gymnasium text contract (``reset(*, seed, options)``, 5-tuple ``step``, and
+    optionally ``tools()``) that is stepped in this process, without a sandbox."""
+    system: str | None = None
+    """This episode's system prompt (default: the config's, else the setting's built-in one)."""
+
+    def __post_init__(self) -> None:
+        if (self.program is None) == (self.env_factory is None):
+            raise ValueError("an EpisodeSpec needs exactly one of program and env_factory")
+
+    @property
+    def env_key(self) -> str:
+        """The program's sha256, or ``local:<id>`` for an in-process environment."""
+        return self.program.sha256 if self.program is not None else f"local:{id(self)}"
 
 
 @dataclass
@@ -101,7 +120,7 @@ class Trajectory:
     failure: dict[str, Any] | None = None
     episode_return: float = 0.0
     tools: list[dict] | None = None
-    _env: RemoteEnv | None = field(default=None, repr=False)
+    _env: RemoteEnv | LocalEnv | None = field(default=None, repr=False)
     _index: int = field(default=0, repr=False)
     _sampled_end: bool = field(default=False, repr=False)
 
@@ -114,7 +133,8 @@ class Trajectory:
         return sum(self.loss_mask)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"program_sha256": self.spec.program.sha256, "seed": self.spec.seed,
+        return {"program_sha256": self.spec.program.sha256 if self.spec.program else None,
+                "seed": self.spec.seed,
                 "hint": self.spec.hint, "tag": self.spec.tag, "token_ids": self.token_ids,
                 "loss_mask": self.loss_mask, "logprobs": self.logprobs, "messages": self.messages,
                 "turns": [asdict(t) for t in self.turns], "prompt_len": self.prompt_len,
@@ -126,7 +146,9 @@ class Trajectory:
 class RolloutEngine:
     """Plays episodes of programs with a policy. Owns nothing: give it a policy and a pool."""
 
-    def __init__(self, policy: Policy, pool: SandboxPool, config: RolloutConfig | None = None):
+    def __init__(self, policy: Policy, pool: SandboxPool | None,
+                 config: RolloutConfig | None = None):
+        """``pool`` may be None when every episode runs an in-process ``env_factory``."""
         self.policy = policy
         self.pool = pool
         self.config = config or RolloutConfig()
@@ -145,7 +167,10 @@ class RolloutEngine:
         self.stats = {"model_s": 0.0, "env_s": 0.0, "sampled_tokens": 0, "turns": 0}
         trajs = [Trajectory(spec=s, _index=i) for i, s in enumerate(specs)]
         sandboxes: dict[str, Sandbox] = {}
-        with ThreadPoolExecutor(max(1, self.config.load_workers)) as ex, self.pool.paused():
+        if self.pool is None and any(s.program is not None for s in specs):
+            raise ValueError("episodes of untrusted programs need a SandboxPool")
+        paused = self.pool.paused() if self.pool is not None else contextlib.nullcontext()
+        with ThreadPoolExecutor(max(1, self.config.load_workers)) as ex, paused:
             try:
                 self._start(trajs, sandboxes, ex)
                 turn = 0
@@ -162,6 +187,8 @@ class RolloutEngine:
 
     def _start(self, trajs: list[Trajectory], sandboxes: dict[str, Sandbox], ex) -> None:
         """One sandbox per distinct program; one environment instance per episode; reset."""
+        local = [t for t in trajs if t.spec.program is None]
+        trajs = [t for t in trajs if t.spec.program is not None]
         codes = {t.spec.program.sha256: t.spec.program.code for t in trajs}
 
         def acquire(item):
@@ -195,6 +222,13 @@ class RolloutEngine:
                     raw, SandboxError) else raw
             except SandboxError as exc:
                 tools_of[i] = exc
+        for tr in local:
+            env = LocalEnv(tr.spec.env_factory)
+            result = env.reset(tr.spec.seed)
+            tools = env.tools() if not isinstance(result, SandboxError) else None
+            live.append(tr)
+            started.append(result if isinstance(result, SandboxError) else (env, *result))
+            tools_of[len(live) - 1] = tools
         prompts: list[tuple[Trajectory, str]] = []
         for i, (tr, result) in enumerate(zip(live, started)):
             tools = tools_of.get(i)
@@ -208,7 +242,8 @@ class RolloutEngine:
             env, obs, _info = result
             tr._env, tr.tools = env, tools
             setting = "tooluse" if tools else "games"
-            system = self.config.system_prompt or (TOOLUSE_SYSTEM if tools else GAMES_SYSTEM)
+            system = tr.spec.system or self.config.system_prompt or (
+                TOOLUSE_SYSTEM if tools else GAMES_SYSTEM)
             tr.messages = [{"role": "system", "content": system},
                            {"role": "user", "content": with_hint(obs, tr.spec.hint)}]
             tr.spec.tag.setdefault("setting", setting)
@@ -258,7 +293,13 @@ class RolloutEngine:
             self.stats["sampled_tokens"] += len(gen.token_ids)
 
         t = time.perf_counter()
-        results = step_many([(tr._env, gen.text) for tr, gen in zip(ready, gens)])
+        remote = [i for i, tr in enumerate(ready) if isinstance(tr._env, RemoteEnv)]
+        results: list[Any] = [None] * len(ready)
+        for i, result in zip(remote, step_many([(ready[i]._env, gens[i].text) for i in remote])):
+            results[i] = result
+        for i, tr in enumerate(ready):
+            if not isinstance(tr._env, RemoteEnv):
+                results[i] = tr._env.step(gens[i].text)
         step_s = (time.perf_counter() - t) / len(ready)
         pending: list[tuple[Trajectory, str]] = []
         for tr, gen, result in zip(ready, gens, results):
@@ -316,6 +357,54 @@ class RolloutEngine:
     def _drop(tr: Trajectory) -> None:
         # the instance dies with its sandbox at the end of the run; no round trip to drop it
         tr._env = None
+
+
+class LocalEnv:
+    """An in-process environment behind the same checks as a sandboxed one: whatever it raises
+    or returns out of contract becomes a typed ``SandboxError`` for that episode only."""
+
+    max_observation_chars = SandboxConfig.max_observation_chars
+
+    def __init__(self, factory: Callable[[], Any]):
+        self.factory = factory
+        self.env: Any = None
+
+    def reset(self, seed: int) -> tuple[str, dict] | SandboxError:
+        try:
+            self.env = self.factory()
+            value, err = checks.check_reset(self.env.reset(seed=seed), self.max_observation_chars)
+            if err:
+                return InvalidResult(err["message"], reason=err["reason"], op="reset")
+            return value[0], value[1]
+        except Exception as exc:
+            return _raised(exc)
+
+    def tools(self) -> list[dict] | None | SandboxError:
+        method = getattr(self.env, "tools", None)
+        if not callable(method):
+            return None
+        try:
+            return RemoteEnv.checked_tools(method()) or None
+        except Exception as exc:
+            return _raised(exc)
+
+    def step(self, action: str) -> tuple | SandboxError:
+        try:
+            value, err = checks.check_step(self.env.step(action), self.max_observation_chars)
+            if err:
+                return InvalidResult(err["message"], reason=err["reason"], op="step")
+            return tuple(value[:5])
+        except Exception as exc:
+            return _raised(exc)
+
+
+def _raised(exc: Exception) -> SandboxError:
+    import traceback
+
+    if isinstance(exc, SandboxError):
+        return exc
+    return EnvRaised(f"{type(exc).__name__}: {exc}"[:2000], exc_type=type(exc).__name__,
+                     traceback="".join(traceback.format_exception(exc))[-4000:])
 
 
 def _seed(base: int, episode_seed: int, key: int, turn: int) -> int:

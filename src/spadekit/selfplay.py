@@ -72,6 +72,9 @@ class SelfPlay:
                     f"({getattr(policy, 'name', type(policy).__name__)}) cannot be trained here "
                     "(no 'train' capability): use a transformers model (hf:PATH, smollm2-135m, "
                     "tiny); servers and vLLM serve generation only")
+            from spadekit.curriculum import build_curriculum
+
+            self.curriculum = build_curriculum(config)  # a bad source fails before any file
         except BaseException:
             if resume:
                 self.store.close()
@@ -101,6 +104,7 @@ class SelfPlay:
         self._broken: str | None = None
         self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
                                   self.store, self.memory, self.corpus)
+        self._eval_cache: dict[str, Any] = {}
         self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
         last = self.store.latest_complete_step()
         if last is None:
@@ -138,6 +142,8 @@ class SelfPlay:
             self.rng.setstate(_tuplify(state["rng"]))
         if "corpus" in state and self.corpus is not None:
             self.corpus.set_state(state["corpus"])
+        if self.curriculum is not None and state.get("curriculum") is not None:
+            self.curriculum.load_state_dict(state["curriculum"])
         for sha, tracker in state.get("ema", {}).items():
             self.ema[sha] = EmaTracker()
             self.ema[sha].load_state_dict(tracker)
@@ -194,19 +200,14 @@ class SelfPlay:
         metrics: dict[str, Any] = {"step": step}
         t_round = time.perf_counter()
         with self.store.round(step):
-            if step % cfg.regen_interval == 0:
-                outcome = self.design.run(step, self.rng, phase=self._phase)
-                timings.update(outcome.timings)
-                metrics.update(designed=outcome.attempted, valid=outcome.valid,
-                               valid_share=outcome.valid_share, pooled=len(outcome.pooled),
-                               designer_tokens=outcome.designer_tokens,
-                               hints_ok=outcome.hints["ok"], hints_leaked=outcome.hints["leaks"],
-                               invalid_reasons=outcome.reasons)
-            self._bootstrap(step)
-            t = time.perf_counter()
-            with self._phase(f"round {step}: play"):
-                trajs = self._play(step)
-            timings["play"] = time.perf_counter() - t
+            if self.curriculum is not None:
+                t = time.perf_counter()
+                with self._phase(f"round {step}: play ({self.curriculum.name} curriculum)"):
+                    trajs = self._play_curriculum(step)
+                timings["play"] = time.perf_counter() - t
+                metrics.update(self.curriculum.observe(step, trajs))
+            else:
+                trajs = self._spade_play(step, timings, metrics)
             metrics.update(self._mix)
             agent = self._agent_samples(trajs, metrics)
             designer = self._designer_samples(step, len(agent), metrics)
@@ -223,6 +224,11 @@ class SelfPlay:
                 with self._phase(f"round {step}: checkpoint"):
                     path = self.trainer.save(self.store.checkpoint_dir(step, create=True))
                     self.store.record_checkpoint(step, path)
+            if cfg.eval.every and (step + 1) % cfg.eval.every == 0:
+                t = time.perf_counter()
+                with self._phase(f"round {step}: evaluate ({', '.join(cfg.eval.suites)})"):
+                    metrics.update(self._evaluate(step))
+                timings["eval"] = time.perf_counter() - t
             metrics["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
             metrics["seconds"] = round(time.perf_counter() - t_round, 3)
             self.store.log_metrics(step, {k: v for k, v in metrics.items()
@@ -235,6 +241,88 @@ class SelfPlay:
                     self.tb.add_scalar(key, value, step)
             self.tb.flush()
         return metrics
+
+    def _spade_play(self, step: int, timings: dict, metrics: dict) -> list[Trajectory]:
+        """SPADE's pool: design at each regeneration, bootstrap, then play every pooled env."""
+        if step % self.config.regen_interval == 0:
+            outcome = self.design.run(step, self.rng, phase=self._phase)
+            timings.update(outcome.timings)
+            metrics.update(designed=outcome.attempted, valid=outcome.valid,
+                           valid_share=outcome.valid_share, pooled=len(outcome.pooled),
+                           designer_tokens=outcome.designer_tokens,
+                           hints_ok=outcome.hints["ok"], hints_leaked=outcome.hints["leaks"],
+                           invalid_reasons=outcome.reasons)
+        self._bootstrap(step)
+        t = time.perf_counter()
+        with self._phase(f"round {step}: play"):
+            trajs = self._play(step)
+        timings["play"] = time.perf_counter() - t
+        return trajs
+
+    def _play_curriculum(self, step: int) -> list[Trajectory]:
+        """A baseline's round: the curriculum picks the plays; no designer, no hints."""
+        cfg = self.config
+        specs = self.curriculum.episodes(step, self.rng, cfg.envs_per_round, cfg.num_generations)
+        trajs = self.engine.run(specs) if specs else []
+        rows: dict[str, str] = {}
+        for tr in trajs:
+            key = tr.spec.tag["env"]
+            if key not in rows:
+                rows[key] = self._baseline_env_row(tr, step)
+            self.store.record_episode(tr, step=step, env_sha=rows[key], with_hint=False,
+                                      role="agent", play=True)
+        self._mix = {"pool_designed": 0, "pool_bootstrap": 0, "pool_baseline": len(rows)}
+        return trajs
+
+    def _baseline_env_row(self, tr: Trajectory, step: int) -> str:
+        """The environments row a baseline's play points at: the program itself, or for a
+        packaged problem (rlve) a descriptor row saying what was played."""
+        program = tr.spec.program
+        if program is None:
+            tag = tr.spec.tag
+            prompt = tr.messages[1]["content"] if len(tr.messages) > 1 else ""
+            program = EnvProgram(
+                code=f"# packaged problem {tag['env']} (played in-process, not a program)\n",
+                skill=tag.get("skill"), domain=self.config.setting,
+                source=str(tag["env"]).split(":", 1)[0] + ":" + str(tag.get("skill")),
+                meta={"difficulty": tag.get("difficulty"), "prompt": prompt[:4000]})
+        if not self.store.has_environment(program.sha256):
+            self.store.add_environment(program, step=step, status="retired",
+                                       lineage={"baseline": self.curriculum.name})
+        return program.sha256
+
+    def _evaluate(self, step: int) -> dict[str, float]:
+        """Run the configured suites with the current weights; full results go to
+        ``run_dir/evals/step-N.json``, headline numbers into the round's metrics."""
+        import json
+
+        from spadekit.eval import make_suite, suite_label
+        from spadekit.eval.compare import results_file
+        from spadekit.eval.runner import EvalSettings, run_suite
+
+        e = self.config.eval
+        settings = EvalSettings(k=e.k, temperature=e.temperature, max_new_tokens=e.max_new_tokens,
+                                max_turns=e.max_turns, limit=e.limit, seed=e.seed,
+                                max_context_tokens=self.config.rollout.max_context_tokens)
+        results, flat = [], {}
+        for spec in e.suites:
+            if spec not in self._eval_cache:  # items are fixed for the whole run
+                suite = make_suite(spec)
+                self._eval_cache[spec] = (suite, suite.load_items(e.limit))
+            suite, items = self._eval_cache[spec]
+            result = run_suite(self.policy, suite, settings, pool=self.pool, items=items,
+                               model_label=f"{self.run_dir.name}@step-{step}")
+            results.append(result)
+            summary, label = result["summary"], suite_label(spec)
+            for name, m in [("", summary["overall"])] + [
+                    (f"{g}/", m) for g, m in summary["groups"].items()]:
+                flat[f"eval/{label}/{name}win_rate"] = m["win_rate"]
+                flat[f"eval/{label}/{name}mean_score"] = m["mean_score"]
+        folder = self.run_dir / "evals"
+        folder.mkdir(exist_ok=True)
+        (folder / f"step-{step}.json").write_text(json.dumps(
+            results_file(f"{self.run_dir.name}@step-{step}", results)))
+        return flat
 
     def _bootstrap(self, step: int) -> None:
         """Reference environments of the active skills join the pool for this round."""
@@ -386,7 +474,9 @@ class SelfPlay:
         self.store.put_state("loop", {
             "rng": self.rng.getstate(),
             "corpus": self.corpus.state() if self.corpus is not None else None,
-            "ema": {sha: t.state_dict() for sha, t in self.ema.items()}})
+            "ema": {sha: t.state_dict() for sha, t in self.ema.items()},
+            "curriculum": (self.curriculum.state_dict() if self.curriculum is not None
+                           else None)})
 
 
 def _tensorboard(run_dir: Path):

@@ -32,7 +32,8 @@ _BOX_OPEN = re.compile(r"\\boxed\s*\{")
 _TOOL_CALL = re.compile(
     r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL | re.IGNORECASE
 )
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
+_ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 _FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.DOTALL)
 
 
@@ -100,11 +101,22 @@ def boxed(command: str) -> str:
 
 
 def extract_answer(text: str) -> str | None:
-    """Return the stripped content of the last ``<answer>...</answer>`` in ``text``, or None."""
+    """Return the stripped content of the last ``<answer>...</answer>`` in ``text``, or None.
+
+    Linear time: the last ``<answer>`` that opens before the last ``</answer>``, up to the first
+    ``</answer>`` after it (tags are case-insensitive). Thousands of unclosed tags cost one scan.
+    """
     if not isinstance(text, str):
         return None
-    found = _ANSWER.findall(text)
-    return found[-1].strip() if found else None
+    closes = [m.start() for m in _ANSWER_CLOSE.finditer(text)]
+    if not closes:
+        return None
+    opens = [m.end() for m in _ANSWER_OPEN.finditer(text, 0, closes[-1])]
+    if not opens:
+        return None
+    start = opens[-1]
+    end = next(c for c in closes if c >= start)
+    return text[start:end].strip()
 
 
 def format_tool_call(name: str, arguments: dict[str, Any] | None = None) -> str:

@@ -1,0 +1,180 @@
+"""Run a suite with a policy: every item ``k`` times through the rollout engine, then per-item
+scores and a summary per group and dataset, as one JSON-safe result.
+
+The result keeps every sample's score (``items[i].scores``), so both the share solved and
+head-to-head win rates between two models (``spadekit eval compare``) come from the same file.
+Metrics, for the whole suite and per group/dataset:
+
+- ``mean_score``: mean over items of the item's mean score over its k samples (Avg@k);
+- ``win_rate``: mean over items of the share of its samples scoring >= 1.0;
+- ``pass_rate``: share of items with at least one winning sample (pass@k);
+- ``any_credit_rate``: share of samples scoring > 0 (the "win" SPADE's curriculum counts);
+- ``failures``: samples whose environment or policy failed (scored 0, never raised).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from spadekit.eval.base import WIN_THRESHOLD, EvalItem, Suite
+from spadekit.rollout import RolloutConfig, RolloutEngine, Trajectory
+
+RESULT_FORMAT = "spadekit-eval/1"
+REPLY_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Overrides of a suite's own sampling defaults (None keeps the suite's value)."""
+
+    k: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None
+    max_turns: int | None = None
+    limit: int | None = None
+    """Items per dataset."""
+    seed: int = 0
+    batch_size: int = 64
+    """Episodes per engine call (bounds the policy's batch and memory)."""
+    max_context_tokens: int | None = None
+    """None: the policy's context length when it reports one, else 32768."""
+    transcripts: bool = False
+    """Keep every sample's whole conversation in the result (large)."""
+
+    def resolve(self, suite: Suite) -> dict[str, Any]:
+        d = suite.defaults
+        pick = lambda mine, theirs: theirs if mine is None else mine  # noqa: E731
+        out = {"k": pick(self.k, d.k), "temperature": pick(self.temperature, d.temperature),
+               "top_p": pick(self.top_p, d.top_p),
+               "max_new_tokens": pick(self.max_new_tokens, d.max_new_tokens),
+               "max_turns": pick(self.max_turns, d.max_turns), "limit": self.limit,
+               "seed": self.seed}
+        if out["k"] < 1 or out["max_turns"] < 1 or out["max_new_tokens"] < 1:
+            from spadekit.eval.base import EvalError
+
+            raise EvalError("k, max_turns and max_new_tokens must be >= 1")
+        return out
+
+
+def sample_seed(base: int, item_id: str, sample: int) -> int:
+    """The environment/sampling seed of one sample: stable across runs, models and batching."""
+    return zlib.crc32(f"{base}:{item_id}:{sample}".encode())
+
+
+def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *,
+              pool: Any = None, items: list[EvalItem] | None = None,
+              on_progress: Callable[[int, int], None] | None = None,
+              model_label: str | None = None) -> dict[str, Any]:
+    """Evaluate ``policy`` on ``suite``; returns the result dict (see the module docstring).
+    ``pool`` (a ``SandboxPool``) is needed only by sandboxed suites (``envs:``).
+    ``on_progress(done_samples, total_samples)`` is called after each batch."""
+    settings = settings or EvalSettings()
+    cfg = settings.resolve(suite)
+    t0 = time.perf_counter()
+    if items is None:
+        items = suite.load_items(settings.limit)
+    load_s = time.perf_counter() - t0
+    system = suite.defaults.system_prompt
+    engine = RolloutEngine(policy, pool, RolloutConfig(
+        max_turns=cfg["max_turns"], max_new_tokens=cfg["max_new_tokens"],
+        max_context_tokens=settings.max_context_tokens or _context_of(policy),
+        temperature=cfg["temperature"], top_p=cfg["top_p"], seed=settings.seed))
+    specs = []
+    for index, item in enumerate(items):
+        for j in range(cfg["k"]):
+            tag = {"item": index, "sample": j}
+            specs.append(suite.episode_spec(item, sample_seed(settings.seed, item.id, j),
+                                            cfg["max_turns"], system, tag))
+    samples: list[list[dict[str, Any]]] = [[] for _ in items]
+    t1 = time.perf_counter()
+    total = len(specs)
+    for start in range(0, total, max(1, settings.batch_size)):
+        for tr in engine.run(specs[start:start + settings.batch_size]):
+            samples[tr.spec.tag["item"]].append(_sample_record(suite, items, tr,
+                                                               settings.transcripts))
+        if on_progress is not None:
+            on_progress(min(total, start + settings.batch_size), total)
+    item_rows = [_item_row(item, rows) for item, rows in zip(items, samples)]
+    return {
+        "format": RESULT_FORMAT, "suite": suite.name, "model": model_label or getattr(
+            policy, "name", type(policy).__name__),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "settings": cfg, "summary": summarize(item_rows, suite.groups()),
+        "items": item_rows, "skipped": [list(s) for s in getattr(suite, "skipped", [])],
+        "timing_s": {"load": round(load_s, 3), "play": round(time.perf_counter() - t1, 3)},
+    }
+
+
+def _context_of(policy: Any) -> int:
+    for owner in (policy, getattr(policy, "model", None)):
+        cfg = getattr(owner, "config", None)
+        n = getattr(cfg, "max_position_embeddings", None) if cfg is not None else None
+        if isinstance(n, int) and n > 0:
+            return n
+    return 32768
+
+
+def _sample_record(suite: Suite, items: list[EvalItem], tr: Trajectory,
+                   transcripts: bool) -> dict[str, Any]:
+    score = suite.score(items[tr.spec.tag["item"]], tr) if getattr(suite, "sandboxed", False) \
+        else tr.episode_return
+    replies = [m["content"] for m in tr.messages if m["role"] == "assistant"]
+    record = {"sample": tr.spec.tag["sample"], "score": float(score),
+              "turns": len(tr.turns), "stop_reason": tr.stop_reason,
+              "failure": (tr.failure or {}).get("reason") or (tr.failure or {}).get("type"),
+              "tokens": tr.num_sampled,
+              "reply": replies[-1][-REPLY_CHARS:] if replies else ""}
+    if transcripts:
+        record["messages"] = tr.messages
+    return record
+
+
+def _item_row(item: EvalItem, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    rows.sort(key=lambda r: r["sample"])
+    scores = [r["score"] for r in rows]
+    return {"id": item.id, "dataset": item.dataset, "group": item.group,
+            "answer": _short(item.answer), "scores": scores,
+            "mean_score": sum(scores) / len(scores) if scores else 0.0,
+            "win_rate": sum(s >= WIN_THRESHOLD for s in scores) / len(scores) if scores else 0.0,
+            "failures": sum(1 for r in rows if r["failure"]), "samples": rows}
+
+
+def _short(value: Any) -> Any:
+    if value is None or isinstance(value, (int, float, bool)):
+        return value
+    text = value if isinstance(value, str) else repr(value)
+    return text[:500]
+
+
+def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary metrics (module docstring) over item rows."""
+    n = len(rows)
+    scores = [s for r in rows for s in r["scores"]]
+    if not n:
+        return {"items": 0, "samples": 0, "mean_score": 0.0, "win_rate": 0.0, "pass_rate": 0.0,
+                "any_credit_rate": 0.0, "failures": 0}
+    return {"items": n, "samples": len(scores),
+            "mean_score": sum(r["mean_score"] for r in rows) / n,
+            "win_rate": sum(r["win_rate"] for r in rows) / n,
+            "pass_rate": sum(1 for r in rows if r["win_rate"] > 0) / n,
+            "any_credit_rate": sum(s > 0 for s in scores) / len(scores) if scores else 0.0,
+            "failures": sum(r["failures"] for r in rows)}
+
+
+def summarize(rows: list[dict[str, Any]], groups: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+    by_group: dict[str, list] = {}
+    by_dataset: dict[str, list] = {}
+    for g in sorted(set((groups or {}).values())):
+        by_group[g] = []
+    for r in rows:
+        by_group.setdefault(r["group"], []).append(r)
+        by_dataset.setdefault(r["dataset"], []).append(r)
+    return {"overall": aggregate(rows),
+            "groups": {g: aggregate(rs) for g, rs in sorted(by_group.items())},
+            "datasets": {d: aggregate(rs) for d, rs in sorted(by_dataset.items())}}
