@@ -135,6 +135,11 @@ def test_invalid_and_hanging_designs_get_fixed_rewards_and_blacklist(tmp_path):
         m0, m1 = sp.run()
         assert m0["valid"] == 0 and m0["invalid_reasons"] == {"timeout": 1, "no_env_class": 1}
         assert len(sp.store.blacklisted()) == 1
+        rejected = sp.store.rejected()
+        assert sorted(r["reason"] for r in rejected) == ["no_env_class", "no_env_class",
+                                                         "timeout", "timeout"]
+        assert {r["step"] for r in rejected} == {0, 1}
+        assert any("while True" in r["text"] for r in rejected)
         # due designer samples carry -0.5 (hang) and 0 (invalid)
         assert m1["designer_reward"] == pytest.approx((-0.5 + 0.0) / 2)
 

@@ -49,14 +49,14 @@ def test_schema_pragmas_and_reopen(tmp_path):
         assert s.query("PRAGMA journal_mode")[0][0] == "wal"
         assert s.query("PRAGMA foreign_keys")[0][0] == 1
         assert s.query("PRAGMA synchronous")[0][0] == 1  # NORMAL
-        assert s.schema_version == SCHEMA_VERSION == 1
+        assert s.schema_version == SCHEMA_VERSION == 2
         assert s.path == run / "run.sqlite" and s.path.exists()
     with RunStore.open(run, synchronous="FULL") as s:
         assert s.query("PRAGMA synchronous")[0][0] == 2
         assert s.integrity_check() == ["ok"]
-        assert len(s.query("SELECT * FROM schema_version")) == 1  # no second migration
+        assert len(s.query("SELECT * FROM schema_version")) == 2  # no repeated migration
     with RunStore(run, create=True) as s:  # create=True opens an existing run as is
-        assert s.schema_version == 1
+        assert s.schema_version == 2
     with pytest.raises(StoreNotFound):
         RunStore.open(tmp_path / "nothing")
     with pytest.raises(StoreError):
@@ -412,3 +412,25 @@ def test_schema_version_checks(tmp_path):
     con.close()
     with pytest.raises(StoreError, match="not a spadekit run"):
         RunStore.open(other)
+
+
+def test_a_version_1_run_is_migrated_and_keeps_rejected_outputs(tmp_path):
+    import sqlite3
+
+    run = tmp_path / "old"
+    with RunStore(run, create=True) as s:
+        s.put_state("kept", 7)
+    con = sqlite3.connect(run / "run.sqlite")  # turn it back into a version-1 database
+    con.execute("DROP TABLE rejected")
+    con.execute("DELETE FROM schema_version WHERE version = 2")
+    con.commit()
+    con.close()
+    with RunStore.open(run) as s:
+        assert s.schema_version == 2 and s.get_state("kept") == 7
+        rid = s.record_rejected(step=3, skill="Logical_Deduction", stage="load",
+                                reason="no_env_class", message="no class ends in Env",
+                                text="```python\nprint('<script>')\n```", details={"n": 1})
+        (row,) = s.rejected()
+        assert row["id"] == rid and row["text"].startswith("```python")
+        assert row["details"] == {"n": 1} and row["stage"] == "load"
+        assert s.rejected("other") == []

@@ -122,6 +122,10 @@ class DesignPhase:
                 failure = designer_reward_for_failure(reason)
                 if failure.blacklist and program is not None:
                     self.store.blacklist(program.sha256, reason, step)
+                self.store.record_rejected(
+                    step=step, skill=item["skill"], stage=report.stage, reason=reason,
+                    message=report.message, sha256=program.sha256 if program else None,
+                    text=gen.text, details=_jsonable_details(report.details))
                 item["sample"]["meta"] = {"fixed_reward": failure.reward, "reason": reason}
                 self.store.push_delayed(item["sample"])
                 continue
@@ -184,3 +188,17 @@ def _designer_hint(text: str) -> str | None:
         return parse_hint(extract_program(text).hint)
     except ExtractionError:
         return None
+
+
+def _jsonable_details(details: dict) -> dict:
+    """The JSON-safe part of a validation report's details (for the rejected table)."""
+    import json
+
+    out = {}
+    for key, value in (details or {}).items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            value = repr(value)[:500]
+        out[key] = value
+    return out

@@ -29,6 +29,7 @@ import contextlib
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -428,6 +429,29 @@ class RunStore:
             self._sql("INSERT OR IGNORE INTO blacklist VALUES (?, ?, ?, ?)",
                       (sha, str(reason), opt_int(step), time.time()))
             self._sql("UPDATE environments SET status = 'blacklisted' WHERE sha256 = ?", (sha,))
+
+    def record_rejected(self, *, step: int | None, skill: str | None, stage: str | None,
+                        reason: str, message: str = "", sha256: str | None = None,
+                        text: str = "", details: Mapping[str, Any] | None = None) -> int:
+        """Keep a designer output that was not pooled (invalid, duplicate, hanging...)."""
+        blob = zlib.compress(str(text).encode("utf-8", "replace"), 1)
+        return self.execute(
+            "INSERT INTO rejected (step, skill, stage, reason, message, sha256, text, details, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (opt_int(step), skill, stage, str(reason), str(message)[:4000], sha256, blob,
+             dumps(dict(details or {}), "details"), time.time())).lastrowid
+
+    def rejected(self, reason: str | None = None) -> list[dict[str, Any]]:
+        """Rejected designer outputs (oldest first), text decoded, details parsed."""
+        rows = self.query("SELECT * FROM rejected WHERE (?1 IS NULL OR reason = ?1) ORDER BY id",
+                          (reason,))
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["text"] = zlib.decompress(d["text"]).decode("utf-8", "replace") if d["text"] else ""
+            d["details"] = loads(d["details"], {})
+            out.append(d)
+        return out
 
     def is_blacklisted(self, sha: str) -> bool:
         return bool(self.query("SELECT 1 FROM blacklist WHERE sha256 = ?", (sha,)))

@@ -34,6 +34,10 @@ Tables (version 1)
 ``events``          step, time, kind, data (JSON); mirrored to ``events.jsonl``.
 ``rounds``          one row per committed self-play round (step, started_at, finished_at).
 ``checkpoints``     step -> checkpoint path and meta (JSON), written inside the round transaction.
+
+Version 2 adds ``rejected``: every designer output that did not enter the pool (step, skill,
+validation stage, reason code, message, the program's sha256 when one was extracted, the raw text
+as a zlib BLOB, details JSON), for the dashboard's rejected-programs view.
 """
 
 from __future__ import annotations
@@ -184,8 +188,16 @@ _V1 = (
         created_at REAL NOT NULL)""",
 )
 
+_V2 = (
+    """CREATE TABLE rejected (
+        id INTEGER PRIMARY KEY, step INTEGER, skill TEXT, stage TEXT, reason TEXT NOT NULL,
+        message TEXT, sha256 TEXT, text BLOB, details TEXT NOT NULL DEFAULT '{}',
+        created_at REAL NOT NULL)""",
+    "CREATE INDEX rejected_reason ON rejected(reason, step)",
+)
+
 #: version -> statements that bring a database from ``version - 1`` to ``version``.
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1}
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
 #: The schema version this code writes.
 SCHEMA_VERSION = max(MIGRATIONS)
 
