@@ -216,3 +216,38 @@ def test_cli_eval_writes_results_and_compares(tmp_path):
     assert runner.invoke(app, ["eval", "--model", "tiny"]).exit_code == 2
     assert runner.invoke(app, ["eval", "--model", "tiny", "--suite", "nope"]).exit_code == 2
     assert runner.invoke(app, ["eval", "suites"]).exit_code == 0
+
+
+def test_envs_suite_plays_programs_in_the_sandbox(tiny, pool, tmp_path):
+    from spadekit.envs.program import EnvProgram
+    from spadekit.eval.envs import EnvPoolSuite
+    from test_selfplay import WORDS
+
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    with open(folder / "pool.jsonl", "w") as fh:
+        for i, code in enumerate(WORDS[:3]):
+            program = EnvProgram(code=code, skill=f"skill{i % 2}", domain="games")
+            fh.write(json.dumps(program.to_dict()) + "\n")
+    suite = make_suite(f"envs:{folder}")
+    assert isinstance(suite, EnvPoolSuite) and len(suite.load_items()) == 3
+    assert len(suite.load_items(limit=1)) == 2  # one per skill
+    def gold(_ids, text):
+        return "\\boxed{solve}"
+
+    result = run_suite(ScriptedPolicy(tiny.tokenizer, gold), suite, EvalSettings(k=2),
+                       pool=pool)
+    rows = {r["group"]: r for r in result["items"]}
+    solved = [r for r in result["items"] if r["scores"] == [1.0, 1.0]]
+    assert len(solved) == 1  # only the program whose word is "solve"
+    others = [r for r in result["items"] if r not in solved]
+    assert all(0.0 < s < 1.0 for r in others for s in r["scores"])  # letters score partially
+    assert result["summary"]["overall"]["any_credit_rate"] == 1.0
+    assert set(rows) == {"skill0", "skill1"}
+    garbage = run_suite(ScriptedPolicy(tiny.tokenizer, lambda *_: "}}{{"), suite,
+                        EvalSettings(k=1), pool=pool)
+    assert garbage["summary"]["overall"]["win_rate"] == 0.0
+    assert suite.score(suite.load_items()[0], None) == 0.0
+    assert suite.score(suite.load_items()[0], float("nan")) == 0.0
+    with pytest.raises(ValueError, match="SandboxPool"):
+        run_suite(tiny, suite, EvalSettings(k=1), pool=None)

@@ -6,6 +6,9 @@ Subcommands:
   library   validate every reference environment and replay its solutions (the default job)
   doctor    what this machine offers: isolation tier and layers, dependencies, models
   eval      benchmark a model or checkpoint (rg-hard, bfcl-mt, qa:FILE, envs:SOURCE); compare
+  report    write a run's dashboard as one self-contained HTML file (RUN/report.html)
+  serve     RUN: a local read-only web dashboard that follows a run while it trains;
+            --model NAME: serve a policy as an OpenAI-compatible server
 
 Exit codes: 0 success, 1 a program is invalid or an episode failed, 2 usage errors.
 """
@@ -522,21 +525,77 @@ def generate(
 
 @app.command()
 def serve(
-    model: str = typer.Option("tiny", "--model", "-m", help="Model to serve: tiny, "
-                              "smollm2-135m, hf:PATH, ..."),
+    run: Optional[Path] = typer.Argument(None, help="A run directory: serve its dashboard."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of a run: serve "
+                                        "this model (tiny, smollm2-135m, hf:PATH, ...) as an "
+                                        "OpenAI-compatible server."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
-    port: int = typer.Option(8000, help="Port (0 picks a free one)."),
+    port: Optional[int] = typer.Option(None, help="Port (0 picks a free one; default 8765 for "
+                                       "a dashboard, 8000 for a model)."),
 ) -> None:
-    """Serve a model as an OpenAI-compatible server (/v1/completions with token ids and
+    """Serve a run's dashboard (`spadekit serve RUN`) or a model (`spadekit serve --model NAME`).
+
+    Dashboard: a read-only web UI of the run directory that follows it while it trains
+    (curves, environments with code, hints and episodes, rejected programs, curriculum); it
+    prints its URL. Model: an OpenAI-compatible server (/v1/completions with token ids and
     logprobs, /v1/chat/completions, /v1/models, /health), batching concurrent requests.
-    No authentication: keep it on loopback or a trusted network. Ctrl-C stops it."""
+    No authentication in either: keep them on loopback or a trusted network. Ctrl-C stops."""
+    if (run is None) == (model is None):
+        err_console.print("[red]usage:[/red] spadekit serve RUN (a run's dashboard) or "
+                          "spadekit serve --model NAME (a model server), not "
+                          + ("both" if run is not None else "neither"), soft_wrap=True)
+        raise typer.Exit(2)
+    if run is not None:
+        _serve_dashboard(run, host, 8765 if port is None else port)
+        return
     from spadekit.policy.serve import run_server
 
     try:
-        run_server(model, host=host, port=port)
+        run_server(model, host=host, port=8000 if port is None else port)
     except SpadekitError as exc:
         err_console.print(f"[red]cannot serve {model}:[/red] {exc.message}")
         raise typer.Exit(2) from None
+
+
+def _serve_dashboard(run: Path, host: str, port: int) -> None:
+    from spadekit.report.server import serve_run
+
+    def ready(server) -> None:
+        console.print(f"dashboard of [cyan]{run}[/cyan]: {server.url} (read-only; Ctrl-C stops)")
+
+    try:
+        serve_run(run, host=host, port=port, ready=ready)
+    except SpadekitError as exc:
+        err_console.print(f"[red]cannot serve {run}:[/red] {exc.message}")
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        err_console.print(f"[red]cannot listen on {host}:{port}:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def report(
+    run: Path = typer.Argument(..., help="The run directory."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write (default "
+                                       "RUN/report.html)."),
+    max_episodes: int = typer.Option(2, "--max-episodes", min=0, help="Sample episodes kept "
+                                     "per environment."),
+    max_envs: int = typer.Option(500, "--max-envs", min=0, help="Environments whose code, "
+                                 "hint and episodes are included (designed ones first)."),
+) -> None:
+    """Write the run's dashboard as one self-contained HTML file: curves, environments (code,
+    hint, validation, lineage, episodes), rejected programs, curriculum. Opens without a
+    network or a server; everything the model wrote is shown as inert text."""
+    from spadekit.report.page import write_report
+
+    try:
+        path = write_report(run, out, max_episodes=max_episodes, max_envs=max_envs)
+    except SpadekitError as exc:
+        err_console.print(f"[red]cannot report {run}:[/red] {exc.message}")
+        raise typer.Exit(2) from None
+    size = path.stat().st_size
+    console.print(f"wrote {path} ({size / 1024:.0f} KiB)" if size >= 1024
+                  else f"wrote {path} ({size} bytes)")
 
 
 @app.command()

@@ -1,0 +1,2 @@
+"""The run report: a read-only view of a run directory (``data``) for the dashboard and the
+self-contained HTML report."""

@@ -1,0 +1,268 @@
+"""``spadekit serve RUN``: a local, read-only web dashboard that follows a run while it trains.
+
+Routes (GET and HEAD only; any other method is 405):
+
+* ``/`` (``/index.html``): the dashboard page (:func:`spadekit.report.page.live_page`), which
+  polls ``/api/snapshot`` every few seconds;
+* ``/api/snapshot``: :func:`spadekit.report.data.snapshot` (cached until the database changes);
+* ``/api/env/<sha>``: :func:`~spadekit.report.data.env_detail` (8 to 64 hex characters);
+* ``/api/episode/<id>``: :func:`~spadekit.report.data.episode` (a decimal id);
+* ``/api/search?q=TEXT``: the shas of environments whose code or hint contains ``TEXT``;
+* ``/favicon.ico``: 204.
+
+Malformed parameters are 400, unknown routes and missing environments/episodes 404, everything
+as JSON ``{"error": ...}``; an unexpected exception is a 500 that names only the exception type
+(the traceback goes to the server's stderr). Messages never carry the run directory's absolute
+path. There are no file routes: nothing outside the run's database can be reached. Every
+response carries the page's Content-Security-Policy, ``X-Content-Type-Options: nosniff`` and
+``Cache-Control: no-store``. Bound to loopback (the default), requests must name a loopback
+``Host`` (a guard against DNS rebinding).
+
+:func:`serve_run` blocks (``ready(server)`` is called once it listens; ``server.shutdown()``
+from another thread stops it); :func:`make_server` returns the server without serving.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from spadekit.report import data
+from spadekit.report.page import content_security_policy, live_page
+
+__all__ = ["DashboardServer", "is_loopback", "make_server", "serve_run"]
+
+_SHA = re.compile(r"[0-9a-fA-F]{8,64}")
+_ID = re.compile(r"[0-9]{1,12}")
+_LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
+_NOT_FOUND = ("no environment", "no episode")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address, maybe with brackets) is this machine only."""
+    host = host.strip("[]").lower()
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class DashboardServer(ThreadingHTTPServer):
+    """The HTTP server; ``url`` is where the dashboard is, ``run_dir`` what it shows."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, run_dir: Path, host: str, port: int, poll_ms: int = 3000,
+                 quiet: bool = True) -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__((host.strip("[]"), port), _Handler)
+        self.run_dir = run_dir
+        self.loopback = is_loopback(host)
+        self.quiet = quiet
+        self.page = live_page(poll_ms).encode("utf-8")
+        self.csp = content_security_policy(header=True)
+        self._lock = threading.Lock()
+        self._snapshot: tuple[Any, bytes] | None = None
+        self._texts: dict[str, str] = {}
+        shown = f"[{host.strip('[]')}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.server_address[1]}/"
+
+    def db_state(self) -> tuple:
+        """Changes whenever the run commits (the database or its WAL file is written)."""
+        out = []
+        for name in ("run.sqlite", "run.sqlite-wal"):
+            try:
+                st = os.stat(self.run_dir / name)
+                out.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    def snapshot_json(self) -> bytes:
+        state = self.db_state()
+        with self._lock:
+            if self._snapshot and self._snapshot[0] == state:
+                return self._snapshot[1]
+        body = _dumps(data.snapshot(self.run_dir))
+        with self._lock:
+            self._snapshot = (state, body)
+        return body
+
+    def search(self, query: str, limit: int = 2000) -> list[str]:
+        """Shas of environments whose code or hint contains ``query`` (case-insensitive);
+        code and hint are cached per sha (an environment's text never changes)."""
+        query = query.lower()
+        envs = json.loads(self.snapshot_json()).get("environments", [])
+        hits = []
+        with data.RunReader(self.run_dir) as reader:
+            for env in envs[:limit]:
+                sha = env["sha"]
+                text = self._texts.get(sha)
+                if text is None:
+                    detail = reader.env_detail(sha, 0)["env"]
+                    text = ((detail.get("code") or "") + "\n" + (detail.get("hint") or "")).lower()
+                    self._texts[sha] = text
+                if query in text:
+                    hits.append(sha)
+        return hits
+
+    def scrub(self, message: str) -> str:
+        """``message`` without the run directory's absolute path."""
+        for form in {str(self.run_dir), str(self.run_dir.resolve())}:
+            message = message.replace(form, self.run_dir.name)
+        return message
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: DashboardServer
+    server_version = "spadekit-dashboard"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._dispatch(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._dispatch(head=True)
+
+    def _method_not_allowed(self) -> None:
+        self._send(HTTPStatus.METHOD_NOT_ALLOWED, _dumps({"error": "read-only: GET or HEAD"}),
+                   "application/json", extra={"Allow": "GET, HEAD"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = \
+        _method_not_allowed
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        if not self.server.quiet:
+            super().log_message(format, *args)
+
+    def _send(self, status: int, body: bytes, ctype: str, head: bool = False,
+              extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Security-Policy", self.server.csp)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("X-Frame-Options", "DENY")
+        for key, value in (extra or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _json(self, status: int, value: Any, head: bool) -> None:
+        body = value if isinstance(value, bytes) else _dumps(value)
+        self._send(status, body, "application/json; charset=utf-8", head)
+
+    def _host_ok(self) -> bool:
+        if not self.server.loopback:
+            return True
+        host = (self.headers.get("Host") or "").strip()
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if host.startswith("[") and "]" in host:
+            name = host[:host.index("]") + 1]
+        return bool(name) and is_loopback(name)
+
+    def _dispatch(self, head: bool) -> None:
+        if not self._host_ok():
+            return self._json(HTTPStatus.BAD_REQUEST, {"error": "unexpected Host header"}, head)
+        parts = urlsplit(self.path)
+        path = parts.path
+        try:
+            if path in ("/", "/index.html"):
+                return self._send(HTTPStatus.OK, self.server.page, "text/html; charset=utf-8",
+                                  head)
+            if path == "/favicon.ico":
+                return self._send(HTTPStatus.NO_CONTENT, b"", "image/x-icon", head)
+            if path == "/api/snapshot":
+                return self._json(HTTPStatus.OK, self.server.snapshot_json(), head)
+            if path.startswith("/api/env/"):
+                sha = path[len("/api/env/"):]
+                if not _SHA.fullmatch(sha):
+                    return self._json(HTTPStatus.BAD_REQUEST, {
+                        "error": "environment id must be 8 to 64 hex characters"}, head)
+                return self._json(HTTPStatus.OK, data.env_detail(self.server.run_dir,
+                                                                 sha.lower()), head)
+            if path.startswith("/api/episode/"):
+                key = path[len("/api/episode/"):]
+                if not _ID.fullmatch(key):
+                    return self._json(HTTPStatus.BAD_REQUEST,
+                                      {"error": "episode id must be a decimal integer"}, head)
+                return self._json(HTTPStatus.OK, data.episode(self.server.run_dir, int(key)),
+                                  head)
+            if path == "/api/search":
+                query = (parse_qs(parts.query).get("q") or [""])[0].strip()
+                if not 1 <= len(query) <= 200:
+                    return self._json(HTTPStatus.BAD_REQUEST,
+                                      {"error": "q must have 1 to 200 characters"}, head)
+                return self._json(HTTPStatus.OK, {"q": query,
+                                                  "shas": self.server.search(query)}, head)
+            return self._json(HTTPStatus.NOT_FOUND, {"error": "no such route"}, head)
+        except data.ReportError as exc:
+            message = self.server.scrub(exc.message)
+            status = (HTTPStatus.NOT_FOUND if message.startswith(_NOT_FOUND)
+                      else HTTPStatus.BAD_REQUEST if message.startswith(("not an", "environment id"))
+                      else HTTPStatus.SERVICE_UNAVAILABLE)
+            return self._json(status, {"error": message}, head)
+        except (BrokenPipeError, ConnectionResetError):
+            return None
+        except Exception as exc:  # noqa: BLE001 (a request must never kill the server)
+            print(f"spadekit serve: error in {path}:\n{traceback.format_exc()}", file=sys.stderr)
+            return self._json(HTTPStatus.INTERNAL_SERVER_ERROR,
+                              {"error": f"internal error ({type(exc).__name__})"}, head)
+
+
+def make_server(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8765,
+                poll_ms: int = 3000, quiet: bool = True) -> DashboardServer:
+    """A listening (not yet serving) dashboard server; checks the run directory first
+    (:class:`~spadekit.report.data.ReportError` when it is not a readable run)."""
+    run_dir = Path(run_dir)
+    with data.RunReader(run_dir):
+        pass
+    return DashboardServer(run_dir, host, int(port), poll_ms=poll_ms, quiet=quiet)
+
+
+def serve_run(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8765, *,
+              ready: Callable[[DashboardServer], Any] | None = None, poll_ms: int = 3000,
+              quiet: bool = True) -> None:
+    """Serve the dashboard of ``run_dir`` until ``server.shutdown()`` or Ctrl-C.
+
+    ``ready(server)`` runs once the socket listens (default: print the URL); binding a
+    non-loopback ``host`` prints a warning (there is no authentication).
+    """
+    server = make_server(run_dir, host, port, poll_ms=poll_ms, quiet=quiet)
+    if not server.loopback:
+        print(f"warning: serving {run_dir} on {host}, reachable from other machines; the "
+              "dashboard has no authentication", file=sys.stderr)
+    try:
+        if ready is None:
+            print(f"spadekit dashboard of {run_dir}: {server.url}", flush=True)
+        else:
+            ready(server)
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
