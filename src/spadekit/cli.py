@@ -546,7 +546,18 @@ def serve(
                           + ("both" if run is not None else "neither"), soft_wrap=True)
         raise typer.Exit(2)
     if run is not None:
-        _serve_dashboard(run, host, 8765 if port is None else port)
+        from spadekit.report.server import serve_run
+
+        def ready(server) -> None:
+            console.print(f"dashboard of {run}: {server.url} (read-only; Ctrl-C stops)",
+                          markup=False)
+
+        try:
+            serve_run(run, host=host, port=8765 if port is None else port, ready=ready)
+        except (SpadekitError, OSError) as exc:
+            err_console.print(f"cannot serve {run}: {getattr(exc, 'message', exc)}",
+                              markup=False, style="red")
+            raise typer.Exit(2) from None
         return
     from spadekit.policy.serve import run_server
 
@@ -554,22 +565,6 @@ def serve(
         run_server(model, host=host, port=8000 if port is None else port)
     except SpadekitError as exc:
         err_console.print(f"[red]cannot serve {model}:[/red] {exc.message}")
-        raise typer.Exit(2) from None
-
-
-def _serve_dashboard(run: Path, host: str, port: int) -> None:
-    from spadekit.report.server import serve_run
-
-    def ready(server) -> None:
-        console.print(f"dashboard of [cyan]{run}[/cyan]: {server.url} (read-only; Ctrl-C stops)")
-
-    try:
-        serve_run(run, host=host, port=port, ready=ready)
-    except SpadekitError as exc:
-        err_console.print(f"[red]cannot serve {run}:[/red] {exc.message}")
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        err_console.print(f"[red]cannot listen on {host}:{port}:[/red] {exc}")
         raise typer.Exit(2) from None
 
 
@@ -591,11 +586,11 @@ def report(
     try:
         path = write_report(run, out, max_episodes=max_episodes, max_envs=max_envs)
     except SpadekitError as exc:
-        err_console.print(f"[red]cannot report {run}:[/red] {exc.message}")
+        err_console.print(f"cannot report {run}: {exc.message}", markup=False, style="red")
         raise typer.Exit(2) from None
     size = path.stat().st_size
     console.print(f"wrote {path} ({size / 1024:.0f} KiB)" if size >= 1024
-                  else f"wrote {path} ({size} bytes)")
+                  else f"wrote {path} ({size} bytes)", markup=False)
 
 
 @app.command()

@@ -4,7 +4,8 @@ A suite spec is ``NAME`` or ``NAME:ARGUMENT``:
 
 ========================  =====================================================================
 ``rg-hard``, ``rg-easy``  Reasoning Gym, 100 datasets x 50 items (seed 45), rolled up into
-                          RG-Math/Algo/Cog/Logic; ``rg-hard:broad`` uses the broad mapping
+                          RG-Math/Algo/Cog/Logic; ``rg-hard:broad`` uses the broad mapping,
+                          ``rg-hard:gcd,chain_sum`` only those datasets
 ``bfcl-mt``               BFCL v4 multi-turn (4 categories x 200); ``bfcl-mt:base,miss_func``
                           picks categories
 ``qa:FILE``               a JSONL file of question/answer or question/choices/answer items
@@ -38,9 +39,12 @@ class SuiteEntry:
 
 def _rg(level: str) -> Callable[[str | None], Suite]:
     def build(arg: str | None) -> Suite:
-        from spadekit.eval.rg import ReasoningGymSuite
+        from spadekit.eval.rg import MAPPINGS, ReasoningGymSuite
 
-        return ReasoningGymSuite(level=level, mapping=arg or "narrow")
+        if not arg or arg in MAPPINGS:
+            return ReasoningGymSuite(level=level, mapping=arg or "narrow")
+        return ReasoningGymSuite(level=level, datasets=[d.strip() for d in arg.split(",")
+                                                        if d.strip()])
     return build
 
 
@@ -65,9 +69,9 @@ def _envs(arg: str | None) -> Suite:
 
 
 SUITES: dict[str, SuiteEntry] = {e.name: e for e in (
-    SuiteEntry("rg-hard", _rg("hard"), "optional mapping: narrow (default) or broad",
+    SuiteEntry("rg-hard", _rg("hard"), "optional: narrow (default) or broad, or datasets a,b",
                "Reasoning Gym hard config, 100 datasets, win at score >= 1.0, 2 turns"),
-    SuiteEntry("rg-easy", _rg("easy"), "optional mapping: narrow (default) or broad",
+    SuiteEntry("rg-easy", _rg("easy"), "optional: narrow (default) or broad, or datasets a,b",
                "Reasoning Gym default (easy) parameters, same datasets and seed"),
     SuiteEntry("bfcl-mt", _bfcl, "optional categories: base,miss_func,miss_param,long_context",
                "BFCL v4 multi-turn: tool calls against simulated APIs, state checker"),
