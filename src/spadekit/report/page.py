@@ -40,7 +40,8 @@ def _asset(name: str) -> str:
 
 @lru_cache(maxsize=1)
 def _assets() -> tuple[str, str]:
-    """(script, css), exactly as inlined (the CSP hash covers the script's text), checked so that neither can end its own element early."""
+    """(script, css) exactly as inlined (the CSP hash covers the script's text), checked so
+    that neither can end its own element early."""
     script = "\n" + "\n".join(_asset(name) for name in _ASSETS) + "\n"
     css = _asset("dashboard.css")
     if any(tag in script.lower() for tag in ("<script", "</script", "<!--")) \

@@ -47,7 +47,8 @@ __all__ = ["DashboardServer", "is_loopback", "make_server", "serve_run"]
 _SHA = re.compile(r"[0-9a-fA-F]{8,64}")
 _ID = re.compile(r"[0-9]{1,12}")
 _LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
-_NOT_FOUND = ("no environment", "no episode")
+_NOT_FOUND = ("no environment", "no episode")  # ReportError messages of data.py
+_BAD_ID = ("not an", "environment id")
 
 
 def is_loopback(host: str) -> bool:
@@ -223,8 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
         except data.ReportError as exc:
             message = self.server.scrub(exc.message)
             status = (HTTPStatus.NOT_FOUND if message.startswith(_NOT_FOUND)
-                      else HTTPStatus.BAD_REQUEST if message.startswith(("not an", "environment id"))
-                      else HTTPStatus.SERVICE_UNAVAILABLE)
+                      else HTTPStatus.BAD_REQUEST if message.startswith(_BAD_ID)
+                      else HTTPStatus.SERVICE_UNAVAILABLE)  # the run itself is unreadable
             return self._json(status, {"error": message}, head)
         except (BrokenPipeError, ConnectionResetError):
             return None

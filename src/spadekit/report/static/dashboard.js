@@ -231,7 +231,8 @@ function scheduleSearch() {
   if (!API.search) return;
   clearTimeout(searchTimer);
   const q = S.filters.q.trim();
-  if (q.length < 2) { S.serverHits = null; return; }
+  S.serverHits = null;
+  if (q.length < 2) return;
   searchTimer = setTimeout(async () => {
     try {
       const r = await API.search(q);
