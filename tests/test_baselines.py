@@ -152,3 +152,27 @@ def test_in_loop_evaluation_is_logged_and_the_checkpoint_evaluates(tmp_path):
     trained = policy.model.state_dict()
     for key, value in loaded.model.state_dict().items():
         assert value.equal(trained[key]), key
+
+
+def test_train_fixed_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from spadekit.cli import app
+
+    runner = CliRunner()
+    small = ["--set", "envs_per_round=1", "--set", "num_generations=2", "--set",
+             "rollout.max_turns=1", "--set", "rollout.max_new_tokens=4", "--set",
+             "tensorboard=false"]
+    bad = runner.invoke(app, ["train-fixed", "--pool", str(tmp_path / "nowhere"), "--model",
+                              "tiny", "--run-dir", str(tmp_path / "bad")] + small)
+    assert bad.exit_code == 2 and "not an environment source" in bad.output
+    assert not (tmp_path / "bad").exists()  # nothing left behind
+    run = tmp_path / "run"
+    ok = runner.invoke(app, ["train-fixed", "--pool", "library:games", "--model", "tiny",
+                             "--rounds", "1", "--run-dir", str(run)] + small)
+    assert ok.exit_code == 0, ok.output
+    assert "fixed curriculum" in ok.output and "(baseline)" in ok.output
+    assert "kind: fixed" in (run / "config.yaml").read_text()
+    unknown = runner.invoke(app, ["selfplay", "--curriculum", "nope", "--model", "tiny",
+                                  "--run-dir", str(tmp_path / "x")])
+    assert unknown.exit_code == 2

@@ -51,6 +51,12 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """spadekit command line."""
 
 
+from spadekit.cli_train import selfplay, train_fixed  # noqa: E402  (the main job first in --help)
+
+app.command()(selfplay)
+app.command("train-fixed")(train_fixed)
+
+
 def _sandbox_config(unsafe: bool, step_timeout: float | None = None):
     from spadekit.sandbox import SandboxConfig
 
@@ -95,128 +101,6 @@ def _progress() -> Progress:
 
 
 # ---------------------------------------------------------------------------------------------
-
-
-@app.command()
-def selfplay(
-    preset: str = typer.Option("cpu-tiny", help="Preset: cpu-tiny (default: bundled SmolLM2 on "
-                               "CPU), games-4b, tooluse-4b, games-30b."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML file applied on top of "
-                                          "the preset."),
-    overrides: list[str] = typer.Option(None, "--set", help="Override one setting: "
-                                        "key=value, dotted for sections (train.learning_rate=1e-5)."
-                                        " Repeatable."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (shortcut for "
-                                        "--set model=...): tiny, smollm2-135m, hf:PATH, ..."),
-    rounds: Optional[int] = typer.Option(None, help="Rounds to play now."),
-    run_dir: Optional[Path] = typer.Option(None, help="Run directory (default runs/DATE-TIME)."),
-    resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from "
-                                          "its last completed round."),
-    curriculum: Optional[str] = typer.Option(
-        None, help="spade (default): the model designs its environments; fixed: a static pool "
-        "(`--set curriculum.pool=DIR`); rlve: RLVE's adaptive-difficulty environments. Same "
-        "trainer and budget for all three."),
-    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
-) -> None:
-    """The main job: SPADE self-play. One model designs environments (with hints) and learns to
-    solve them; both roles are updated with GRPO every round.
-
-    Everything lives in the run directory (config.yaml, run.sqlite, checkpoints/,
-    events.jsonl); `--resume DIR` continues after any crash, losing at most the round in flight.
-    In-loop evaluation: `--set eval.every=N --set 'eval.suites=[rg-easy]'`.
-    """
-    _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
-                  [f"curriculum.kind={curriculum}"] if curriculum else [])
-
-
-@app.command("train-fixed")
-def train_fixed(
-    pool: str = typer.Option(..., "--pool", help="The fixed environments: library, a pool "
-                             "directory from `spadekit generate`, or a run directory."),
-    preset: str = typer.Option("cpu-tiny", help="Preset (as for selfplay)."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML file on top of the "
-                                          "preset."),
-    overrides: list[str] = typer.Option(None, "--set", help="Override one setting (key=value)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model, as for selfplay."),
-    rounds: Optional[int] = typer.Option(None, help="Rounds to play now."),
-    run_dir: Optional[Path] = typer.Option(None, help="Run directory (default runs/DATE-TIME)."),
-    resume: Optional[Path] = typer.Option(None, help="Continue this run."),
-    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
-) -> None:
-    """The fixed-environment GRPO baseline: the agent role only, on a static pool, with the
-    same loss, trainer and budget (envs_per_round x num_generations plays a round) as
-    `selfplay`. Same run directory, resume and metrics."""
-    _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
-                  ["curriculum.kind=fixed", f"curriculum.pool={json.dumps(pool)}"])
-
-
-def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
-                  extra: list[str]) -> None:
-    import time as _time
-
-    from spadekit.config import load_config
-    from spadekit.selfplay import SelfPlay
-
-    sets = list(overrides or []) + extra
-    if model:
-        sets.append(f"model={model}")
-    if unsafe:
-        sets.append("sandbox.allow_unsafe=true")
-    try:
-        cfg = load_config(preset, config, sets)
-        if rounds is not None:
-            import dataclasses
-
-            cfg = dataclasses.replace(cfg, rounds=rounds)
-    except SpadekitError as exc:
-        raise typer.BadParameter(exc.message) from None
-    target = resume or run_dir or Path("runs") / _time.strftime("%Y%m%d-%H%M%S")
-    console.print(f"[bold]spadekit selfplay[/bold] {'resuming' if resume else 'run'} "
-                  f"[cyan]{target}[/cyan]: {cfg.model}, {cfg.setting}, {cfg.curriculum.kind} "
-                  f"curriculum, {cfg.rounds} round(s)")
-    try:
-        with err_console.status(f"loading {cfg.model}"):
-            sp = SelfPlay(cfg, target, resume=resume is not None, console=err_console)
-    except SpadekitError as exc:
-        err_console.print(f"[red]cannot start:[/red] {exc.message}")
-        raise typer.Exit(2) from None
-    with sp:
-        console.print(f"sandbox tier: {sp.pool.report.tier}; starting at round {sp.next_step}")
-        for _ in range(sp.config.rounds):
-            try:
-                metrics = sp.round(sp.next_step)
-            except SpadekitError as exc:
-                err_console.print(f"[red]round {sp.next_step} failed:[/red] {exc.message}\n"
-                                  "Nothing of that round was committed; fix the cause and "
-                                  f"continue with --resume {target}")
-                raise typer.Exit(1) from None
-            sp.next_step += 1
-            console.print(_round_table(metrics))
-    console.print(f"done: {target} (resume with --resume {target})")
-
-
-def _round_table(m: dict) -> Table:
-    times = "  ".join(f"{k} {v:.0f}s" for k, v in m["timings_s"].items())
-    table = Table(title=f"round {m['step']} ({m['seconds']:.0f}s)", caption=times,
-                  show_header=True)
-    for col in ("valid", "pool d+b", "win", "return", "regret", "d.reward", "loss", "tok/s"):
-        table.add_column(col, no_wrap=True)
-    tps = m.get("sampled_tokens", 0) / max(m.get("timings_s", {}).get("play", 0) or 1e-9, 1e-9)
-
-    def f(key, fmt="{:.3f}"):
-        return fmt.format(m[key]) if isinstance(m.get(key), (int, float)) else "-"
-
-    pool = f"{m.get('pool_designed', 0)}+{m.get('pool_bootstrap', 0)}"
-    if "pool_baseline" in m:
-        pool = f"{m['pool_baseline']} (baseline)"
-    table.add_row(f("valid_share", "{:.0%}"), pool, f("agent_win_rate", "{:.0%}"),
-                  f("agent_mean_return"), f("regret"), f("designer_reward"), f("train/loss"),
-                  f"{tps:.0f}")
-    evals = [(k[5:-9], v) for k, v in m.items()
-             if k.startswith("eval/") and k.endswith("/win_rate") and k.count("/") == 2]
-    if evals:
-        table.caption += "\neval win rate: " + "  ".join(f"{n} {v:.3f}" for n, v in evals)
-    return table
 
 
 @app.command()
