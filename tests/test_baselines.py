@@ -76,13 +76,14 @@ def test_train_fixed_trains_the_agent_only_and_resumes_the_same_walk(tmp_path):
     from spadekit.selfplay import SelfPlay
 
     pool = write_pool(tmp_path / "pool", WORDS[:5])
-    cfg = config(tmp_path, "fixed", rounds=3, **{"curriculum.pool": str(pool)})
+    extra = {"curriculum.pool": str(pool), "num_generations": 4, "rollout.seed": 3}
+    cfg = config(tmp_path, "fixed", rounds=3, **extra)
     policy = load_policy("tiny")
     before = {k: v.clone() for k, v in policy.model.state_dict().items()}
     with SelfPlay(cfg, tmp_path / "straight", policy=policy) as sp:
         metrics = sp.run()
         straight = played(sp.store)
-        assert all(m["pool_baseline"] == 2 and m["agent_episodes"] == 4 for m in metrics)
+        assert all(m["pool_baseline"] == 2 and m["agent_episodes"] == 8 for m in metrics)
         assert all("designer_samples" not in m and "designed" not in m for m in metrics)
         assert sum(m["train/optimizer_steps"] for m in metrics) >= 1  # a GRPO update ran
         rows = sp.store.environments()
@@ -91,10 +92,10 @@ def test_train_fixed_trains_the_agent_only_and_resumes_the_same_walk(tmp_path):
     assert any(not before[k].equal(v) for k, v in policy.model.state_dict().items())
     assert [len(v) for v in straight.values()] == [2, 2, 2]
 
-    with SelfPlay(config(tmp_path, "fixed", rounds=2, **{"curriculum.pool": str(pool)}),
+    with SelfPlay(config(tmp_path, "fixed", rounds=2, **extra),
                   tmp_path / "resumed", policy=load_policy("tiny")) as sp:
         sp.run()
-    with SelfPlay(config(tmp_path, "fixed", rounds=1, **{"curriculum.pool": str(pool)}),
+    with SelfPlay(config(tmp_path, "fixed", rounds=1, **extra),
                   tmp_path / "resumed", policy=load_policy("tiny"), resume=True) as sp:
         assert sp.next_step == 2
         sp.run()
