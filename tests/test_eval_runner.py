@@ -208,6 +208,7 @@ def test_cli_eval_writes_results_and_compares(tmp_path):
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     data = read_results(out)
+    assert not list(tmp_path.glob("*.partial.jsonl"))  # journals go once the file is written
     (result,) = data["suites"].values()
     assert result["settings"]["k"] == 2 and all(len(r["scores"]) == 2 for r in result["items"])
     res = runner.invoke(app, ["eval", "compare", str(out), str(out), "--json"])
@@ -255,3 +256,33 @@ def test_envs_suite_plays_programs_in_the_sandbox(tiny, pool, tmp_path):
     assert suite.score(suite.load_items()[0], float("nan")) == 0.0
     with pytest.raises(ValueError, match="SandboxPool"):
         run_suite(tiny, suite, EvalSettings(k=1), pool=None)
+
+
+def test_an_interrupted_evaluation_resumes_from_its_journal(tiny, tmp_path):
+    journal = tmp_path / "out.json.0.partial.jsonl"
+    calls = {"n": 0}
+    base = adder(tiny.tokenizer, wrong_for={1})
+
+    def dying(ids, text):
+        calls["n"] += 1
+        if calls["n"] > 4:
+            raise KeyboardInterrupt  # the process is stopped in the middle of batch 3
+        return base.respond(ids, text)
+
+    settings = EvalSettings(k=2, batch_size=4)
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(ScriptedPolicy(tiny.tokenizer, dying), SumSuite(), settings, journal=journal,
+                  model_label="m")
+    assert len(journal.read_text().splitlines()) == 1 + 4  # header + the finished batch
+    with open(journal, "a") as fh:
+        fh.write('{"item": "s5", "sam')  # a torn last line
+    fresh = adder(tiny.tokenizer, wrong_for={1})
+    result = run_suite(fresh, SumSuite(), settings, journal=journal, model_label="m")
+    assert result["resumed_samples"] == 4 and fresh.calls == 12 - 4
+    straight = run_suite(adder(tiny.tokenizer, wrong_for={1}), SumSuite(), settings,
+                         model_label="m")
+    assert [r["scores"] for r in result["items"]] == [r["scores"] for r in straight["items"]]
+    other = run_suite(adder(tiny.tokenizer), SumSuite(), EvalSettings(k=1), journal=journal,
+                      model_label="m")
+    assert other["resumed_samples"] == 0  # different settings: the old journal moved aside
+    assert (tmp_path / "out.json.0.partial.jsonl.stale").exists()

@@ -44,7 +44,9 @@ def evaluate(
     batch_size: int = typer.Option(64, help="Episodes per batched generation call."),
     seed: int = typer.Option(0, help="Seeds every item's environment and sampling."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write all results (per-item "
-                                       "scores included) to this JSON file."),
+                                       "scores included) to this JSON file. Scored samples are "
+                                       "journaled beside it, so rerunning an interrupted "
+                                       "command resumes."),
     transcripts: bool = typer.Option(False, help="Keep whole conversations in --out."),
     unsafe: bool = typer.Option(False, "--unsafe", help="Allow a weak sandbox (envs: suites)."),
 ) -> None:
@@ -83,17 +85,25 @@ def evaluate(
         except SpadekitError as exc:
             err_console.print(f"[red]sandbox unavailable:[/red] {exc.message}")
             raise typer.Exit(2) from None
-    results = []
+    results, journals = [], []
     try:
-        for suite in built:
-            results.append(_run_one(policy, suite, settings, pool, label))
+        for i, suite in enumerate(built):
+            journal = None
+            if out is not None:  # scored samples survive a crash; a rerun resumes from them
+                journal = out.with_name(f"{out.name}.{i}.partial.jsonl")
+                journals.append(journal)
+            results.append(_run_one(policy, suite, settings, pool, label, journal))
             console.print(suite_table(results[-1]))
     finally:
         if pool is not None:
             pool.close()
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results_file(label, results), indent=1))
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(results_file(label, results), indent=1))
+        tmp.replace(out)
+        for journal in journals:
+            journal.unlink(missing_ok=True)
         console.print(f"results: [cyan]{out}[/cyan]")
 
 
@@ -107,7 +117,8 @@ def _quiet_transformers() -> None:
         pass
 
 
-def _run_one(policy: Any, suite: Any, settings: Any, pool: Any, label: str) -> dict:
+def _run_one(policy: Any, suite: Any, settings: Any, pool: Any, label: str,
+             journal: Path | None) -> dict:
     from spadekit.eval.runner import run_suite
 
     with err_console.status(f"{suite.name}: loading items"):
@@ -120,8 +131,12 @@ def _run_one(policy: Any, suite: Any, settings: Any, pool: Any, label: str) -> d
         def advance(done: int, total: int) -> None:
             progress.update(task, completed=done, total=total)
 
-        return run_suite(policy, suite, settings, pool=pool, items=items, on_progress=advance,
-                         model_label=label)
+        result = run_suite(policy, suite, settings, pool=pool, items=items,
+                           on_progress=advance, model_label=label, journal=journal)
+    if result.get("resumed_samples"):
+        err_console.print(f"{suite.name}: {result['resumed_samples']} sample(s) taken from "
+                          f"{journal} (an earlier run was interrupted)")
+    return result
 
 
 def suite_table(result: dict) -> Table:

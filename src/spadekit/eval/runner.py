@@ -15,9 +15,12 @@ Metrics, for the whole suite and per group/dataset:
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import os
 import time
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from spadekit.eval.base import WIN_THRESHOLD, EvalItem, Suite
@@ -66,13 +69,57 @@ def sample_seed(base: int, item_id: str, sample: int) -> int:
     return zlib.crc32(f"{base}:{item_id}:{sample}".encode())
 
 
+class Journal:
+    """Scored samples appended after every batch (JSON lines, fsynced), so an evaluation that is
+    killed resumes where it stopped. The first line names the suite, model and settings; a
+    journal written for anything else is moved aside to ``<name>.stale`` and a new one begun.
+    A torn last line (the process died mid-write) is ignored."""
+
+    def __init__(self, path: str | Path, key: dict[str, Any]):
+        self.path = Path(path)
+        self.key = json.loads(json.dumps(key))
+        self.done: dict[tuple[str, int], dict[str, Any]] = {}
+        if self.path.exists():
+            lines = self.path.read_text(errors="replace").splitlines()
+            try:
+                header = json.loads(lines[0]) if lines else None
+            except json.JSONDecodeError:
+                header = None
+            if not isinstance(header, dict) or header.get("key") != self.key:
+                self.path.replace(self.path.with_name(self.path.name + ".stale"))
+            else:
+                for line in lines[1:]:
+                    try:
+                        rec = json.loads(line)
+                        self.done[(rec["item"], int(rec["sample"]))] = rec["record"]
+                    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                        continue
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._write([{"journal": 1, "key": self.key}])
+
+    def append(self, item_id: str, record: dict[str, Any]) -> None:
+        self._write([{"item": item_id, "sample": record["sample"], "record": record}])
+        self.done[(item_id, record["sample"])] = record
+
+    def _write(self, rows: list[dict[str, Any]]) -> None:
+        with open(self.path, "a") as fh:
+            for row in rows:
+                fh.write(json.dumps(row) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
 def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *,
               pool: Any = None, items: list[EvalItem] | None = None,
               on_progress: Callable[[int, int], None] | None = None,
-              model_label: str | None = None) -> dict[str, Any]:
+              model_label: str | None = None,
+              journal: str | Path | None = None) -> dict[str, Any]:
     """Evaluate ``policy`` on ``suite``; returns the result dict (see the module docstring).
     ``pool`` (a ``SandboxPool``) is needed only by sandboxed suites (``envs:``).
-    ``on_progress(done_samples, total_samples)`` is called after each batch."""
+    ``on_progress(done_samples, total_samples)`` is called after each batch. ``journal``: a
+    file that keeps every scored sample (see :class:`Journal`); samples already in it are not
+    played again."""
     settings = settings or EvalSettings()
     cfg = settings.resolve(suite)
     t0 = time.perf_counter()
@@ -84,25 +131,33 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
         max_turns=cfg["max_turns"], max_new_tokens=cfg["max_new_tokens"],
         max_context_tokens=settings.max_context_tokens or _context_of(policy),
         temperature=cfg["temperature"], top_p=cfg["top_p"], seed=settings.seed))
+    label = model_label or getattr(policy, "name", type(policy).__name__)
+    book = Journal(journal, {"suite": suite.name, "model": label, "settings": cfg,
+                             "items": len(items)}) if journal is not None else None
     specs = []
+    samples: list[list[dict[str, Any]]] = [[] for _ in items]
     for index, item in enumerate(items):
         for j in range(cfg["k"]):
+            if book is not None and (item.id, j) in book.done:
+                samples[index].append(book.done[(item.id, j)])
+                continue
             tag = {"item": index, "sample": j}
             specs.append(suite.episode_spec(item, sample_seed(settings.seed, item.id, j),
                                             cfg["max_turns"], system, tag))
-    samples: list[list[dict[str, Any]]] = [[] for _ in items]
     t1 = time.perf_counter()
-    total = len(specs)
-    for start in range(0, total, max(1, settings.batch_size)):
+    total = len(items) * cfg["k"]
+    resumed = total - len(specs)
+    for start in range(0, len(specs), max(1, settings.batch_size)):
         for tr in engine.run(specs[start:start + settings.batch_size]):
-            samples[tr.spec.tag["item"]].append(_sample_record(suite, items, tr,
-                                                               settings.transcripts))
+            record = _sample_record(suite, items, tr, settings.transcripts)
+            samples[tr.spec.tag["item"]].append(record)
+            if book is not None:
+                book.append(items[tr.spec.tag["item"]].id, record)
         if on_progress is not None:
-            on_progress(min(total, start + settings.batch_size), total)
+            on_progress(resumed + min(len(specs), start + settings.batch_size), total)
     item_rows = [_item_row(item, rows) for item, rows in zip(items, samples)]
     return {
-        "format": RESULT_FORMAT, "suite": suite.name, "model": model_label or getattr(
-            policy, "name", type(policy).__name__),
+        "format": RESULT_FORMAT, "suite": suite.name, "model": label, "resumed_samples": resumed,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "settings": cfg, "summary": summarize(item_rows, suite.groups()),
         "items": item_rows, "skipped": [list(s) for s in getattr(suite, "skipped", [])],
