@@ -101,6 +101,23 @@ class EvalLoopConfig:
 
 
 @dataclass(frozen=True)
+class DistributedConfig:
+    """Where environments run: ``local`` (this machine's sandbox pool) or ``ray`` (sandbox
+    workers as Ray actors on any node, each applying its own isolation tier)."""
+
+    env_backend: str = "local"
+    ray_address: str | None = None
+    """None: a local Ray; ``auto`` (a running cluster) or ``ray://host:10001``."""
+    env_workers: int = 2
+    """Ray actors, each with its own warm sandbox pool."""
+
+    def __post_init__(self) -> None:
+        if self.env_backend not in ("local", "ray") or self.env_workers < 1:
+            raise ConfigError("distributed.env_backend must be local or ray, and "
+                              "distributed.env_workers >= 1")
+
+
+@dataclass(frozen=True)
 class SelfPlayConfig:
     setting: str = "games"
     """``games`` (reasoning puzzles) or ``tooluse`` (multi-turn API calling)."""
@@ -142,6 +159,7 @@ class SelfPlayConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     eval: EvalLoopConfig = field(default_factory=EvalLoopConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def __post_init__(self) -> None:
         if self.setting not in ("games", "tooluse"):

@@ -9,6 +9,13 @@ Episodes end when the program terminates or truncates, at ``max_turns`` (the run
 the context would overflow (truncated, ``stop_reason="context"``), or when the environment fails
 (a typed failure on that episode only; the batch goes on). Return per SPEC point 4: the last
 reward if terminated, else 0. Hints go on the first observation only: ``"{obs}\\n\\nHINT: {hint}"``.
+
+Where environments run is behind a small seam, ``EnvBackend``: a run opens one ``EnvSession``,
+which starts the episodes of untrusted programs (``start``) and steps them (``step``) and frees
+everything at the end (``release``). ``LocalPoolBackend`` is the local sandbox pool (one sandbox per
+distinct program, batched without threads by ``spadekit.sandbox.batch``);
+``spadekit.integrations.ray_envs.RayEnvBackend`` runs the same sandboxes on Ray actors. Trusted
+in-process environments (``EpisodeSpec.env_factory``) never go through a backend.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ from __future__ import annotations
 import contextlib
 import time
 import zlib
+from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from spadekit.chat import ChatRenderer
 from spadekit.envs.program import EnvProgram
@@ -120,7 +128,8 @@ class Trajectory:
     failure: dict[str, Any] | None = None
     episode_return: float = 0.0
     tools: list[dict] | None = None
-    _env: RemoteEnv | LocalEnv | None = field(default=None, repr=False)
+    _env: Any = field(default=None, repr=False)
+    """A backend's episode handle (``RemoteEnv`` locally), a ``LocalEnv``, or None when over."""
     _index: int = field(default=0, repr=False)
     _sampled_end: bool = field(default=False, repr=False)
 
@@ -143,15 +152,163 @@ class Trajectory:
                 "episode_return": self.episode_return, "num_sampled": self.num_sampled}
 
 
-class RolloutEngine:
-    """Plays episodes of programs with a policy. Owns nothing: give it a policy and a pool."""
+StartItem = tuple[str, str, int | None, int]
+"""What a backend starts: (program sha256, program code, max_turns for the constructor, reset
+seed). Items with the same sha share one sandbox."""
+Started = tuple[Any, str, dict, list[dict] | None]
+"""A started episode: (handle, first observation, info, tool schemas or None)."""
+StepResult = tuple[str, float, bool, bool, dict]
 
-    def __init__(self, policy: Policy, pool: SandboxPool | None,
-                 config: RolloutConfig | None = None):
-        """``pool`` may be None when every episode runs an in-process ``env_factory``."""
-        self.policy = policy
+
+class EnvSession(ABC):
+    """The environments of one rollout run. Every failure is a typed ``SandboxError`` in the
+    result list, on that item only; ``release`` frees every sandbox the session used."""
+
+    @abstractmethod
+    def start(self, items: list[StartItem]) -> list[Started | SandboxError]:
+        """Load each distinct program once (one sandbox per program), create one instance per
+        item and reset it with its seed; results in item order."""
+
+    @abstractmethod
+    def step(self, pairs: list[tuple[Any, str]]) -> list[StepResult | SandboxError]:
+        """Step many episodes at once: (handle, action) in, checked 5-tuple out, in order."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """End the session: kill its sandboxes (instances die with them). Idempotent."""
+
+    def __enter__(self) -> "EnvSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+class EnvBackend(ABC):
+    """Where untrusted environment programs run: opens one session per rollout run."""
+
+    @abstractmethod
+    def session(self) -> EnvSession:
+        """A new session; use it as a context manager (``release`` on exit)."""
+
+    def close(self) -> None:
+        """Free what the backend owns (the local backend owns nothing: its pool is the
+        caller's)."""
+
+
+class LocalPoolBackend(EnvBackend):
+    """Sandboxes from a local ``SandboxPool``, stepped with ``spadekit.sandbox.batch``.
+
+    A session holds the pool's background boots (``SandboxPool.paused``) while it lives,
+    acquires one sandbox per distinct program (``load_workers`` loads in parallel) and releases
+    them all at its end. Its loading threads live as long as the session: a worker cold-started
+    by a thread gets its parent-death signal when that thread ends."""
+
+    def __init__(self, pool: SandboxPool, load_workers: int = 8) -> None:
         self.pool = pool
+        self.load_workers = max(1, load_workers)
+
+    def session(self) -> "LocalPoolSession":
+        return LocalPoolSession(self.pool, self.load_workers)
+
+
+class LocalPoolSession(EnvSession):
+    def __init__(self, pool: SandboxPool, load_workers: int) -> None:
+        self.pool = pool
+        self.load_workers = load_workers
+        self.sandboxes: dict[str, Sandbox] = {}
+        self._ex: ThreadPoolExecutor | None = None
+        self._paused: contextlib.ExitStack | None = contextlib.ExitStack()
+        self._paused.enter_context(pool.paused())
+
+    def start(self, items: list[StartItem]) -> list[Started | SandboxError]:
+        codes: dict[str, str] = {}
+        shas = [item[0] for item in items]
+        for sha, code, _mt, _seed in items:
+            codes.setdefault(sha, code)
+        failed: dict[str, SandboxError] = {}
+        todo = [kv for kv in codes.items() if kv[0] not in self.sandboxes]
+
+        def acquire(item: tuple[str, str]):
+            sha, code = item
+            try:
+                return sha, self.pool.acquire(code), None
+            except SandboxError as exc:
+                return sha, None, exc
+
+        if todo:
+            if self._ex is None:
+                self._ex = ThreadPoolExecutor(self.load_workers)
+            for sha, sb, exc in self._ex.map(acquire, todo):
+                if sb is not None:
+                    self.sandboxes[sha] = sb
+                else:
+                    failed[sha] = exc
+        out: list[Any] = [None] * len(items)
+        live = [i for i, sha in enumerate(shas) if sha not in failed]
+        for i, sha in enumerate(shas):
+            if sha in failed:
+                out[i] = failed[sha]
+        started = start_many([(self.sandboxes[shas[i]], items[i][2], items[i][3], None)
+                              for i in live])
+        wants_tools = [k for k, r in enumerate(started) if not isinstance(r, SandboxError)
+                       and r[0].sandbox.program.get("has_tools")]
+        tools_raw = request_many([(started[k][0].sandbox, "call",
+                                   {"instance": started[k][0].instance, "method": "tools"})
+                                  for k in wants_tools])
+        tools_of: dict[int, Any] = {}
+        for k, raw in zip(wants_tools, tools_raw):
+            try:
+                tools_of[k] = RemoteEnv.checked_tools(raw) if not isinstance(
+                    raw, SandboxError) else raw
+            except SandboxError as exc:
+                tools_of[k] = exc
+        for k, (i, result) in enumerate(zip(live, started)):
+            tools = tools_of.get(k)
+            if isinstance(result, SandboxError):
+                out[i] = result
+            elif isinstance(tools, SandboxError):
+                out[i] = tools
+            else:
+                out[i] = (result[0], result[1], result[2], tools)
+        return out
+
+    def step(self, pairs: list[tuple[Any, str]]) -> list[StepResult | SandboxError]:
+        return step_many(pairs)
+
+    def release(self) -> None:
+        try:
+            for sb in self.sandboxes.values():
+                self.pool.release(sb)
+            self.sandboxes.clear()
+        finally:
+            if self._paused is not None:
+                self._paused, paused = None, self._paused
+                paused.close()
+            if self._ex is not None:
+                self._ex, ex = None, self._ex
+                ex.shutdown()
+
+
+class RolloutEngine:
+    """Plays episodes of programs with a policy. Owns nothing: give it a policy and a pool
+    (or any ``EnvBackend``)."""
+
+    def __init__(self, policy: Policy, pool: SandboxPool | EnvBackend | None,
+                 config: RolloutConfig | None = None):
+        """``pool``: a ``SandboxPool`` (wrapped in ``LocalPoolBackend``), an ``EnvBackend``
+        (e.g. ``RayEnvBackend``), or None when every episode runs an in-process
+        ``env_factory``."""
+        self.policy = policy
         self.config = config or RolloutConfig()
+        if isinstance(pool, SandboxPool):
+            self.backend: EnvBackend | None = LocalPoolBackend(pool, self.config.load_workers)
+        elif pool is None or isinstance(pool, EnvBackend):
+            self.backend = pool
+        else:
+            raise TypeError(f"RolloutEngine needs a SandboxPool, an EnvBackend or None, got "
+                            f"{type(pool).__name__}")
+        self.pool: SandboxPool | None = getattr(self.backend, "pool", None)
         vocab = policy.tokenizer.get_vocab()
         stops = tuple(t for t in END_OF_TURN_TEXTS if t in vocab)
         eos = getattr(policy.tokenizer, "eos_token", None)
@@ -166,80 +323,49 @@ class RolloutEngine:
         t0 = time.perf_counter()
         self.stats = {"model_s": 0.0, "env_s": 0.0, "sampled_tokens": 0, "turns": 0}
         trajs = [Trajectory(spec=s, _index=i) for i, s in enumerate(specs)]
-        sandboxes: dict[str, Sandbox] = {}
-        if self.pool is None and any(s.program is not None for s in specs):
-            raise ValueError("episodes of untrusted programs need a SandboxPool")
-        paused = self.pool.paused() if self.pool is not None else contextlib.nullcontext()
-        with ThreadPoolExecutor(max(1, self.config.load_workers)) as ex, paused:
-            try:
-                self._start(trajs, sandboxes, ex)
-                turn = 0
-                while any(t.live for t in trajs):
-                    self._turn([t for t in trajs if t.live], turn)
-                    turn += 1
-            finally:
-                for sb in sandboxes.values():
-                    self.pool.release(sb)
+        if self.backend is None and any(s.program is not None for s in specs):
+            raise ValueError("episodes of untrusted programs need a SandboxPool or an EnvBackend")
+        with self._session() as session:
+            self._start(trajs, session)
+            turn = 0
+            while any(t.live for t in trajs):
+                self._turn([t for t in trajs if t.live], turn, session)
+                turn += 1
         self.stats["total_s"] = time.perf_counter() - t0
         return trajs
 
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[EnvSession | None]:
+        if self.backend is None:
+            yield None
+            return
+        with self.backend.session() as session:
+            yield session
+
     # -- phases ---------------------------------------------------------------------------
 
-    def _start(self, trajs: list[Trajectory], sandboxes: dict[str, Sandbox], ex) -> None:
+    def _start(self, trajs: list[Trajectory], session: EnvSession | None) -> None:
         """One sandbox per distinct program; one environment instance per episode; reset."""
         local = [t for t in trajs if t.spec.program is None]
-        trajs = [t for t in trajs if t.spec.program is not None]
-        codes = {t.spec.program.sha256: t.spec.program.code for t in trajs}
-
-        def acquire(item):
-            sha, code = item
-            try:
-                return sha, self.pool.acquire(code), None
-            except SandboxError as exc:
-                return sha, None, exc
-
+        live = [t for t in trajs if t.spec.program is not None]
         t = time.perf_counter()
-        for sha, sb, exc in ex.map(acquire, codes.items()):
-            if sb is not None:
-                sandboxes[sha] = sb
-            else:
-                for tr in trajs:
-                    if tr.spec.program.sha256 == sha:
-                        self._fail(tr, exc, "env_error")
-
-        live = [x for x in trajs if x.live]
-        started = start_many([(sandboxes[tr.spec.program.sha256], self.config.max_turns,
-                               tr.spec.seed, None) for tr in live])
-        wants_tools = [i for i, r in enumerate(started) if not isinstance(r, SandboxError)
-                       and r[0].sandbox.program.get("has_tools")]
-        tools_raw = request_many([(started[i][0].sandbox, "call",
-                                   {"instance": started[i][0].instance, "method": "tools"})
-                                  for i in wants_tools])
-        tools_of: dict[int, Any] = {}
-        for i, raw in zip(wants_tools, tools_raw):
-            try:
-                tools_of[i] = RemoteEnv.checked_tools(raw) if not isinstance(
-                    raw, SandboxError) else raw
-            except SandboxError as exc:
-                tools_of[i] = exc
+        started: list[Any] = session.start(
+            [(tr.spec.program.sha256, tr.spec.program.code, self.config.max_turns, tr.spec.seed)
+             for tr in live]
+        ) if live else []
         for tr in local:
             env = LocalEnv(tr.spec.env_factory)
             result = env.reset(tr.spec.seed)
             tools = env.tools() if not isinstance(result, SandboxError) else None
             live.append(tr)
-            started.append(result if isinstance(result, SandboxError) else (env, *result))
-            tools_of[len(live) - 1] = tools
+            started.append(result if isinstance(result, SandboxError) else
+                           tools if isinstance(tools, SandboxError) else (env, *result, tools))
         prompts: list[tuple[Trajectory, str]] = []
-        for i, (tr, result) in enumerate(zip(live, started)):
-            tools = tools_of.get(i)
-            exc = result if isinstance(result, SandboxError) else (
-                tools if isinstance(tools, SandboxError) else None)
-            if exc is not None:
-                if not isinstance(result, SandboxError):
-                    tr._env = result[0]
-                self._fail(tr, exc, "env_error")
+        for tr, result in zip(live, started):
+            if isinstance(result, SandboxError):
+                self._fail(tr, result, "env_error")
                 continue
-            env, obs, _info = result
+            env, obs, _info, tools = result
             tr._env, tr.tools = env, tools
             setting = "tooluse" if tools else "games"
             system = tr.spec.system or self.config.system_prompt or (
@@ -258,7 +384,7 @@ class RolloutEngine:
             tr.prompt_len = len(tr.token_ids)
         self.stats["env_s"] += time.perf_counter() - t
 
-    def _turn(self, live: list[Trajectory], turn: int) -> None:
+    def _turn(self, live: list[Trajectory], turn: int, session: EnvSession | None) -> None:
         cfg = self.config
         ready, requests = [], []
         for tr in live:
@@ -293,12 +419,14 @@ class RolloutEngine:
             self.stats["sampled_tokens"] += len(gen.token_ids)
 
         t = time.perf_counter()
-        remote = [i for i, tr in enumerate(ready) if isinstance(tr._env, RemoteEnv)]
+        remote = [i for i, tr in enumerate(ready) if not isinstance(tr._env, LocalEnv)]
         results: list[Any] = [None] * len(ready)
-        for i, result in zip(remote, step_many([(ready[i]._env, gens[i].text) for i in remote])):
-            results[i] = result
+        if remote:
+            for i, result in zip(remote, session.step([(ready[i]._env, gens[i].text)
+                                                       for i in remote])):
+                results[i] = result
         for i, tr in enumerate(ready):
-            if not isinstance(tr._env, RemoteEnv):
+            if isinstance(tr._env, LocalEnv):
                 results[i] = tr._env.step(gens[i].text)
         step_s = (time.perf_counter() - t) / len(ready)
         pending: list[tuple[Trajectory, str]] = []

@@ -6,20 +6,23 @@ renamed aside first and removed after); ``PolicyTrainer.load`` finds the newest 
 checkpoint (``_resolve_checkpoint``, which also finds one left aside by a save that died between
 its two renames) and copies the saved safetensors weights into the existing model tensors
 (``_read_safetensors``, ``_load_in_place``). ``STATE_FILE`` is written last, so its presence marks
-a complete checkpoint; ``CHECKPOINT_FORMAT`` is its format version.
+a complete checkpoint; ``CHECKPOINT_FORMAT`` is its format version. ``rng_state``/``set_rng_state``
+capture and restore the random streams a checkpoint carries.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
-__all__ = ["CHECKPOINT_FORMAT", "STATE_FILE"]
+__all__ = ["CHECKPOINT_FORMAT", "STATE_FILE", "rng_state", "set_rng_state"]
 
 CHECKPOINT_FORMAT = 1
 STATE_FILE = "trainer_state.json"
@@ -95,3 +98,39 @@ def _resolve_checkpoint(path: Path) -> Path:
         if aside:
             return max(aside, key=lambda p: p.stat().st_mtime)
     raise FileNotFoundError(f"{path}: no complete checkpoint ({STATE_FILE} missing)")
+
+
+def rng_state(policy: Any) -> dict[str, Any]:
+    """The random states a checkpoint restores: python, torch (CPU and CUDA), numpy and the
+    policy's sampling generator (``policy._rng``)."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    gen = getattr(policy, "_rng", None)  # the policy's sampling stream
+    if isinstance(gen, torch.Generator):
+        state["policy"] = gen.get_state()
+    try:
+        import numpy as np
+
+        kind, key, pos, has_gauss, gauss = np.random.get_state()
+        state["numpy"] = (kind, torch.from_numpy(key.astype("int64")), int(pos),
+                          int(has_gauss), float(gauss))
+    except ImportError:  # pragma: no cover
+        pass
+    return state
+
+
+def set_rng_state(policy: Any, state: dict[str, Any]) -> None:
+    """Restore what ``rng_state`` returned."""
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    gen = getattr(policy, "_rng", None)
+    if "policy" in state and isinstance(gen, torch.Generator):
+        gen.set_state(state["policy"])
+    if "numpy" in state:
+        import numpy as np
+
+        kind, key, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))

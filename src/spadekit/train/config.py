@@ -11,6 +11,9 @@ from TRL, where the meaning is not the same:
 - ``loss_type`` takes spadekit's names: ``"token"`` (every loss token of the whole batch counts
   the same; TRL's ``"dapo"``) or ``"sequence"`` (mean per sequence, then over sequences; TRL's
   ``"grpo"``).
+- Under ``accelerate launch``/``torchrun`` ``per_device_train_batch_size`` and the token budget
+  are per rank; ``train_step`` takes the global batch (``split_batches``) and the update equals
+  the single-process update on it (``spadekit.train.distributed``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 LOSS_TYPES = ("token", "sequence")
+DISTRIBUTED_STRATEGIES = ("auto", "no", "ddp", "fsdp", "deepspeed")
 
 
 @dataclass
@@ -99,6 +103,29 @@ class TrainConfig:
     """Modules that get an adapter: peft's ``"all-linear"`` (every linear layer but the output
     head) or a list of module names."""
 
+    # -- multi-process (accelerate launch / torchrun; see spadekit.train.distributed) ----------
+    distributed_strategy: str = "auto"
+    """``"auto"`` (one process: none; under a launcher: accelerate's choice from
+    ``ACCELERATE_USE_FSDP``/``ACCELERATE_USE_DEEPSPEED``, else DDP), ``"no"`` (ignore the
+    launcher: each process trains alone), ``"ddp"``, ``"fsdp"`` (FSDP2 ``fully_shard``) or
+    ``"deepspeed"`` (not supported: raises)."""
+    split_batches: bool = True
+    """accelerate's ``split_batches``: every rank passes the same GLOBAL list of samples to
+    ``train_step`` and trains its deterministic share. False: each rank's list is its own share
+    (the loss normaliser and the counts are all-reduced)."""
+    ddp_backend: str | None = None
+    """Process-group backend when the trainer initialises it (None: NCCL on CUDA, else gloo)."""
+    ddp_timeout: int = 1800
+    """Seconds a collective may wait before the process group gives up."""
+    ddp_find_unused_parameters: bool = False
+    """DDP's ``find_unused_parameters`` (only needed for models that skip trainable weights)."""
+    ddp_bucket_cap_mb: int | None = None
+    """DDP's gradient bucket size in MiB (None: torch's default)."""
+    fsdp_reshard_after_forward: bool | None = None
+    """FSDP: free the gathered weights after each forward (ZeRO-3, True) or keep them until the
+    backward (ZeRO-2-like, False); None reads accelerate's ``FSDP_RESHARD_AFTER_FORWARD``, else
+    True."""
+
     # -- reproducibility ------------------------------------------------------------------------
     seed: int = 0
     """Seeds python's and torch's generators when the trainer is built (None-like values are not
@@ -139,6 +166,11 @@ class TrainConfig:
                 raise bad(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.lora_dropout < 1:
             raise bad(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.distributed_strategy not in DISTRIBUTED_STRATEGIES:
+            raise bad(f"distributed_strategy must be one of {DISTRIBUTED_STRATEGIES}, got "
+                      f"{self.distributed_strategy!r}")
+        if int(self.ddp_timeout) < 1:
+            raise bad(f"ddp_timeout must be >= 1, got {self.ddp_timeout}")
         if not isinstance(self.seed, int):
             raise bad(f"seed must be an int, got {self.seed!r}")
 
@@ -158,4 +190,4 @@ class TrainConfig:
         return cls(**data)
 
 
-__all__ = ["TrainConfig", "LOSS_TYPES"]
+__all__ = ["TrainConfig", "LOSS_TYPES", "DISTRIBUTED_STRATEGIES"]

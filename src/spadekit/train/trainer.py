@@ -28,6 +28,14 @@ logits are post-processed (soft-capping, logit scales) take the plain forward in
 The policy keeps generating with the trained weights: the trainer updates ``policy.model`` in
 place (with LoRA, the adapter layers are injected into that same module object).
 
+Multi-process (``accelerate launch --num_processes 8 -m spadekit selfplay --preset games-4b``,
+or ``torchrun --nproc_per_node 8 ...``): the trainer joins the process group, wraps the model
+for DDP or FSDP (``distributed_strategy``), and each rank trains its deterministic share of the
+SAME global batch every rank passes in, normalised by the global token (or sequence) count, so
+the update equals the single-process update on that batch; gradient clipping uses the global
+norm; rank 0 writes checkpoints, every rank reads them. Under FSDP, generate inside
+``gathered_for_generation()``. Details: ``spadekit.train.distributed``.
+
 ``save(dir)``/``load(dir)`` write and read a checkpoint atomically (temp dir, then rename):
 the model in ``save_pretrained`` form (the adapter only, with LoRA), the tokenizer, the
 optimizer state, the RNG states, the step counter and the config.
@@ -47,10 +55,10 @@ import shutil
 import time
 import uuid
 import warnings
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.utils.checkpoint
@@ -65,12 +73,30 @@ from spadekit.train.checkpoint import (
     _read_safetensors,
     _resolve_checkpoint,
     _swap_into_place,
+    rng_state,
+    set_rng_state,
 )
 from spadekit.train.config import TrainConfig
-from spadekit.train.loss import grpo_loss, token_logprobs
+from spadekit.train.distributed import (
+    LogprobModule,
+    clip_grad_norm,
+    fsdp_reshard_default,
+    full_optimizer_state,
+    full_state_dict,
+    gathered_parameters,
+    load_full_optimizer_state,
+    load_sharded,
+    place_on_local_device,
+    setup_distributed,
+    shard_indices,
+    wrap_model,
+)
+from spadekit.train.loss import grpo_loss
 
 __all__ = ["PolicyTrainer", "pack_microbatches", "CHECKPOINT_FORMAT"]
 
+_STAT_KEYS = ("pg_loss", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "tis_mean",
+              "tis_capped_frac", "kl")
 _LOGIT_SCALE_ATTRS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
                       "lm_head_multiplier", "logits_scaling")
 
@@ -137,9 +163,28 @@ class PolicyTrainer:
             self.model = self.inner = base
         if cfg.gradient_checkpointing:
             _enable_checkpointing(self.inner)
+        self.dist = setup_distributed(cfg.distributed_strategy, cfg.ddp_backend, cfg.ddp_timeout)
+        if self.dist.enabled:
+            place_on_local_device(policy, self.model, self.dist.local_rank)
         self.device = next(self.inner.parameters()).device
         self.vocab_size = self.inner.get_input_embeddings().num_embeddings
         self._split = _split_head(self.inner)
+        self.ref_model = None
+        if cfg.beta > 0 and not self.is_peft:
+            self.ref_model = _frozen_copy(self.inner)
+        wrap = {"find_unused_parameters": cfg.ddp_find_unused_parameters,
+                "bucket_cap_mb": cfg.ddp_bucket_cap_mb,
+                "reshard_after_forward": fsdp_reshard_default(cfg.fsdp_reshard_after_forward)}
+        self._lp = LogprobModule(self.inner, self._split, cfg.temperature, cfg.logprob_chunk_size)
+        self._engine = wrap_model(self._lp, self.dist, **wrap)  # DDP wrapper, or _lp itself
+        self._ref_lp = None
+        if self.ref_model is not None:
+            self._ref_lp = LogprobModule(self.ref_model, _split_head(self.ref_model),
+                                         cfg.temperature, cfg.logprob_chunk_size)
+            if self.dist.strategy == "fsdp":
+                wrap_model(self._ref_lp, self.dist, **wrap)
+        self._fsdp = self.dist.strategy == "fsdp"
+        self._n_steps = 0  # micro-batch passes of the current batch (max over the ranks)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         if not self.trainable:
             raise ValueError("PolicyTrainer: the model has no trainable parameters")
@@ -151,9 +196,6 @@ class PolicyTrainer:
                                            lr=cfg.learning_rate,
                                            betas=(cfg.adam_beta1, cfg.adam_beta2),
                                            eps=cfg.adam_epsilon)
-        self.ref_model = None
-        if cfg.beta > 0 and not self.is_peft:
-            self.ref_model = _frozen_copy(self.inner)
         self.step = 0
 
     # -- public API ---------------------------------------------------------------------------
@@ -179,13 +221,13 @@ class PolicyTrainer:
         batches, norm = self._prepare(samples, stats)
         cfg = self.config
         old = ref = None
-        if cfg.num_iterations > 1 and batches:
+        if cfg.num_iterations > 1 and self._n_steps:
             old = self._score(batches, reference=False)
-        if cfg.beta > 0 and batches:
+        if cfg.beta > 0 and self._n_steps:
             ref = self._score(batches, reference=True)
         runs: list[dict[str, float]] = []
         for _ in range(cfg.num_iterations):
-            if not batches:
+            if not self._n_steps:  # nothing to train on any rank
                 break
             runs.append(self._update(batches, norm, old, ref))
         stats.update(loss=0.0, grad_norm=0.0)
@@ -201,12 +243,14 @@ class PolicyTrainer:
 
     def compute_gradients(self, samples: Sequence[Sample]) -> dict[str, Any]:
         """The gradient of the batch loss, left in the parameters' ``.grad`` (no optimizer step,
-        no clipping); for tests and diagnostics."""
+        no clipping); for tests and diagnostics. Under DDP every rank holds the global gradient;
+        under FSDP each rank holds its shard of it (DTensors)."""
         stats: dict[str, Any] = {}
         batches, norm = self._prepare(samples, stats)
-        ref = self._score(batches, reference=True) if self.config.beta > 0 and batches else None
+        ref = self._score(batches, reference=True) if self.config.beta > 0 and self._n_steps \
+            else None
         self.optimizer.zero_grad(set_to_none=True)
-        if batches:
+        if self._n_steps:
             stats.update(self._accumulate(batches, norm, None, ref))
         return stats
 
@@ -231,21 +275,50 @@ class PolicyTrainer:
                 raise ValueError(f"PolicyTrainer: token ids outside the vocabulary "
                                  f"(0..{self.vocab_size - 1})")
         n_tokens = sum(sum(s.loss_mask[1:]) for s in kept)
-        norm = float(n_tokens if cfg.loss_type == "token" else len(kept))
         # A row with a zero advantage or weight adds exactly nothing to the gradient of the
         # surrogate; without a KL term it is counted in the normaliser and not computed.
         work = [i for i, s in enumerate(kept)
                 if cfg.beta > 0 or (s.advantage != 0 and s.weight != 0)]
         counts["skipped_zero_advantage"] = len(kept) - len(work)
+        totals = dict(counts, num_samples=len(samples), num_samples_trained=len(kept),
+                      num_tokens=n_tokens)
+        dist = self.dist
+        if dist.enabled and cfg.split_batches:  # this rank's share of the global batch
+            work = [work[j] for j in shard_indices([len(kept[i].token_ids) for i in work],
+                                                   dist.world_size, dist.rank)]
         groups = pack_microbatches([len(kept[i].token_ids) for i in work],
                                    cfg.max_tokens_per_microbatch, cfg.per_device_train_batch_size)
         batches = [self._collate([kept[work[k]] for k in g], [work[k] for k in g])
                    for g in groups]
-        stats.update(counts, num_samples=len(samples), num_samples_trained=len(kept),
-                     num_tokens=n_tokens, num_microbatches=len(batches),
+        local = dict(num_microbatches=len(batches),
                      num_importance_weighted=sum(int(b.tis_rows.sum()) for b in batches),
                      num_padded_tokens=sum(b.padded_tokens for b in batches))
+        self._n_steps = len(batches)
+        if dist.enabled:  # global counts; every rank makes the same number of passes
+            if not cfg.split_batches:  # each rank brought its own samples
+                local.update(totals)
+            names = list(local)
+            summed = dist.all_reduce([local[k] for k in names])
+            local = {k: int(v) for k, v in zip(names, summed)}
+            self._n_steps = int(dist.all_reduce([len(batches)], op="max")[0])
+        totals.update(local)
+        stats.update(totals)
+        norm = float(totals["num_tokens"] if cfg.loss_type == "token"
+                     else totals["num_samples_trained"])
         return batches, norm
+
+    def _dummy(self) -> _MicroBatch:
+        """A zero-weight two-token micro-batch, for a rank with fewer passes than the others."""
+        s = Sample(role="agent", group_id="", token_ids=[0, 0], loss_mask=[0, 1],
+                   behaviour_logprobs=None, advantage=0.0, weight=0.0)
+        return self._collate([s], [-1])
+
+    def _passes(self, batches: list[_MicroBatch], collective: bool):
+        """``(k, micro-batch, real)``: the local micro-batches, then dummies up to the global
+        count when every pass is a collective (the backward always; forwards under FSDP)."""
+        total = self._n_steps if collective else len(batches)
+        for k in range(total):
+            yield k, (batches[k] if k < len(batches) else self._dummy()), k < len(batches)
 
     def _collate(self, rows: list[Sample], indices: list[int]) -> _MicroBatch:
         width = max(len(s.token_ids) for s in rows)
@@ -284,34 +357,10 @@ class PolicyTrainer:
 
     # -- logprobs -------------------------------------------------------------------------------
 
-    def _logprobs(self, model: Any, mb: _MicroBatch, grad: bool) -> Tensor:
-        """Logprobs of the loss tokens of ``mb`` in the compact ``[B, L]`` layout (0 elsewhere).
-
-        Right padding needs no attention mask: under causal attention a real token never sees
-        the padding after it, so the model runs its mask-free causal path."""
-        temperature = self.config.temperature
-        targets = mb.input_ids[mb.rows, mb.cols]
-        split = _split_head(model) if model is not self.inner else self._split
-        if split is not None:
-            backbone, head = split
-            hidden = backbone(input_ids=mb.input_ids, use_cache=False).last_hidden_state
-            picked = hidden[mb.rows, mb.cols - 1]
-            del hidden
-            chunks = []
-            size = self.config.logprob_chunk_size
-            for start in range(0, picked.shape[0], size):
-                h, t = picked[start:start + size], targets[start:start + size]
-                if grad:
-                    chunks.append(torch.utils.checkpoint.checkpoint(
-                        _head_logprobs, head, h, t, temperature, use_reentrant=False))
-                else:
-                    chunks.append(_head_logprobs(head, h, t, temperature))
-            flat = torch.cat(chunks) if chunks else picked.new_zeros(0, dtype=torch.float32)
-        else:
-            logits = model(input_ids=mb.input_ids, use_cache=False).logits
-            picked = logits[mb.rows, mb.cols - 1].float()
-            del logits
-            flat = token_logprobs(picked / temperature, targets)
+    def _logprobs(self, module: Any, mb: _MicroBatch) -> Tensor:
+        """Logprobs of the loss tokens of ``mb`` in the compact ``[B, L]`` layout (0 elsewhere),
+        through ``module`` (a ``LogprobModule``, or its DDP wrapper)."""
+        flat = module(mb.input_ids, mb.rows, mb.cols)
         out = flat.new_zeros(mb.mask.shape)
         return out.index_put((mb.rows, mb.slot), flat)
 
@@ -320,18 +369,20 @@ class PolicyTrainer:
         """Gradient-free logprobs of every micro-batch: the current weights (old policy), or the
         reference (frozen copy; the adapter-disabled base with LoRA)."""
         out = []
-        if reference and self.ref_model is not None:
-            model, ctx = self.ref_model, nullcontext()
+        if reference and self._ref_lp is not None:
+            model, ctx = self._ref_lp, nullcontext()
         elif reference:
-            model, ctx = self.inner, self.model.disable_adapter()
+            model, ctx = self._lp, self.model.disable_adapter()
         else:
-            model, ctx = self.inner, nullcontext()
+            model, ctx = self._lp, nullcontext()
         was_training = model.training
         model.eval()
         try:
-            with ctx:
-                for mb in batches:
-                    out.append(self._logprobs(model, mb, grad=False).detach())
+            with ctx:  # under FSDP every forward is a collective: all ranks make the same count
+                for _k, mb, real in self._passes(batches, collective=self._fsdp):
+                    lp = self._logprobs(model, mb).detach()
+                    if real:
+                        out.append(lp)
         finally:
             model.train(was_training)
         return out
@@ -346,42 +397,63 @@ class PolicyTrainer:
         weight_sum = 0.0
         was_training = self.inner.training
         self.inner.train()
+        # DDP/FSDP average the ranks' gradients; each rank's loss is its share of the GLOBAL
+        # batch loss, so scale by the world size to get their sum.
+        scale = float(self.dist.world_size)
+        ddp = self.dist.strategy == "ddp"
         try:
-            for k, mb in enumerate(batches):
-                logprobs = self._logprobs(self.inner, mb, grad=True)
-                old_lp = old[k] if old is not None else logprobs.detach()
-                behaviour = None
-                if mb.behaviour is not None:  # rows without correction get weight exactly 1
-                    behaviour = torch.where(mb.tis_rows.unsqueeze(1), mb.behaviour, old_lp)
-                loss, st = grpo_loss(
-                    logprobs, old_lp, mb.advantages, mb.mask, sample_weights=mb.weights,
-                    behaviour_logprobs=behaviour, is_cap=cfg.importance_sampling_cap,
-                    ref_logprobs=None if ref is None else ref[k], beta=cfg.beta,
-                    epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type)
-                share = (mb.num_tokens if cfg.loss_type == "token" else mb.num_sequences) / norm
-                (loss * share).backward()
-                totals["loss"] = totals.get("loss", 0.0) + float(loss.detach()) * share
-                w = float(mb.num_tokens)  # token-weighted means of the per-token statistics
-                weight_sum += w
-                for key in ("pg_loss", "clip_frac", "clip_frac_low", "clip_frac_high",
-                            "ratio_mean", "tis_mean", "tis_capped_frac", "kl"):
-                    if key in st:
-                        totals.setdefault("_" + key, 0.0)
-                        totals["_" + key] += st[key] * (share if key == "pg_loss" else w)
+            for k, mb, real in self._passes(batches, collective=self.dist.enabled):
+                last = k == (self._n_steps if self.dist.enabled else len(batches)) - 1
+                sync = self._engine.no_sync() if ddp and not last else nullcontext()
+                with sync:
+                    logprobs = self._logprobs(self._engine, mb)
+                    if not real:  # zero-weight pass: keeps the ranks' collectives in step
+                        (logprobs.sum() * 0.0).backward()
+                        continue
+                    stats_k = self._micro_loss(mb, logprobs, k, norm, old, ref, scale)
+                for key, value in stats_k.items():
+                    totals[key] = totals.get(key, 0.0) + value
+                weight_sum += float(mb.num_tokens)
         finally:
             self.inner.train(was_training)
-        out = {"loss": totals.get("loss", 0.0)}
-        for key, value in totals.items():
-            if key.startswith("_"):
-                name = key[1:]
-                out[name] = value if name == "pg_loss" else value / max(weight_sum, 1.0)
+        keys = [k for k in _STAT_KEYS if k != "kl" or cfg.beta != 0]
+        sums = [totals.get("loss", 0.0)] + [totals.get("_" + k, 0.0) for k in keys] + [weight_sum]
+        sums = self.dist.all_reduce(sums)  # global sums (as is, in one process)
+        out = {"loss": sums[0]}
+        for i, name in enumerate(keys):
+            if "_" + name in totals or self.dist.enabled:
+                value = sums[1 + i]
+                out[name] = value if name == "pg_loss" else value / max(sums[-1], 1.0)
         return out
+
+    def _micro_loss(self, mb: _MicroBatch, logprobs: Tensor, k: int, norm: float,
+                    old: list[Tensor] | None, ref: list[Tensor] | None,
+                    scale: float) -> dict[str, float]:
+        """Loss of one micro-batch, backward of its share of the batch loss; its statistics."""
+        cfg = self.config
+        old_lp = old[k] if old is not None else logprobs.detach()
+        behaviour = None
+        if mb.behaviour is not None:  # rows without correction get weight exactly 1
+            behaviour = torch.where(mb.tis_rows.unsqueeze(1), mb.behaviour, old_lp)
+        loss, st = grpo_loss(
+            logprobs, old_lp, mb.advantages, mb.mask, sample_weights=mb.weights,
+            behaviour_logprobs=behaviour, is_cap=cfg.importance_sampling_cap,
+            ref_logprobs=None if ref is None else ref[k], beta=cfg.beta,
+            epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, loss_type=cfg.loss_type)
+        share = (mb.num_tokens if cfg.loss_type == "token" else mb.num_sequences) / norm
+        (loss * (share * scale)).backward()
+        totals = {"loss": float(loss.detach()) * share}
+        w = float(mb.num_tokens)  # token-weighted means of the per-token statistics
+        for key in _STAT_KEYS:
+            if key in st:
+                totals["_" + key] = st[key] * (share if key == "pg_loss" else w)
+        return totals
 
     def _update(self, batches, norm, old, ref) -> dict[str, float]:
         self.optimizer.zero_grad(set_to_none=True)
         stats = self._accumulate(batches, norm, old, ref)
         limit = self.config.max_grad_norm
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, limit if limit else math.inf)
+        grad_norm = clip_grad_norm(self.trainable, limit if limit else math.inf, self.dist)
         stats["grad_norm"] = float(grad_norm)
         stats["grad_clipped"] = float(bool(limit) and float(grad_norm) > limit)
         self.optimizer.step()
@@ -394,34 +466,68 @@ class PolicyTrainer:
     def save(self, path: str | os.PathLike) -> Path:
         """Write a checkpoint to ``path`` atomically: everything goes to a temp dir beside it,
         which is then renamed into place; a crash at any moment leaves the previous checkpoint
-        (or none) readable. Returns ``path``."""
+        (or none) readable. Returns ``path``.
+
+        Multi-process: every rank must call it (FSDP gathers the full weights and optimizer
+        state, every rank's RNG states are collected); rank 0 alone writes, in the
+        single-process format, and the others wait for it (its failure raises on every rank)."""
         path = Path(path)
+        if self._fsdp and self.is_peft:
+            raise NotImplementedError("PolicyTrainer.save: FSDP + LoRA checkpoints are not "
+                                      "supported; use DDP for LoRA")
+        model_sd = full_state_dict(self.inner) if self._fsdp else None
+        ref_sd = full_state_dict(self.ref_model) if self._fsdp and self.ref_model else None
+        optim_sd = (full_optimizer_state(self.optimizer) if self._fsdp
+                    else self.optimizer.state_dict())
+        rngs = self.dist.all_gather_object(rng_state(self.policy))
+        failed: BaseException | None = None
+        if self.dist.is_main:
+            try:
+                self._write(path, model_sd, ref_sd, optim_sd, rngs)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others know
+                failed = exc
+        if self.dist.all_reduce([failed is not None])[0]:
+            raise failed if failed is not None else RuntimeError(
+                f"PolicyTrainer.save: rank 0 failed to write {path}")
+        return path
+
+    def _write(self, path: Path, model_sd: dict | None, ref_sd: dict | None, optim_sd: dict,
+               rngs: list[dict[str, Any]]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         for stale in path.parent.glob(f".{path.name}.tmp-*"):  # left by a killed save
             shutil.rmtree(stale, ignore_errors=True)
         tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         try:
-            self.model.save_pretrained(tmp / "model")  # adapter only for peft
+            if model_sd is None:
+                self.model.save_pretrained(tmp / "model")  # adapter only for peft
+            else:
+                self.inner.save_pretrained(tmp / "model", state_dict=model_sd)
             self.policy.tokenizer.save_pretrained(tmp / "model")
             if self.ref_model is not None:
-                self.ref_model.save_pretrained(tmp / "ref")
-            torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-            torch.save(self._rng_state(), tmp / "rng.pt")
+                self.ref_model.save_pretrained(tmp / "ref", **(
+                    {"state_dict": ref_sd} if ref_sd is not None else {}))
+            torch.save(optim_sd, tmp / "optimizer.pt")
+            torch.save(rngs[0], tmp / "rng.pt")
+            if len(rngs) > 1:
+                torch.save(rngs, tmp / "rng_ranks.pt")
             state = {"format": CHECKPOINT_FORMAT, "step": self.step, "peft": self.is_peft,
-                     "config": self.config.to_dict()}
+                     "world_size": len(rngs), "config": self.config.to_dict()}
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))  # written last
             _fsync_tree(tmp)
             _swap_into_place(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return path
 
     def load(self, path: str | os.PathLike) -> dict[str, Any]:
         """Restore a checkpoint written by ``save`` into this trainer, in place (the policy's
         module object keeps its identity): weights (the adapter with LoRA), optimizer, RNG
-        states and step. Returns the saved state (``step``, ``config``)."""
+        states and step. Returns the saved state (``step``, ``config``).
+
+        Multi-process: every rank reads the files (FSDP takes its shard of each tensor); the
+        checkpoint may come from any number of processes. Each rank gets its own saved RNG
+        states when the world size matches, else those of rank 0."""
         path = _resolve_checkpoint(Path(path))
         state = json.loads((path / STATE_FILE).read_text())
         if state.get("format") != CHECKPOINT_FORMAT:
@@ -429,6 +535,9 @@ class PolicyTrainer:
         if bool(state.get("peft")) != self.is_peft:
             raise ValueError(f"{path}: checkpoint peft={state.get('peft')} but this trainer "
                              f"peft={self.is_peft}")
+        if self._fsdp and self.is_peft:
+            raise NotImplementedError("PolicyTrainer.load: FSDP + LoRA checkpoints are not "
+                                      "supported; use DDP for LoRA")
         if self.is_peft:
             from peft import set_peft_model_state_dict
 
@@ -437,56 +546,34 @@ class PolicyTrainer:
             unexpected = getattr(result, "unexpected_keys", [])
             if unexpected:
                 raise ValueError(f"{path}: unexpected adapter keys {unexpected[:5]}")
+        elif self._fsdp:
+            load_sharded(self.inner, path / "model")
         else:
             _load_in_place(self.inner, path / "model")
         if self.ref_model is not None and (path / "ref").is_dir():
-            _load_in_place(self.ref_model, path / "ref")
-        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=self.device,
-                                                  weights_only=True))
-        self._set_rng_state(torch.load(path / "rng.pt", weights_only=True))
+            (load_sharded if self._fsdp else _load_in_place)(self.ref_model, path / "ref")
+        optim_sd = torch.load(path / "optimizer.pt", map_location=self.device, weights_only=True)
+        if self._fsdp:
+            load_full_optimizer_state(self.optimizer, optim_sd)
+        else:
+            self.optimizer.load_state_dict(optim_sd)
+        rng = torch.load(path / "rng.pt", weights_only=True)
+        if (self.dist.enabled and state.get("world_size") == self.dist.world_size
+                and (path / "rng_ranks.pt").is_file()):
+            rng = torch.load(path / "rng_ranks.pt", weights_only=True)[self.dist.rank]
+        set_rng_state(self.policy, rng)
         self.step = int(state["step"])
         return state
 
-    def _rng_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            state["cuda"] = torch.cuda.get_rng_state_all()
-        gen = getattr(self.policy, "_rng", None)  # the policy's sampling stream
-        if isinstance(gen, torch.Generator):
-            state["policy"] = gen.get_state()
-        try:
-            import numpy as np
-
-            kind, key, pos, has_gauss, gauss = np.random.get_state()
-            state["numpy"] = (kind, torch.from_numpy(key.astype("int64")), int(pos),
-                              int(has_gauss), float(gauss))
-        except ImportError:  # pragma: no cover
-            pass
-        return state
-
-    def _set_rng_state(self, state: dict[str, Any]) -> None:
-        random.setstate(state["python"])
-        torch.set_rng_state(state["torch"])
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
-        gen = getattr(self.policy, "_rng", None)
-        if "policy" in state and isinstance(gen, torch.Generator):
-            gen.set_state(state["policy"])
-        if "numpy" in state:
-            import numpy as np
-
-            kind, key, pos, has_gauss, gauss = state["numpy"]
-            np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
-
+    @contextmanager
+    def gathered_for_generation(self) -> Iterator[None]:
+        """Within, ``policy.model`` holds its full weights and may generate on each rank
+        independently. Needed under FSDP (entering and leaving are collectives: every rank
+        must enter together); a no-op in one process and under DDP."""
+        with gathered_parameters(self._lp, self.dist):
+            yield
 
 # -- helpers ------------------------------------------------------------------------------------
-
-def _head_logprobs(head: Any, hidden: Tensor, targets: Tensor, temperature: float) -> Tensor:
-    logits = head(hidden).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    return token_logprobs(logits, targets)
-
 
 def _is_peft(model: Any) -> bool:
     try:

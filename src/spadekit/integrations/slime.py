@@ -1,0 +1,808 @@
+"""Host spadekit's SPADE round inside slime (THUDM/slime: SGLang rollout, Megatron training, Ray).
+
+slime owns the weights, the optimizer and the GPUs; spadekit owns the round: design, validate,
+hint, play in sandboxes, rewards and per-role advantages. The round's samples cross over as
+slime ``Sample`` objects through slime's two extension points (checked against slime v0.3.0,
+commit bf14dc2, the version the SPADE reference pins):
+
+- ``--data-source-path spadekit.integrations.slime.SpadekitDataSource``: slime builds it once,
+  inside its ``RolloutManager`` Ray actor (``slime/ray/rollout.py:370``, a CPU actor:
+  ``slime/ray/placement_group.py:188``), and calls its ``save``/``load`` with slime's checkpoints
+  (``rollout.py:515-519``). It holds the spadekit run (a ``RoundProducer`` over a run directory)
+  so that the environment pool, memory, delay buffer, EMA trackers and RNG live across rollouts.
+- ``--rollout-function-path spadekit.integrations.slime.generate_rollout``: called as
+  ``fn(args, rollout_id, data_source, evaluation=False)`` (``slime/rollout/base_types.py:19``).
+  It plays one spadekit round against slime's SGLang router and returns
+  ``RolloutFnTrainOutput(samples=[[s] for s in samples], metrics=...)``.
+
+Launch (from a slime checkout, the usual model/Megatron/SGLang flags elided as ``...``)::
+
+    python -m spadekit.integrations.slime --slime-dir /root/slime \\
+        ... \\
+        --rollout-function-path spadekit.integrations.slime.generate_rollout \\
+        --data-source-path spadekit.integrations.slime.SpadekitDataSource \\
+        --disable-rollout-global-dataset --num-rollout 400 \\
+        --rollout-batch-size 1 --n-samples-per-prompt 1 --global-batch-size 256 \\
+        --advantage-estimator grpo --disable-rewards-normalization \\
+        --disable-grpo-std-normalization --calculate-per-token-loss \\
+        --eps-clip 0.2 --eps-clip-high 0.28 --use-tis --tis-clip 2.0 --tis-clip-low 0 \\
+        --entropy-coef 0 --kl-loss-coef 0 --rollout-temperature 0.6 \\
+        --spadekit-run-dir runs/slime-spade --spadekit-preset cpu-tiny \\
+        --spadekit-set envs_per_round=24 --spadekit-set num_generations=16 \\
+        --spadekit-set rollout.temperature=0.6 --spadekit-set designer.temperature=0.6
+
+``python -m spadekit.integrations.slime`` is slime's ``train.py`` with spadekit's arguments added
+(``slime.utils.arguments.parse_args(add_custom_arguments=...)``, ``arguments.py:1438/1489``).
+
+How spadekit's loss maps onto slime's (``slime/backends/megatron_utils/loss.py``):
+
+- reward = advantage. slime turns the scalar ``reward`` into a per-token advantage
+  (``get_grpo_returns``: ``ones_like * reward``, ``slime/utils/ppo_utils.py:201``). spadekit
+  already computed per-role advantages (agent: GRPO z-score per environment; designer: centred
+  per skill), so slime's normalisation must be off: ``--disable-rewards-normalization`` and
+  ``--disable-grpo-std-normalization`` (``rollout.py:629-654``), no ``--normalize-advantages``
+  (whitening, ``loss.py:691``), ``--kl-coef 0``.
+- weight. slime has no per-sample loss weight, and ``train_metadata`` reaches
+  ``train_data["metadata"]`` (``rollout.py:740``) but not the loss: ``_split_train_data_by_dp``
+  forwards a fixed list of keys without ``metadata`` (``rollout.py:781-797``), so a custom loss
+  would not see it without patching slime. The weight is therefore folded into the reward:
+  ``reward = advantage * weight``. This is exact, not only inside the clip range: slime's
+  surrogate ``max(-A r, -A clip(r))`` (``compute_policy_loss``, ``slime/utils/ppo_utils.py:125``)
+  is positively homogeneous in A,
+  so for ``w >= 0``: ``max(-wA r, -wA c) = w max(-A r, -A c)``; the TIS factor multiplies each
+  token independently of A, and the reducers are linear. It differs where the loss is not
+  linear in A: whitening (``--normalize-advantages``), reward normalisation, estimators that
+  shape returns with KL (``reinforce_plus_plus``), and in logs (``raw_reward`` shows the scaled
+  value; ``train_metadata`` keeps the unscaled advantage and the weight). Entropy and KL-loss
+  terms are unweighted in both spadekit and slime.
+- aggregation. spadekit's default ``loss_type="token"`` (mean over all loss tokens of the batch)
+  is slime's ``--calculate-per-token-loss``; spadekit's ``"sequence"`` is slime's default
+  per-sample mean (summed, then divided by the global batch size). Each spadekit sample is its
+  own slime group (``group_id = index``): slime's group-mean reducer (``group_mask_sums``,
+  ``rollout.py:702-719``) then is the per-sample mean. The spadekit group (environment / skill)
+  travels in ``train_metadata["spade_group"]``.
+- TIS. ``--use-tis`` multiplies every token's surrogate by ``clamp(exp(old - rollout), 0, 2)``
+  (``vanilla_tis_function``, ``loss.py:750``) where ``rollout`` = ``rollout_log_probs``: the
+  behaviour logprobs stored when the designer wrote its program (``regen_interval`` rollouts
+  earlier) or the SGLang logprobs of the agent's plays. spadekit corrects only the designer by
+  default; slime corrects every sample (as the SPADE reference does): spadekit's
+  ``importance_sampling_roles=("designer", "agent")``.
+- padding. slime splits a rollout into steps of ``--global-batch-size`` groups and drops the
+  trailing partial step (``slime/utils/dp_schedule.py``, ``num_steps = groups // gbs``), and
+  in per-sample mode divides by the global batch size (``loss.py:1212-1218``).
+  ``pad_to_global_batch`` fills the partial step with inert copies (loss mask all 0) and scales
+  that step's real rewards so the step's objective equals the unpadded one.
+
+Runs without slime: slime, Ray and SGLang are imported inside functions only.
+NOT VERIFIED HERE: a real slime run (needs GPUs, Megatron and SGLang); see ``docs/slime.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import os
+import sys
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from spadekit.advantages import Sample
+
+__all__ = ["to_slime_sample", "from_slime_sample", "response_start", "pad_to_global_batch",
+           "slime_step_losses", "RoundProducer", "produce_round", "SpadekitRollout",
+           "generate_rollout", "SpadekitDataSource", "SGLangRouterPolicy",
+           "add_spadekit_arguments", "check_slime_args", "main", "STATUS_COMPLETED",
+           "STATUS_TRUNCATED"]
+
+STATUS_COMPLETED = "completed"
+STATUS_TRUNCATED = "truncated"
+"""``Sample.Status`` values (``slime/utils/types.py:36-45``); dicts carry the string."""
+
+
+# ---------------------------------------------------------------------------------------------
+# sample conversion
+
+
+def response_start(loss_mask: Sequence[int]) -> int:
+    """Where slime's response begins: the first loss token. Everything before it (system prompt,
+    first observation, chat-template header) is slime's prompt; everything from it to the end is
+    the response, observation tokens of later turns included (loss mask 0 there)."""
+    for i, m in enumerate(loss_mask):
+        if m:
+            return i
+    raise ValueError("a sample without loss tokens has no response for slime (drop it first)")
+
+
+def to_slime_sample(sample: Sample, index: int, *, step: int | None = None,
+                    reward_scale: float = 1.0, require_logprobs: bool = True) -> dict[str, Any]:
+    """One spadekit ``Sample`` as the fields of a slime ``Sample`` (a plain dict; the slime glue
+    builds the object). Fields (``slime/utils/types.py:10-56``):
+
+    - ``tokens``: the whole sequence, unchanged; ``response_length = len(tokens) - start``
+      where ``start = response_start(loss_mask)``;
+    - ``loss_mask``, ``rollout_log_probs``: spadekit's per-token lists from ``start`` on, so
+      ``loss_mask[j]`` and ``rollout_log_probs[j]`` belong to ``tokens[start + j]`` (slime scores
+      response token ``j`` with the logits at ``start + j - 1``, as spadekit's trainer does);
+    - ``reward``: ``advantage * weight * reward_scale`` (see the module docstring);
+    - ``status``: ``"truncated"`` for a truncated episode, else ``"completed"``;
+    - ``index`` and ``group_id``: ``index`` (every sample its own slime group);
+    - ``train_metadata``: role, spadekit group, weight, unscaled advantage, reward scale,
+      ``generated_at_step`` and, with ``step``, ``delayed_by = step - generated_at_step``.
+
+    ``require_logprobs``: a sample without behaviour logprobs cannot be importance-corrected
+    (``--use-tis`` needs ``rollout_log_probs`` on every sample): ``ValueError``. With False it
+    converts with ``rollout_log_probs = None``.
+    """
+    if not (math.isfinite(reward_scale) and reward_scale >= 0):
+        raise ValueError(f"reward_scale must be finite and >= 0, got {reward_scale}")
+    start = response_start(sample.loss_mask)
+    if sample.behaviour_logprobs is None:
+        if require_logprobs:
+            raise ValueError(f"{sample.role} sample of group {sample.group_id!r} has no behaviour "
+                             "logprobs; slime's TIS needs rollout_log_probs on every sample")
+        logprobs = None
+    else:
+        logprobs = [float(x) for x in sample.behaviour_logprobs[start:]]
+    meta: dict[str, Any] = {
+        "role": sample.role, "spade_group": sample.group_id, "weight": float(sample.weight),
+        "advantage": float(sample.advantage), "reward_scale": float(reward_scale),
+        "generated_at_step": int(sample.generated_at_step), "prompt_length": start,
+        "inert": False}
+    if step is not None:
+        meta["delayed_by"] = int(step) - int(sample.generated_at_step)
+    return {
+        "group_index": index, "index": index, "group_id": index,
+        "prompt": "", "tokens": list(sample.token_ids),
+        "response": "", "response_length": len(sample.token_ids) - start,
+        "label": None,
+        "reward": float(sample.advantage) * float(sample.weight) * float(reward_scale),
+        "loss_mask": [int(m) for m in sample.loss_mask[start:]],
+        "rollout_log_probs": logprobs,
+        "remove_sample": False,
+        "status": STATUS_TRUNCATED if sample.truncated else STATUS_COMPLETED,
+        "metadata": {},
+        "train_metadata": meta,
+    }
+
+
+def _field(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _status(obj: Any) -> str:
+    status = _field(obj, "status", STATUS_COMPLETED)
+    return getattr(status, "value", status)
+
+
+def from_slime_sample(obj: Any) -> Sample:
+    """A slime sample (the dict of ``to_slime_sample`` or a real ``slime.utils.types.Sample``)
+    back as a spadekit ``Sample``. The prompt part gets loss mask 0 and logprob 0.0 (spadekit
+    ignores logprobs at masked positions). The advantage is the unscaled one kept in
+    ``train_metadata``; without it (a sample slime made itself), ``reward`` is the advantage,
+    the role ``agent`` and the weight 1."""
+    tokens = list(_field(obj, "tokens") or [])
+    n = int(_field(obj, "response_length", 0))
+    if not 0 < n <= len(tokens):
+        raise ValueError(f"response_length {n} does not fit {len(tokens)} tokens")
+    start = len(tokens) - n
+    mask = _field(obj, "loss_mask")
+    mask = [1] * n if mask is None else [int(m) for m in mask]
+    if len(mask) != n:
+        raise ValueError(f"loss mask length {len(mask)} != response length {n}")
+    lps = _field(obj, "rollout_log_probs")
+    if lps is not None and len(lps) != n:
+        raise ValueError(f"{len(lps)} rollout logprobs for a response of {n} tokens")
+    meta = _field(obj, "train_metadata") or {}
+    reward = _field(obj, "reward")
+    advantage = meta.get("advantage", reward)
+    return Sample(role=meta.get("role", "agent"),
+                  group_id=str(meta.get("spade_group", _field(obj, "group_id"))),
+                  token_ids=tokens, loss_mask=[0] * start + mask,
+                  behaviour_logprobs=None if lps is None else [0.0] * start + [float(x)
+                                                                              for x in lps],
+                  advantage=float(advantage), weight=float(meta.get("weight", 1.0)),
+                  generated_at_step=int(meta.get("generated_at_step", 0)),
+                  truncated=_status(obj) == STATUS_TRUNCATED)
+
+
+# ---------------------------------------------------------------------------------------------
+# global-batch padding
+
+
+def _denominator(sample: dict, per_token_loss: bool) -> float:
+    """A sample's share of slime's step normaliser: 1 sample (per-sample mode) or its loss
+    tokens clamped to >= 1 (per-token mode: ``loss.py:1172``, ``clamp_min(mask.sum(), 1)``)."""
+    return max(sum(sample["loss_mask"]), 1) if per_token_loss else 1
+
+
+def _inert_copy(sample: dict, index: int) -> dict:
+    pad = copy.deepcopy(sample)
+    pad.update(index=index, group_index=index, group_id=index, reward=0.0, remove_sample=True,
+               loss_mask=[0] * pad["response_length"])
+    pad["train_metadata"] = {**pad["train_metadata"], "inert": True, "advantage": 0.0,
+                             "reward_scale": 0.0}
+    return pad
+
+
+def pad_to_global_batch(samples: Sequence[dict], global_batch_size: int, *,
+                        per_token_loss: bool = False,
+                        overflow: str = "steps") -> tuple[list[dict], dict[str, Any]]:
+    """Make a batch that slime trains on in full, with the same objective as unpadded.
+
+    slime trains ``len // global_batch_size`` steps of ``global_batch_size`` groups each and
+    drops the rest (every sample here is its own group). A partial last step (``n_last``
+    samples) is filled with inert copies of its shortest sample (loss mask all 0, reward 0,
+    ``remove_sample``), and the real rewards of that step are multiplied by:
+
+    - per-sample mode (slime's default): ``global_batch_size / n_last``, because slime divides
+      the step's summed per-sample means by ``global_batch_size``;
+    - per-token mode (``--calculate-per-token-loss``): ``(D + n_pad) / D`` where ``D`` is the sum
+      over the step's real samples of ``max(loss tokens, 1)``: slime's token normaliser counts
+      every sample as at least one token, so each inert copy adds 1 to it.
+
+    Then the step's objective (``slime_step_losses``) equals that of the unpadded samples
+    trained as one step. Full steps are untouched. ``overflow="steps"`` keeps everything (more
+    than one optimizer step per rollout when there are more samples than one global batch);
+    ``"trim"`` keeps only the first ``global_batch_size`` samples, as the SPADE reference does
+    (put designer samples first). Samples are renumbered ``index = group_id = position``.
+    Returns ``(batch, info)`` with ``n_real``, ``n_pad``, ``n_trimmed``, ``reward_scale`` (of the
+    partial step, 1.0 when none) and ``steps``.
+    """
+    if global_batch_size < 1:
+        raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
+    if overflow not in ("steps", "trim"):
+        raise ValueError(f"overflow must be 'steps' or 'trim', got {overflow!r}")
+    if not samples:
+        raise ValueError("nothing to pad: slime needs at least one real sample per rollout")
+    batch = [copy.deepcopy(dict(s)) for s in samples]
+    n_trimmed = 0
+    if overflow == "trim" and len(batch) > global_batch_size:
+        n_trimmed = len(batch) - global_batch_size
+        batch = batch[:global_batch_size]
+    n_last = len(batch) % global_batch_size
+    n_pad = (global_batch_size - n_last) if n_last else 0
+    scale = 1.0
+    if n_pad:
+        last = batch[len(batch) - n_last:]
+        if per_token_loss:
+            d = sum(_denominator(s, True) for s in last)
+            scale = (d + n_pad) / d
+        else:
+            scale = global_batch_size / n_last
+        for s in last:
+            s["reward"] = float(s["reward"]) * scale
+            s["train_metadata"] = {**s["train_metadata"],
+                                   "reward_scale": s["train_metadata"].get("reward_scale", 1.0)
+                                   * scale}
+        template = min(last, key=lambda s: len(s["tokens"]))
+        batch += [_inert_copy(template, 0) for _ in range(n_pad)]
+    for i, s in enumerate(batch):
+        s["index"] = s["group_index"] = s["group_id"] = i
+    return batch, {"n_real": len(batch) - n_pad, "n_pad": n_pad, "n_trimmed": n_trimmed,
+                   "reward_scale": scale, "steps": len(batch) // global_batch_size}
+
+
+def slime_step_losses(samples: Sequence[dict], token_losses: Sequence[Sequence[float]],
+                      global_batch_size: int, *, per_token_loss: bool = False) -> list[float]:
+    """A model of how slime v0.3.0 reduces per-token policy losses to one loss per training
+    step, for checking the padding and weight rules without slime (``cp_utils.py:53-97``,
+    ``loss.py:1140-1218``, ``dp_schedule.py``; one DP rank, no context parallelism).
+
+    ``token_losses[i][j]`` is sample i's loss at response token j (e.g. the clipped surrogate
+    times its TIS factor). Steps are consecutive chunks of ``global_batch_size`` samples (one
+    sample per group); a trailing partial chunk is dropped, as slime drops it. Per step:
+
+    - per-sample mode: ``sum_i (sum_j mask_ij l_ij / max(sum_j mask_ij, 1)) / global_batch_size``;
+    - per-token mode: ``sum_ij mask_ij l_ij / sum_i max(sum_j mask_ij, 1)``.
+    """
+    out = []
+    for k in range(len(samples) // global_batch_size):
+        chunk = range(k * global_batch_size, (k + 1) * global_batch_size)
+        num = 0.0
+        den = 0.0
+        for i in chunk:
+            mask = samples[i]["loss_mask"]
+            if len(token_losses[i]) != len(mask):
+                raise ValueError(f"sample {i}: {len(token_losses[i])} losses for "
+                                 f"{len(mask)} response tokens")
+            total = math.fsum(m * x for m, x in zip(mask, token_losses[i]))
+            if per_token_loss:
+                num += total
+                den += _denominator(samples[i], True)
+            else:
+                num += total / max(sum(mask), 1)
+        out.append(num / den if per_token_loss else num / global_batch_size)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the round without the update
+
+
+class _NoTrainer:
+    """Stands in for spadekit's trainer: slime owns the weights and their checkpoints."""
+
+    def load(self, path: str) -> None:  # a spadekit checkpoint pointer in a run dir
+        return None
+
+
+class RoundProducer:
+    """spadekit's self-play round minus the update: design, validate, hint, play, rewards and
+    advantages; the weights live elsewhere (slime). Same run directory, store, memory and delay
+    buffer as ``spadekit selfplay``; each ``produce`` commits one round.
+
+    Built on ``spadekit.selfplay.SelfPlay`` (its methods, not its constructor, which makes a
+    transformers trainer): ``policy`` only needs ``token_ids`` and ``logprobs``.
+    """
+
+    def __init__(self, config: Any, run_dir: str | Path, *, policy: Any,
+                 designer_policy: Any = None, resume: bool | None = None) -> None:
+        from spadekit.errors import ConfigError
+
+        missing = {"token_ids", "logprobs"} - set(getattr(policy, "capabilities", ()))
+        if missing:
+            raise ConfigError(
+                f"{getattr(policy, 'name', type(policy).__name__)} cannot produce training "
+                f"samples: it lacks {sorted(missing)} (the server must return sampled token ids "
+                "and their logprobs)")
+        run_dir = Path(run_dir)
+        if resume is None:
+            resume = (run_dir / "run.sqlite").exists()
+        self._sp = _producer_selfplay(config, run_dir, policy, designer_policy, resume)
+
+    @property
+    def config(self) -> Any:
+        return self._sp.config
+
+    @property
+    def run_dir(self) -> Path:
+        return self._sp.run_dir
+
+    @property
+    def next_step(self) -> int:
+        return self._sp.next_step
+
+    @property
+    def store(self) -> Any:
+        return self._sp.store
+
+    def produce(self, step: int | None = None) -> tuple[list[Sample], dict[str, Any]]:
+        """Play round ``step`` (default: the next one) and commit it; returns the training
+        samples (designer first, then agent) and the round's metrics."""
+        import time
+
+        sp = self._sp
+        step = sp.next_step if step is None else int(step)
+        timings: dict[str, float] = {}
+        metrics: dict[str, Any] = {"step": step}
+        t_round = time.perf_counter()
+        with sp.store.round(step):
+            if sp.curriculum is not None:
+                t = time.perf_counter()
+                trajs = sp._play_curriculum(step)
+                timings["play"] = time.perf_counter() - t
+                metrics.update(sp.curriculum.observe(step, trajs))
+            else:
+                trajs = sp._spade_play(step, timings, metrics)
+            metrics.update(sp._mix)
+            agent = sp._agent_samples(trajs, metrics)
+            designer = sp._designer_samples(step, len(agent), metrics)
+            sp._retire(step)
+            sp._save_state()
+            metrics["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+            metrics["seconds"] = round(time.perf_counter() - t_round, 3)
+            sp.store.log_metrics(step, {k: v for k, v in metrics.items()
+                                        if isinstance(v, (int, float)) and k != "step"})
+            sp.store.append_event({"kind": "round", "host": "slime", **metrics})
+        sp.next_step = step + 1
+        return designer + agent, metrics
+
+    def close(self) -> None:
+        self._sp.close()
+
+    def __enter__(self) -> "RoundProducer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _producer_selfplay(config: Any, run_dir: Path, policy: Any, designer_policy: Any,
+                       resume: bool) -> Any:
+    """A ``SelfPlay`` with every part of a run except the transformers trainer."""
+    import random
+
+    from spadekit.config import save_config
+    from spadekit.corpus import load_corpus
+    from spadekit.curriculum import build_curriculum
+    from spadekit.design import DesignPhase
+    from spadekit.errors import ConfigError
+    from spadekit.memory import EnvironmentMemory
+    from spadekit.rollout import RolloutEngine
+    from spadekit.sandbox.pool import SandboxPool
+    from spadekit.selfplay import SelfPlay
+    from spadekit.store import RunStore
+    from spadekit.validate import Validator, ValidatorSettings
+
+    sp = SelfPlay.__new__(SelfPlay)
+    sp.run_dir = run_dir
+    sp.console = None
+    if resume:
+        sp.store = RunStore.open(run_dir)
+        config = sp._stored_config(config)
+    elif (run_dir / "run.sqlite").exists():
+        raise ConfigError(f"{run_dir} already holds a run")
+    sp.config = config
+    try:
+        sp.curriculum = build_curriculum(config)
+    except BaseException:
+        if resume:
+            sp.store.close()
+        raise
+    if not resume:
+        sp.store = RunStore(run_dir, create=True)
+        save_config(config, run_dir / "config.yaml")
+    sp.policy = policy
+    sp.designer_policy = designer_policy or policy
+    sp.trainer = _NoTrainer()
+    sp.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
+    sp.validator = Validator(sp.pool, ValidatorSettings(max_turns=config.env_max_turns))
+    sp.engine = RolloutEngine(policy, sp.pool, config.rollout)
+    sp.memory = EnvironmentMemory(sp.store, cap=config.memory_size,
+                                  duplicate_threshold=config.dedup_threshold)
+    sp.corpus = load_corpus(config.corpus, seed=config.seed)
+    sp.rng = random.Random(config.seed)
+    sp.ema = {}
+    sp._bootstrap_created = {}
+    sp._broken = None
+    sp._mix = {}
+    sp.design = DesignPhase(config, sp.designer_policy, sp.pool, sp.validator, sp.store,
+                            sp.memory, sp.corpus)
+    sp._eval_cache = {}
+    sp.tb = None
+    last = sp.store.latest_complete_step()
+    if last is None:
+        if not resume and len(sp.memory) == 0 and config.memory_seed_library:
+            sp.memory.seed_from_library()
+        sp.next_step = 0
+    else:
+        try:
+            sp._restore(last)
+        except BaseException:
+            sp.close()
+            raise
+        sp.next_step = last + 1
+    return sp
+
+
+def produce_round(producer: RoundProducer, *, global_batch_size: int,
+                  per_token_loss: bool = True, overflow: str = "steps",
+                  require_logprobs: bool = True,
+                  mask_truncated: bool = False) -> tuple[list[dict], dict[str, Any]]:
+    """One round as slime-ready sample dicts: produce, drop what slime cannot train (no loss
+    tokens; no logprobs when ``require_logprobs``), convert (designer samples first, so
+    ``overflow="trim"`` drops surplus agent samples), pad. ``mask_truncated`` zeroes the loss
+    mask of truncated episodes (spadekit's ``mask_truncated_completions``; SPADE's
+    ``--spade-compact-filter``). Plain Python: runs without slime."""
+    samples, metrics = producer.produce()
+    step = metrics["step"]
+    # agent samples are played this round (spadekit leaves their generated_at_step at 0)
+    samples = [dataclasses.replace(s, generated_at_step=step) if s.role == "agent" else s
+               for s in samples]
+    kept, dropped = [], {"no_loss_tokens": 0, "no_logprobs": 0}
+    for s in samples:
+        if not any(s.loss_mask):
+            dropped["no_loss_tokens"] += 1
+        elif require_logprobs and s.behaviour_logprobs is None:
+            dropped["no_logprobs"] += 1
+        else:
+            kept.append(s)
+    dicts = [to_slime_sample(s, i, step=step, require_logprobs=require_logprobs)
+             for i, s in enumerate(kept)]
+    if mask_truncated:
+        for d in dicts:
+            if d["status"] == STATUS_TRUNCATED:
+                d["loss_mask"] = [0] * d["response_length"]
+    if not dicts:
+        raise RuntimeError(f"round {step} produced no trainable sample (dropped: {dropped}); "
+                           "slime needs at least one")
+    batch, info = pad_to_global_batch(dicts, global_batch_size, per_token_loss=per_token_loss,
+                                      overflow=overflow)
+    metrics.update({f"slime/{k}": v for k, v in info.items()})
+    metrics.update({f"slime/dropped_{k}": v for k, v in dropped.items()})
+    metrics["slime/designer_samples"] = sum(1 for d in dicts
+                                            if d["train_metadata"]["role"] == "designer")
+    return batch, metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# generation through slime's SGLang router
+
+
+class SGLangRouterPolicy:
+    """A spadekit ``Policy`` on SGLang's native ``POST /generate`` (what slime's own rollout
+    calls, ``slime/rollout/sglang_rollout.py:152-235``): ``input_ids`` in, and
+    ``meta_info.output_token_logprobs`` (``[logprob, token_id, ...]`` per sampled token) and
+    ``meta_info.finish_reason.type`` (``stop``/``length``/``abort``) out. Token ids come back
+    exactly, so no retokenisation. Standard library HTTP; ``max_concurrency`` requests in
+    flight (the router balances them over the engines).
+
+    The logprobs are SGLang's for the sampling temperature; slime scores training logprobs with
+    ``--rollout-temperature``, which must equal spadekit's ``rollout.temperature``.
+    """
+
+    capabilities = frozenset({"token_ids", "logprobs"})
+
+    def __init__(self, base_url: str, tokenizer: Any, *, max_concurrency: int = 64,
+                 timeout: float = 600.0, name: str = "sglang") -> None:
+        self.base_url = base_url.rstrip("/")
+        if isinstance(tokenizer, (str, Path)):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer), trust_remote_code=True)
+        self.tokenizer = tokenizer
+        self.timeout = float(timeout)
+        self.name = f"{name}@{self.base_url}"
+        self._pool = ThreadPoolExecutor(max_workers=max(1, int(max_concurrency)),
+                                        thread_name_prefix="spadekit-sglang")
+        from spadekit.rollout import END_OF_TURN_TEXTS
+
+        vocab = tokenizer.get_vocab()
+        self.stop_token_ids = sorted({vocab[t] for t in END_OF_TURN_TEXTS if t in vocab})
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = True,
+               tools: list[dict] | None = None) -> list[int]:
+        from spadekit.policy.base import encode_text, render_text
+
+        return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
+                                                       add_generation_prompt, tools))
+
+    def generate(self, requests: list[Any]) -> list[Any]:
+        return list(self._pool.map(self._one, requests))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+    def _one(self, req: Any) -> Any:
+        from spadekit.policy.base import Generation, PolicyError, cut_at_stop
+
+        prompt = (list(req.prompt_ids) if req.prompt_ids is not None
+                  else self.render(req.messages, True, req.tools))
+        p = req.params
+        params: dict[str, Any] = {
+            "temperature": p.temperature, "top_p": p.top_p, "max_new_tokens": p.max_new_tokens,
+            "stop": list(p.stop), "stop_token_ids": self.stop_token_ids, "no_stop_trim": True,
+            "skip_special_tokens": False, "spaces_between_special_tokens": False}
+        if p.seed is not None:
+            params["sampling_seed"] = int(p.seed)
+        body = json.dumps({"input_ids": prompt, "sampling_params": params,
+                           "return_logprob": True}).encode()
+        request = urllib.request.Request(self.base_url + "/generate", data=body,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+                out = json.loads(resp.read().decode())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise PolicyError(f"{self.name}: /generate failed: {exc}") from exc
+        meta = out.get("meta_info") or {}
+        entries = meta.get("output_token_logprobs")
+        if not isinstance(entries, list):
+            raise PolicyError(f"{self.name}: no meta_info.output_token_logprobs in the answer")
+        ids = [int(e[1]) for e in entries]
+        lps = [float(e[0]) for e in entries]
+        text, _ = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True), p.stop)
+        reason = (meta.get("finish_reason") or {}).get("type")
+        if reason == "abort":
+            raise PolicyError(f"{self.name}: generation aborted by the server")
+        finish = "length" if reason == "length" else "stop"
+        return Generation(prompt_ids=prompt, token_ids=ids, logprobs=lps, text=text,
+                          finish_reason=finish)
+
+
+def router_url(args: Any) -> str:
+    """``http://{sglang_router_ip}:{sglang_router_port}``: slime's RolloutManager sets both on
+    its ``args`` when it starts the router (``slime/ray/rollout.py:1052-1053``)."""
+    ip, port = getattr(args, "sglang_router_ip", None), getattr(args, "sglang_router_port", None)
+    if not ip or not port:
+        raise RuntimeError("slime's args carry no sglang_router_ip/port: the router is not up")
+    return f"http://{ip}:{port}"
+
+
+def _policy_from_args(args: Any) -> Any:
+    backend = getattr(args, "spadekit_policy_backend", "sglang")
+    url = router_url(args)
+    if backend == "openai":  # spadekit's OpenAI client, pointed at the router's /v1
+        from spadekit.policy.openai_backend import load_openai
+
+        model = getattr(args, "spadekit_served_model", "") or ""
+        return load_openai(f"openai:{model}@{url}/v1", tokenizer=args.hf_checkpoint,
+                           max_concurrency=args.spadekit_max_concurrency)
+    return SGLangRouterPolicy(url, args.hf_checkpoint,
+                              max_concurrency=args.spadekit_max_concurrency)
+
+
+# ---------------------------------------------------------------------------------------------
+# slime glue (thin; needs slime)
+
+
+def add_spadekit_arguments(parser: Any) -> Any:
+    """slime's ``add_custom_arguments`` hook: spadekit's flags."""
+    g = parser.add_argument_group("spadekit")
+    g.add_argument("--spadekit-run-dir", type=str, default=None,
+                   help="spadekit run directory (store, env pool, memory); resumed when it "
+                        "already holds rounds")
+    g.add_argument("--spadekit-preset", type=str, default="cpu-tiny")
+    g.add_argument("--spadekit-config", type=str, default=None, help="a spadekit YAML config")
+    g.add_argument("--spadekit-set", action="append", default=[],
+                   help="spadekit key=value override (repeatable)")
+    g.add_argument("--spadekit-policy-backend", choices=["sglang", "openai"], default="sglang",
+                   help="sglang: native /generate (exact token ids); openai: spadekit's "
+                        "OpenAI client on the router's /v1")
+    g.add_argument("--spadekit-served-model", type=str, default="")
+    g.add_argument("--spadekit-max-concurrency", type=int, default=64)
+    g.add_argument("--spadekit-overflow", choices=["steps", "trim"], default="steps")
+    g.add_argument("--spadekit-mask-truncated", action="store_true", default=False)
+    return parser
+
+
+def check_slime_args(args: Any, config: Any = None) -> list[str]:
+    """The slime settings under which this adapter's samples mean what spadekit meant;
+    returns the problems (empty when fine)."""
+    problems = []
+
+    def need(cond: bool, text: str) -> None:
+        if not cond:
+            problems.append(text)
+
+    need(getattr(args, "advantage_estimator", "grpo") == "grpo", "--advantage-estimator grpo")
+    need(not getattr(args, "rewards_normalization", False), "--disable-rewards-normalization")
+    need(not getattr(args, "grpo_std_normalization", False), "--disable-grpo-std-normalization")
+    need(not getattr(args, "normalize_advantages", False), "no --normalize-advantages")
+    need(getattr(args, "kl_coef", 0.0) == 0.0, "--kl-coef 0 (reward shaping)")
+    need(getattr(args, "use_tis", False), "--use-tis (delayed designer samples)")
+    need(getattr(args, "entropy_coef", 0.0) == 0.0 and getattr(args, "kl_loss_coef", 0.0) == 0.0,
+         "--entropy-coef 0 --kl-loss-coef 0 (padding rescales the policy term only)")
+    if config is not None:
+        need(getattr(args, "rollout_temperature", None) == config.rollout.temperature,
+             f"--rollout-temperature must equal spadekit rollout.temperature "
+             f"({config.rollout.temperature}): training logprobs use it")
+        loss_type = config.train.loss_type
+        need((loss_type == "token") == bool(getattr(args, "calculate_per_token_loss", False)),
+             f"spadekit train.loss_type={loss_type} needs "
+             f"{'' if loss_type == 'token' else 'no '}--calculate-per-token-loss")
+    return problems
+
+
+def _config_from_args(args: Any) -> Any:
+    from spadekit.config import load_config
+
+    return load_config(preset=args.spadekit_preset, path=args.spadekit_config,
+                       overrides=list(args.spadekit_set or []))
+
+
+class SpadekitDataSource:
+    """slime's data source (``slime/rollout/data_source.py:17-46``: ``get_samples``,
+    ``add_samples``, ``save``, ``load``, ``__len__``) holding the spadekit run.
+
+    spadekit writes its own prompts, so ``get_samples`` hands out nothing and ``add_samples``
+    (aborted partial rollouts) is refused. State: every round commits to the spadekit run
+    directory as it is produced; ``save(rollout_id)`` writes a pointer
+    ``{args.save}/rollout/spadekit_state_{rollout_id}.json`` (run dir, next step), ``load``
+    reopens the run dir (resume) and checks the pointer. ``__len__`` is 0: pass
+    ``--num-rollout``.
+    """
+
+    def __init__(self, args: Any, *, producer: RoundProducer | None = None) -> None:
+        self.args = args
+        self._producer = producer
+
+    @property
+    def producer(self) -> RoundProducer:
+        if self._producer is None:  # the router is up only once the manager has started it
+            run_dir = self.args.spadekit_run_dir
+            if not run_dir:
+                raise RuntimeError("--spadekit-run-dir is required")
+            config = _config_from_args(self.args)
+            problems = check_slime_args(self.args, config)
+            if problems:
+                raise RuntimeError("slime flags do not match spadekit's loss: "
+                                   + "; ".join(problems))
+            self._producer = RoundProducer(config, run_dir, policy=_policy_from_args(self.args))
+        return self._producer
+
+    def get_samples(self, num_samples: int) -> list:
+        return []
+
+    def add_samples(self, samples: list) -> None:
+        raise RuntimeError("SpadekitDataSource takes no samples back (spadekit rounds are not "
+                           "partial; do not use --partial-rollout)")
+
+    def _pointer(self, root: str | None, rollout_id: Any) -> Path | None:
+        return None if not root else Path(root) / "rollout" / f"spadekit_state_{rollout_id}.json"
+
+    def save(self, rollout_id: Any) -> None:
+        path = self._pointer(getattr(self.args, "save", None), rollout_id)
+        if path is None or self._producer is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"run_dir": str(self._producer.run_dir),
+                                    "next_step": self._producer.next_step,
+                                    "rollout_id": rollout_id}))
+
+    def load(self, rollout_id: Any = None) -> None:
+        path = self._pointer(getattr(self.args, "load", None), rollout_id)
+        if path is None or not path.is_file():
+            return
+        state = json.loads(path.read_text())
+        if self.args.spadekit_run_dir is None:
+            self.args.spadekit_run_dir = state["run_dir"]
+        # the run dir itself is the state: it reopens (resume) at its last committed round,
+        # which may be later than the slime checkpoint (rounds commit when produced)
+
+    def __len__(self) -> int:
+        return 0
+
+
+class SpadekitRollout:
+    """slime's rollout function as an object: ``__call__(args, rollout_id, data_source,
+    evaluation=False)``. One call = one spadekit round (``produce_round``), returned as
+    ``RolloutFnTrainOutput(samples=[[s] for s in samples], metrics)``."""
+
+    def __call__(self, args: Any, rollout_id: int, data_source: Any,
+                 evaluation: bool = False) -> Any:
+        from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput
+
+        if evaluation:  # spadekit's evaluation runs outside slime (spadekit eval)
+            return RolloutFnEvalOutput(data={}, metrics={})
+        if not isinstance(data_source, SpadekitDataSource):
+            raise RuntimeError("use --data-source-path spadekit.integrations.slime."
+                               "SpadekitDataSource with this rollout function")
+        batch, metrics = produce_round(
+            data_source.producer, global_batch_size=args.global_batch_size,
+            per_token_loss=bool(getattr(args, "calculate_per_token_loss", False)),
+            overflow=args.spadekit_overflow, mask_truncated=args.spadekit_mask_truncated)
+        metrics["slime/rollout_id"] = rollout_id
+        samples = [[_slime_sample(d)] for d in batch]
+        flat = {f"spadekit/{k}": v for k, v in metrics.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return RolloutFnTrainOutput(samples=samples, metrics=flat)
+
+
+def _slime_sample(d: dict) -> Any:
+    from slime.utils.types import Sample as SlimeSample
+
+    fields = dict(d)
+    status = SlimeSample.Status(fields.pop("status"))
+    return SlimeSample(status=status, **fields)
+
+
+generate_rollout = SpadekitRollout()
+"""The ``--rollout-function-path`` target."""
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    """slime's ``train.py`` with spadekit's arguments: ``--slime-dir`` (or ``SLIME_DIR``, or the
+    current directory) is the slime checkout whose ``train.py`` runs."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    slime_dir = os.environ.get("SLIME_DIR", os.getcwd())
+    if "--slime-dir" in argv:
+        i = argv.index("--slime-dir")
+        slime_dir = argv[i + 1]
+        del argv[i:i + 2]
+    sys.path.insert(0, slime_dir)
+    sys.argv = [sys.argv[0]] + argv
+    from slime.utils.arguments import parse_args
+    from train import train  # slime's train.py
+
+    train(parse_args(add_custom_arguments=add_spadekit_arguments))
+
+
+if __name__ == "__main__":
+    main()
