@@ -212,3 +212,22 @@ def test_local_kind_wraps_a_pool(local):
     tr = RolloutEngine(scripted(), backend, RolloutConfig(max_turns=2)).run(
         [EpisodeSpec(LIBRARY[random.Random(0).randrange(len(LIBRARY))], seed=0)])[0]
     assert tr.failure is None and backend.pool is local
+
+
+def test_selfplay_round_with_ray_env_workers(ray_mod, tmp_path):
+    """The whole loop with `--set distributed.env_backend=ray`: design, Ray validation, hints,
+    plays on Ray actors, update, commit."""
+    from spadekit.policy.registry import load_policy
+    from spadekit.policy.scripted import ScriptedPolicy
+    from spadekit.selfplay import SelfPlay
+    from test_selfplay import WORDS, config, designer_responder
+
+    policy = load_policy("tiny")
+    designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
+    cfg = config(tmp_path, rounds=1, **{"distributed.env_backend": "ray",
+                                        "distributed.env_workers": 2, "tensorboard": "false"})
+    with SelfPlay(cfg, tmp_path / "run", policy=policy, designer_policy=designer) as sp:
+        assert type(sp.env_backend).__name__ == "RayEnvBackend"
+        (m0,) = sp.run()
+        assert m0["valid"] == 2 and m0["agent_episodes"] == 8 and m0["agent_failures"] == 0
+        assert sp.store.latest_complete_step() == 0

@@ -416,6 +416,12 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
     port: Optional[int] = typer.Option(None, help="Port (0 picks a free one; default 8765 for "
                                        "a dashboard, 8000 for a model)."),
+    allow_weight_updates: bool = typer.Option(
+        False, help="Model server: accept trained weights pushed to POST /v1/spadekit/weights "
+        "(a run's --set generation_model=openai:NAME@URL); needs --weights-token."),
+    weights_token: Optional[str] = typer.Option(
+        None, envvar="SPADEKIT_WEIGHTS_TOKEN", help="The shared secret a weight push must carry "
+        "(or env SPADEKIT_WEIGHTS_TOKEN)."),
 ) -> None:
     """Serve a run's dashboard (`spadekit serve RUN`) or a model (`spadekit serve --model NAME`).
 
@@ -423,7 +429,8 @@ def serve(
     (curves, environments with code, hints and episodes, rejected programs, curriculum); it
     prints its URL. Model: an OpenAI-compatible server (/v1/completions with token ids and
     logprobs, /v1/chat/completions, /v1/models, /health), batching concurrent requests.
-    No authentication in either: keep them on loopback or a trusted network. Ctrl-C stops."""
+    No authentication for generation: keep them on loopback or a trusted network; weight pushes
+    need --allow-weight-updates and a token. Ctrl-C stops."""
     if (run is None) == (model is None):
         err_console.print("[red]usage:[/red] spadekit serve RUN (a run's dashboard) or "
                           "spadekit serve --model NAME (a model server), not "
@@ -446,7 +453,8 @@ def serve(
     from spadekit.policy.serve import run_server
 
     try:
-        run_server(model, host=host, port=8000 if port is None else port)
+        run_server(model, host=host, port=8000 if port is None else port,
+                   allow_weight_updates=allow_weight_updates, weights_token=weights_token)
     except SpadekitError as exc:
         err_console.print(f"[red]cannot serve {model}:[/red] {exc.message}")
         raise typer.Exit(2) from None

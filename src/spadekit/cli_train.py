@@ -92,29 +92,66 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
             cfg = dataclasses.replace(cfg, rounds=rounds)
     except SpadekitError as exc:
         raise typer.BadParameter(exc.message) from None
+    import os
+
+    # several processes (torchrun / accelerate launch): rank 0 owns the run directory and
+    # prints; the others follow its rounds silently (see spadekit.selfplay)
+    main = int(os.environ.get("RANK", "0")) == 0
+    rank = os.environ.get("RANK", "0")
     target = resume or run_dir or Path("runs") / _time.strftime("%Y%m%d-%H%M%S")
-    console.print(f"[bold]spadekit selfplay[/bold] {'resuming' if resume else 'run'} "
-                  f"[cyan]{target}[/cyan]: {cfg.model}, {cfg.setting}, {cfg.curriculum.kind} "
-                  f"curriculum, {cfg.rounds} round(s)")
+    if main:
+        console.print(f"[bold]spadekit selfplay[/bold] {'resuming' if resume else 'run'} "
+                      f"[cyan]{target}[/cyan]: {cfg.model}, {cfg.setting}, "
+                      f"{cfg.curriculum.kind} curriculum, {cfg.rounds} round(s)")
     try:
-        with err_console.status(f"loading {cfg.model}"):
-            sp = SelfPlay(cfg, target, resume=resume is not None, console=err_console)
+        with err_console.status(f"loading {cfg.model}") if main else _nothing():
+            sp = SelfPlay(cfg, target, resume=resume is not None,
+                          console=err_console if main else None)
     except SpadekitError as exc:
-        err_console.print(f"[red]cannot start:[/red] {exc.message}")
+        err_console.print(f"[red]{'' if main else f'rank {rank}: '}cannot start:[/red] "
+                          f"{exc.message}")
         raise typer.Exit(2) from None
     with sp:
-        console.print(f"sandbox tier: {sp.pool.report.tier}; starting at round {sp.next_step}")
+        target = sp.run_dir  # rank 0's (the other ranks' default name may differ)
+        if main:
+            world = sp.trainer.dist.world_size
+            console.print(f"sandbox tier: {sp.pool.report.tier}; starting at round "
+                          f"{sp.next_step}" + (f"; {world} processes "
+                                               f"({sp.trainer.dist.strategy})"
+                                               if world > 1 else ""))
         for _ in range(sp.config.rounds):
             try:
                 metrics = sp.round(sp.next_step)
             except SpadekitError as exc:
-                err_console.print(f"[red]round {sp.next_step} failed:[/red] {exc.message}\n"
+                err_console.print(f"[red]{'' if main else f'rank {rank}: '}round "
+                                  f"{sp.next_step} failed:[/red] {exc.message}\n"
                                   "Nothing of that round was committed; fix the cause and "
                                   f"continue with --resume {target}")
                 raise typer.Exit(1) from None
             sp.next_step += 1
-            console.print(_round_table(metrics))
-    console.print(f"done: {target} (resume with --resume {target})")
+            if main:
+                console.print(_round_table(metrics))
+    if main:
+        console.print(f"done: {target} (resume with --resume {target})")
+    _leave_process_group()
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _leave_process_group() -> None:
+    """After a clean multi-process run: leave the process group (torch warns otherwise)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+    except ImportError:
+        pass
 
 
 def _round_table(m: dict) -> Table:

@@ -122,6 +122,12 @@ class SelfPlayConfig:
     setting: str = "games"
     """``games`` (reasoning puzzles) or ``tooluse`` (multi-turn API calling)."""
     model: str = "smollm2-135m"
+    generation_model: str | None = None
+    """A separate generation engine whose weights follow the trainer after every update (no
+    reload from disk): ``vllm:PATH`` (in-process, colocated; GPU), ``openai:NAME@URL`` of a
+    ``spadekit serve --model M --allow-weight-updates`` server (token in
+    ``SPADEKIT_WEIGHTS_TOKEN``), or ``hf:PATH``/``tiny`` (a copy in this process). None: the
+    trained model generates. Its samples are then importance-corrected like the designer's."""
     rounds: int = 2
     envs_per_round: int = 4
     """Environments the designer writes at each regeneration (paper: 24)."""

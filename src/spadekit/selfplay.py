@@ -16,6 +16,10 @@ One round (``step``), all of it inside one database transaction (``RunStore.roun
 
 A process killed at any moment loses at most the round in flight: the checkpoint is written
 before the round commits, and the round's pointer to it is part of the commit.
+
+Several processes (one per GPU, DDP or FSDP): ``torchrun --nproc_per_node 8 -m spadekit selfplay
+...``; rank 0 owns the run directory and the environment side, every rank trains its shard
+(``spadekit.loop_dist`` says exactly what each rank does).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import dataclasses
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from spadekit.advantages import Sample, agent_advantages, designer_advantages, designer_weight
 from spadekit.config import SelfPlayConfig, build, save_config
@@ -37,7 +41,10 @@ from spadekit.rewards import EmaTracker, EnvStats, designer_signal
 from spadekit.rollout import EpisodeSpec, RolloutEngine, Trajectory
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.store import RunStore
+from spadekit.loop_dist import PeerFailed, control_group, generation_context, join_launch, meet
 from spadekit.validate import Validator, ValidatorSettings
+
+__all__ = ["PeerFailed", "ResumeError", "SelfPlay"]
 
 
 
@@ -53,15 +60,34 @@ class SelfPlay:
     def __init__(self, config: SelfPlayConfig, run_dir: str | Path, *, policy: Any = None,
                  designer_policy: Any = None, resume: bool = False, console: Any = None):
         self.run_dir = Path(run_dir)
-        self.console = console
-        if resume:
-            self.store = RunStore.open(self.run_dir)
-            config = self._stored_config(config)
-        elif (self.run_dir / "run.sqlite").exists():
-            raise ConfigError(f"{self.run_dir} already holds a run; use --resume to continue "
-                              "it, or choose another --run-dir")
-        self.config = config
+        self.store = self.pool = self.tb = self.curriculum = None  # for close() on any failure
+        # under a launcher: join the process group (same decision on every rank: same config)
+        self.dist = join_launch(config)
+        self._control = control_group(self.dist)
+        self.is_main = main = self.dist.is_main
+        self.console = console if main else None
         try:
+            self._setup(config, policy, designer_policy, resume, main)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, config: SelfPlayConfig, policy: Any, designer_policy: Any, resume: bool,
+               main: bool) -> None:
+        def open_run():  # rank 0: the run directory, and the config every rank uses
+            if resume:
+                self.store = RunStore.open(self.run_dir)
+                return self._stored_config(config), str(self.run_dir)
+            if (self.run_dir / "run.sqlite").exists():
+                raise ConfigError(f"{self.run_dir} already holds a run; use --resume to "
+                                  "continue it, or choose another --run-dir")
+            return config, str(self.run_dir)
+
+        config, run_dir = self._together(open_run if main else None, "open the run")
+        self.config, self.run_dir = config, Path(run_dir)
+
+        def load_model():  # every rank
+            nonlocal policy
             if policy is None:
                 from spadekit.policy.registry import load_policy
 
@@ -69,55 +95,99 @@ class SelfPlay:
             if "train" not in getattr(policy, "capabilities", ()):
                 raise ConfigError(
                     f"self-play updates the policy in this process, but {config.model!r} "
-                    f"({getattr(policy, 'name', type(policy).__name__)}) cannot be trained here "
-                    "(no 'train' capability): use a transformers model (hf:PATH, smollm2-135m, "
-                    "tiny); servers and vLLM serve generation only")
-            from spadekit.curriculum import build_curriculum
+                    f"({getattr(policy, 'name', type(policy).__name__)}) cannot be trained "
+                    "here (no 'train' capability): use a transformers model (hf:PATH, "
+                    "smollm2-135m, tiny); servers and vLLM serve generation only")
+            if main:
+                from spadekit.curriculum import build_curriculum
 
-            self.curriculum = build_curriculum(config)  # a bad source fails before any file
-        except BaseException:
-            if resume:
-                self.store.close()
-            raise
-        if not resume:  # the run directory appears only once the model is known to work
+                self.curriculum = build_curriculum(config)  # a bad source fails before any file
+                if config.generation_model:
+                    from spadekit.policy.weight_sync import generation_policy
+
+                    self.gen_policy = generation_policy(config.generation_model, policy,
+                                                        seed=config.seed)
+
+        self._together(load_model, "load the model", share=False)
+
+        def create_run():  # the run directory appears only once the model is known to work
             self.store = RunStore(self.run_dir, create=True)
             save_config(config, self.run_dir / "config.yaml")
+
+        if not resume:
+            self._together(create_run if main else None, "create the run directory")
         self.policy = policy
-        self.designer_policy = designer_policy or policy
-        from spadekit.train.trainer import PolicyTrainer
-
-        _quiet_transformers()
-
-        self.trainer = PolicyTrainer(policy, dataclasses.replace(
-            config.train, temperature=config.rollout.temperature, seed=config.seed))
-        self.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
-        self.validator = Validator(self.pool, ValidatorSettings(max_turns=config.env_max_turns))
-        self.engine = RolloutEngine(policy, self.pool, config.rollout)
-        self.memory = EnvironmentMemory(self.store, cap=config.memory_size,
-                                        duplicate_threshold=config.dedup_threshold)
-        from spadekit.corpus import load_corpus
-
-        self.corpus = load_corpus(config.corpus, seed=config.seed)
+        self.gen_policy = getattr(self, "gen_policy", None)
+        self.designer_policy = designer_policy or self.gen_policy or policy
         self.rng = random.Random(config.seed)
         self.ema: dict[str, EmaTracker] = {}
         self._bootstrap_created: dict[str, int] = {}
         self._broken: str | None = None
-        self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
-                                  self.store, self.memory, self.corpus)
         self._eval_cache: dict[str, Any] = {}
-        self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
-        last = self.store.latest_complete_step()
+        self.validator = self.engine = self.memory = self.corpus = self.design = None
+        _quiet_transformers()
+
+        def make_trainer():  # every rank (wrapping the model for DDP/FSDP is collective)
+            from spadekit.train.trainer import PolicyTrainer
+
+            train = dataclasses.replace(config.train, temperature=config.rollout.temperature,
+                                        seed=config.seed)
+            if config.generation_model and "agent" not in train.importance_sampling_roles:
+                # another engine sampled the agent's tokens: correct them like delayed samples
+                train = dataclasses.replace(train, importance_sampling_roles=(
+                    *train.importance_sampling_roles, "agent"))
+            self.trainer = PolicyTrainer(policy, train)
+            if self.trainer.dist.world_size != self.dist.world_size:
+                raise ConfigError(
+                    f"launched as {self.dist.world_size} processes but the trainer runs in "
+                    f"{self.trainer.dist.world_size} (train.distributed_strategy="
+                    f"{config.train.distributed_strategy!r}): use auto, ddp or fsdp")
+
+        self._together(make_trainer, "build the trainer", share=False)
+
+        def environment_side():  # rank 0: sandboxes, memory, corpus, designer; where to resume
+            self.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
+            from spadekit.integrations.ray_envs import RayValidator, make_env_backend
+
+            d, settings = config.distributed, ValidatorSettings(max_turns=config.env_max_turns)
+            self.env_backend = make_env_backend(d.env_backend, config.sandbox, pool=self.pool,
+                                                num_workers=d.env_workers, address=d.ray_address)
+            self.validator = (RayValidator(self.env_backend, settings) if d.env_backend == "ray"
+                              else Validator(self.pool, settings))
+            self.engine = RolloutEngine(self.gen_policy or policy, self.env_backend,
+                                        config.rollout)
+            self.memory = EnvironmentMemory(self.store, cap=config.memory_size,
+                                            duplicate_threshold=config.dedup_threshold)
+            from spadekit.corpus import load_corpus
+
+            self.corpus = load_corpus(config.corpus, seed=config.seed)
+            self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
+                                      self.store, self.memory, self.corpus)
+            self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
+            last = self.store.latest_complete_step()
+            if last is None:
+                if not resume and len(self.memory) == 0 and config.memory_seed_library:
+                    self.memory.seed_from_library()
+                return None, None
+            pointer = self.store.latest_checkpoint()
+            return last, None if pointer is None else {"step": pointer["step"],
+                                                       "path": str(pointer["path"])}
+
+        last, pointer = self._together(environment_side if main else None,
+                                       "start the environment side")
         if last is None:
-            if not resume and len(self.memory) == 0 and config.memory_seed_library:
-                self.memory.seed_from_library()
             self.next_step = 0
-        else:
-            try:
-                self._restore(last)
-            except BaseException:
-                self.close()
-                raise
-            self.next_step = last + 1
+            self._sync_generation("start")
+            return
+
+        def restore():  # every rank loads the checkpoint; rank 0 also the loop state
+            self._load_checkpoint(pointer)
+            if main:
+                self._restore_loop_state()
+
+        self._together(restore, f"resume from round {last}", share=False)
+        self.next_step = last + 1
+        self._sync_generation("resume")
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -129,14 +199,23 @@ class SelfPlay:
         return dataclasses.replace(stored, rounds=given.rounds)
 
     def _restore(self, step: int) -> None:
+        """One process: load the last checkpoint and the loop state (also used by
+        ``spadekit.integrations.slime``)."""
         pointer = self.store.latest_checkpoint()
-        if pointer is not None:
-            try:
-                self.trainer.load(pointer["path"])
-            except Exception as exc:  # whatever the file problem, the run cannot go on from it
-                raise ResumeError(f"cannot resume {self.run_dir}: the checkpoint of round "
-                                  f"{pointer['step']} ({pointer['path']}) does not load: {exc}",
-                                  step=pointer["step"]) from exc
+        self._load_checkpoint(pointer)
+        self._restore_loop_state()
+
+    def _load_checkpoint(self, pointer: dict[str, Any] | None) -> None:
+        if pointer is None:
+            return
+        try:
+            self.trainer.load(pointer["path"])
+        except Exception as exc:  # whatever the file problem, the run cannot go on from it
+            raise ResumeError(f"cannot resume {self.run_dir}: the checkpoint of round "
+                              f"{pointer['step']} ({pointer['path']}) does not load: {exc}",
+                              step=pointer["step"]) from exc
+
+    def _restore_loop_state(self) -> None:
         state = self.store.get_state("loop", {})
         if "rng" in state:
             self.rng.setstate(_tuplify(state["rng"]))
@@ -148,10 +227,24 @@ class SelfPlay:
             self.ema[sha] = EmaTracker()
             self.ema[sha].load_state_dict(tracker)
 
+    def _together(self, work: Callable[[], Any] | None, what: str, *,
+                  share: bool = True) -> Any:
+        """A meeting point of the ranks (``spadekit.loop_dist.meet``)."""
+        return meet(getattr(self, "dist", None), getattr(self, "_control", None), work, what,
+                    share=share)
+
+    def _generation(self):
+        """Generation with the full weights (``spadekit.loop_dist.generation_context``)."""
+        return generation_context(self.trainer)
+
     def close(self) -> None:
-        self.pool.close()
-        self.store.close()
-        if self.tb is not None:
+        if getattr(self, "env_backend", None) is not None:
+            self.env_backend.close()
+        if getattr(self, "pool", None) is not None:
+            self.pool.close()
+        if getattr(self, "store", None) is not None:
+            self.store.close()
+        if getattr(self, "tb", None) is not None:
             self.tb.close()
 
     def __enter__(self) -> "SelfPlay":
@@ -195,52 +288,101 @@ class SelfPlay:
             raise
 
     def _round(self, step: int) -> dict[str, Any]:
+        """One round; with several processes every rank runs it (see the module docstring):
+        the work is cut at meeting points (``_together``) that every rank reaches in order."""
         cfg = self.config
+        main = getattr(self, "is_main", True)
         timings: dict[str, float] = {}
         metrics: dict[str, Any] = {"step": step}
         t_round = time.perf_counter()
-        with self.store.round(step):
-            if self.curriculum is not None:
-                t = time.perf_counter()
-                with self._phase(f"round {step}: play ({self.curriculum.name} curriculum)"):
-                    trajs = self._play_curriculum(step)
-                timings["play"] = time.perf_counter() - t
-                metrics.update(self.curriculum.observe(step, trajs))
-            else:
-                trajs = self._spade_play(step, timings, metrics)
-            metrics.update(self._mix)
-            agent = self._agent_samples(trajs, metrics)
-            designer = self._designer_samples(step, len(agent), metrics)
+        ckpt: Path | None = None
+        with contextlib.ExitStack() as tx:  # rank 0: the round's transaction
+            def environment_side():  # rank 0: design, play, rewards, advantages
+                tx.enter_context(self.store.round(step))
+                if self.curriculum is not None:
+                    t = time.perf_counter()
+                    with self._phase(f"round {step}: play ({self.curriculum.name} curriculum)"):
+                        trajs = self._play_curriculum(step)
+                    timings["play"] = time.perf_counter() - t
+                    metrics.update(self.curriculum.observe(step, trajs))
+                else:
+                    trajs = self._spade_play(step, timings, metrics)
+                metrics.update(self._mix)
+                agent = self._agent_samples(trajs, metrics)
+                return agent + self._designer_samples(step, len(agent), metrics), len(agent)
+
+            with self._generation():  # FSDP: every rank gathers the full weights
+                samples, n_agent = self._together(environment_side if main else None,
+                                                  f"play round {step}")
             t = time.perf_counter()
-            with self._phase(f"round {step}: update ({len(agent)} agent + {len(designer)} "
-                             "designer samples)"):
-                stats = self.trainer.train_step(agent + designer) if (agent or designer) else {}
+            with self._phase(f"round {step}: update ({n_agent} agent + "
+                             f"{len(samples) - n_agent} designer samples)"):
+                stats = self._together(
+                    lambda: self.trainer.train_step(samples) if samples else {},
+                    f"update round {step}", share=False)
             timings["update"] = time.perf_counter() - t
-            metrics.update({f"train/{k}": v for k, v in stats.items()
-                            if isinstance(v, (int, float))})
-            self._retire(step)
-            self._save_state()
-            if (step + 1) % cfg.checkpoint_every == 0:
-                with self._phase(f"round {step}: checkpoint"):
-                    path = self.trainer.save(self.store.checkpoint_dir(step, create=True))
-                    self.store.record_checkpoint(step, path)
+            if cfg.generation_model:
+                t = time.perf_counter()
+                sync = self._sync_generation(f"round {step}")
+                metrics.update({f"weight_sync/{k}": v for k, v in (sync or {}).items()
+                                if isinstance(v, (int, float))})
+                timings["weight_sync"] = time.perf_counter() - t
+
+            def bookkeeping():  # rank 0: retire, loop state, where the checkpoint goes
+                nonlocal ckpt
+                metrics.update({f"train/{k}": v for k, v in stats.items()
+                                if isinstance(v, (int, float))})
+                self._retire(step)
+                self._save_state()
+                if (step + 1) % cfg.checkpoint_every == 0:
+                    ckpt = self.store.checkpoint_dir(step, create=True)
+                    return str(ckpt.resolve())
+                return None
+
+            target = self._together(bookkeeping if main else None, f"finish round {step}")
+            if target is not None:
+                with self._phase(f"round {step}: checkpoint"):  # every rank saves, rank 0 writes
+                    self._together(lambda: self.trainer.save(ckpt if main else target),
+                                   f"checkpoint round {step}", share=False)
             if cfg.eval.every and (step + 1) % cfg.eval.every == 0:
                 t = time.perf_counter()
-                with self._phase(f"round {step}: evaluate ({', '.join(cfg.eval.suites)})"):
-                    metrics.update(self._evaluate(step))
+                with self._generation(), \
+                        self._phase(f"round {step}: evaluate ({', '.join(cfg.eval.suites)})"):
+                    self._together((lambda: metrics.update(self._evaluate(step))) if main
+                                   else None, f"evaluate round {step}", share=False)
                 timings["eval"] = time.perf_counter() - t
-            metrics["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
-            metrics["seconds"] = round(time.perf_counter() - t_round, 3)
-            self.store.log_metrics(step, {k: v for k, v in metrics.items()
-                                          if isinstance(v, (int, float)) and k != "step"})
-            self.store.append_event({"kind": "round", **metrics})
-        if self.tb is not None:  # after the commit, like events.jsonl
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                        and key != "step":
-                    self.tb.add_scalar(key, value, step)
-            self.tb.flush()
-        return metrics
+
+            def commit():  # rank 0: the pointer, the metrics, then the commit
+                if ckpt is not None:
+                    self.store.record_checkpoint(step, ckpt)
+                metrics["world_size"] = self.trainer.dist.world_size
+                metrics["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
+                metrics["seconds"] = round(time.perf_counter() - t_round, 3)
+                self.store.log_metrics(step, {k: v for k, v in metrics.items()
+                                              if isinstance(v, (int, float)) and k != "step"})
+                self.store.append_event({"kind": "round", **metrics})
+                tx.close()  # commit the round
+                if self.tb is not None:  # after the commit, like events.jsonl
+                    for key, value in metrics.items():
+                        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                                and key != "step":
+                            self.tb.add_scalar(key, value, step)
+                    self.tb.flush()
+                return metrics
+
+            return self._together(commit if main else None, f"commit round {step}")
+
+    def _sync_generation(self, what: str) -> dict[str, Any] | None:
+        """Push the trained weights into the generation engine (rank 0; under FSDP every rank
+        gathers the full weights first). Nothing to do without ``generation_model``."""
+        if not self.config.generation_model:
+            return None
+        from spadekit.policy.weight_sync import push_weights
+
+        main = getattr(self, "is_main", True)
+        with self._generation():
+            return self._together((lambda: push_weights(self.gen_policy, self.trainer))
+                                  if main else None, f"push weights ({what})")
 
     def _spade_play(self, step: int, timings: dict, metrics: dict) -> list[Trajectory]:
         """SPADE's pool: design at each regeneration, bootstrap, then play every pooled env."""
@@ -292,37 +434,12 @@ class SelfPlay:
         return program.sha256
 
     def _evaluate(self, step: int) -> dict[str, float]:
-        """Run the configured suites with the current weights; full results go to
-        ``run_dir/evals/step-N.json``, headline numbers into the round's metrics."""
-        import json
+        """The configured suites on the current weights (``spadekit.eval.inloop``)."""
+        from spadekit.eval.inloop import evaluate_in_loop
 
-        from spadekit.eval import make_suite, suite_label
-        from spadekit.eval.compare import results_file
-        from spadekit.eval.runner import EvalSettings, run_suite
-
-        e = self.config.eval
-        settings = EvalSettings(k=e.k, temperature=e.temperature, max_new_tokens=e.max_new_tokens,
-                                max_turns=e.max_turns, limit=e.limit, seed=e.seed,
-                                max_context_tokens=self.config.rollout.max_context_tokens)
-        results, flat = [], {}
-        for spec in e.suites:
-            if spec not in self._eval_cache:  # items are fixed for the whole run
-                suite = make_suite(spec)
-                self._eval_cache[spec] = (suite, suite.load_items(e.limit))
-            suite, items = self._eval_cache[spec]
-            result = run_suite(self.policy, suite, settings, pool=self.pool, items=items,
-                               model_label=f"{self.run_dir.name}@step-{step}")
-            results.append(result)
-            summary, label = result["summary"], suite_label(spec)
-            for name, m in [("", summary["overall"])] + [
-                    (f"{g}/", m) for g, m in summary["groups"].items()]:
-                flat[f"eval/{label}/{name}win_rate"] = m["win_rate"]
-                flat[f"eval/{label}/{name}mean_score"] = m["mean_score"]
-        folder = self.run_dir / "evals"
-        folder.mkdir(exist_ok=True)
-        (folder / f"step-{step}.json").write_text(json.dumps(
-            results_file(f"{self.run_dir.name}@step-{step}", results)))
-        return flat
+        return evaluate_in_loop(self.gen_policy or self.policy, self.pool, self.config,
+                                self.run_dir, step,
+                                self._eval_cache)
 
     def _bootstrap(self, step: int) -> None:
         """Reference environments of the active skills join the pool for this round."""

@@ -5,6 +5,9 @@ temperature, top-p, token budget, stop strings and seeded random stream, and lea
 work as soon as it finishes (the cache is trimmed to the rows still running). The logprob of each
 sampled token is ``log_softmax(logits / temperature)`` at that position, which is what a fresh
 training forward pass over the same tokens computes (tested to 1e-4 in fp32).
+
+``load_weights(named)`` copies Hugging Face-named tensors into the model in place (weight sync
+from a trainer that owns another copy: ``spadekit.policy.weight_sync``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class HFPolicy:
         self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters \
             else "past_key_values"
         self._lock = threading.Lock()
+        self.weights_version = 0
+        """Counts ``load_weights`` calls (or the version the last one was given)."""
 
     def _stop_ids(self) -> frozenset[int]:
         ids = set()
@@ -78,6 +83,39 @@ class HFPolicy:
                 chunk = slice(start, start + self.max_batch_size)
                 out += self._generate_batch(prompts[chunk], requests[chunk])
         return out
+
+    def load_weights(self, weights: Any, version: int | None = None) -> int:
+        """Copy ``(name, tensor)`` pairs (or a mapping) into the model's tensors in place, under
+        ``torch.no_grad()``, cast to each target's dtype and device; returns how many. Names are
+        those of ``model.state_dict()`` (tied aliases included). Every name and shape is checked
+        before anything is copied: unknown names or shape mismatches raise ``WeightSyncError``
+        listing a few, and the model is left unchanged. Runs under the generation lock, so
+        never in the middle of a batch; no KV cache outlives a ``generate`` call, so nothing
+        else needs resetting. A model with LoRA layers injected is refused (push merged
+        weights into a plain copy)."""
+        import torch
+
+        from spadekit.policy.weight_sync import WeightSyncError, as_items
+
+        items = as_items(weights)
+        targets = self.model.state_dict(keep_vars=True)
+        if any(".base_layer." in n or ".lora_" in n for n in targets):
+            raise WeightSyncError(f"{self.name}: the model has LoRA adapters injected; load "
+                                  "merged weights into a plain copy instead")
+        unknown = [n for n, _ in items if n not in targets]
+        shapes = [f"{n}: {tuple(t.shape)} != {tuple(targets[n].shape)}" for n, t in items
+                  if n in targets and tuple(t.shape) != tuple(targets[n].shape)]
+        if unknown or shapes:
+            parts = ([f"{len(unknown)} unknown names, e.g. {unknown[:5]}"] if unknown else []) \
+                + ([f"{len(shapes)} shape mismatches, e.g. {shapes[:3]}"] if shapes else [])
+            raise WeightSyncError(f"{self.name}: cannot load the weights: " + "; ".join(parts),
+                                  unknown=unknown[:20], shape_mismatch=shapes[:20])
+        with self._lock, torch.no_grad():
+            for name, tensor in items:
+                targets[name].copy_(tensor)
+            self.weights_version = int(version) if version is not None \
+                else self.weights_version + 1
+        return len(items)
 
     # -- the decoding loop -------------------------------------------------------------------
 

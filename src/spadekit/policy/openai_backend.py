@@ -130,7 +130,7 @@ class OpenAIPolicy:
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None,
                  tokenizer: Any = None, max_concurrency: int = 8, timeout: float = 120.0,
                  retries: int = 3, probe: bool = True, backoff: float = 0.5,
-                 name: str | None = None) -> None:
+                 name: str | None = None, weights_token: str | None = None) -> None:
         if max_concurrency < 1:
             raise PolicyError(f"max_concurrency must be >= 1, got {max_concurrency}")
         if not timeout > 0:
@@ -148,6 +148,7 @@ class OpenAIPolicy:
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.max_concurrency = int(max_concurrency)
+        self.weights_token = weights_token  # for load_weights; else env SPADEKIT_WEIGHTS_TOKEN
         self.tokenizer = _load_tokenizer(tokenizer)
         self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency,
                                         thread_name_prefix="spadekit-openai")
@@ -186,6 +187,17 @@ class OpenAIPolicy:
                 f.cancel()
             raise
         return out
+
+    def load_weights(self, weights: Any, *, final: bool = True,
+                     version: int | None = None) -> int:
+        """Push ``(name, tensor)`` pairs to a ``spadekit serve --allow-weight-updates`` server
+        (``POST /v1/spadekit/weights``, safetensors; ``final=False`` stages a chunk of one atomic
+        upload); returns how many the server loaded (0 for a staged chunk). ``WeightSyncError``
+        (with the server's message) when it does not advertise ``weight_updates`` or refuses.
+        See ``spadekit.policy.weight_sync``."""
+        from spadekit.policy.weight_sync import push_to_server
+
+        return push_to_server(self, weights, final=final, version=version)
 
     def explain_capabilities(self) -> str:
         """What this server and tokenizer allow, in words."""

@@ -3,11 +3,13 @@
 ``serve(policy)`` starts it in the background (``.url`` is the OpenAI base URL,
 ``http://127.0.0.1:PORT/v1``; ``.close()`` stops it); ``run_server(model, host, port)`` is the
 blocking ``spadekit serve`` command. Standard library only (``http.server``); binds to
-127.0.0.1 unless told otherwise, with no authentication: do not expose it.
+127.0.0.1 unless told otherwise, with no authentication (but for weight pushes): do not expose it.
 
 Endpoints:
 
-- ``GET /health`` and ``GET /v1/models``.
+- ``GET /health`` (``weight_updates``, ``weights_version`` if enabled), ``GET /v1/models``.
+- ``POST /v1/spadekit/weights``: new weights (safetensors; needs ``allow_weight_updates`` and
+  ``weights_token``), applied between batches; ``GET``: their version (``weight_sync`` docs).
 - ``POST /v1/completions``: ``prompt`` a string, a list of token ids, or a list of either (one
   choice per prompt); ``max_tokens`` (default 16), ``temperature``, ``top_p``, ``stop``, ``seed``,
   ``n``; ``logprobs`` (any integer: the sampled token's logprob is returned, top-k alternatives
@@ -31,12 +33,13 @@ requests are retried one by one, so one bad request does not fail its neighbours
 ``server.stats()`` counts requests and batches.
 
 Test switches: ``logprobs=False`` never returns logprobs, ``token_ids=False`` never returns token
-ids (tokens come back as text), ``token_prompts=False`` refuses token-id prompts: a server with
-fewer features, to exercise a client's capability detection.
+ids (tokens come back as text), ``token_prompts=False`` refuses token-id prompts (to exercise a
+client's capability detection).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import queue
 import sys
@@ -49,6 +52,7 @@ from typing import Any
 
 from spadekit.policy.base import (Generation, GenerationRequest, Policy, PolicyError,
                                   SamplingParams)
+from spadekit.policy.weight_sync import MAX_REQUEST, MAX_TOTAL, WEIGHTS_PATH, WeightReceiver
 
 MAX_BODY = 32 * 1024 * 1024
 """Largest request body accepted (bytes)."""
@@ -67,12 +71,13 @@ class _BadRequest(Exception):
 class _Batcher:
     """One collector thread: gathers requests arriving within ``window`` s, generates once."""
 
-    def __init__(self, policy: Policy, window: float, max_batch: int) -> None:
+    def __init__(self, policy: Policy, window: float, max_batch: int, gen_lock: Any) -> None:
         self.policy = policy
         self.window = window
         self.max_batch = max_batch
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
+        self.gen_lock = gen_lock
         self.batches = 0
         self.requests = 0
         self.largest = 0
@@ -125,7 +130,8 @@ class _Batcher:
                     stop = True
                     break
                 batch.append(item)
-            self._generate(batch)
+            with self.gen_lock:  # weight updates take it: they never land mid-batch
+                self._generate(batch)
             if stop:
                 return
 
@@ -167,7 +173,9 @@ class PolicyServer:
                  batch_window: float = 0.005, max_batch: int = 64,
                  model_name: str | None = None, logprobs: bool = True, token_ids: bool = True,
                  token_prompts: bool = True, request_timeout: float = 600.0,
-                 verbose: bool = False) -> None:
+                 verbose: bool = False, allow_weight_updates: bool = False,
+                 weights_token: str | None = None, max_weights_request: int = MAX_REQUEST,
+                 max_weights_total: int = MAX_TOTAL) -> None:
         if getattr(policy, "tokenizer", None) is None:
             raise PolicyError("serving a policy needs its tokenizer (policy.tokenizer is None)")
         if batch_window < 0 or max_batch < 1:
@@ -175,13 +183,13 @@ class PolicyServer:
         self.policy = policy
         self.model_name = model_name or getattr(policy, "name", "spadekit")
         self.logprobs = logprobs
-        self.token_ids = token_ids
-        self.token_prompts = token_prompts
-        self.request_timeout = request_timeout
-        self.verbose = verbose
+        self.token_ids, self.token_prompts = token_ids, token_prompts
+        self.request_timeout, self.verbose = request_timeout, verbose
         self.created = int(time.time())
         self._vocab = _vocab_size(policy)
-        self._batcher = _Batcher(policy, batch_window, max_batch)
+        self.weights = WeightReceiver(policy, threading.Lock(), allow_weight_updates,
+                                      weights_token, max_weights_request, max_weights_total)
+        self._batcher = _Batcher(policy, batch_window, max_batch, self.weights.lock)
         handler = type("Handler", (_Handler,), {"server_ref": self})
         try:
             self._httpd = _HTTPServer((host, port), handler)
@@ -423,16 +431,20 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
         path = self.path.split("?", 1)[0].rstrip("/")
         if path in ("/health", "/v1/health"):
-            self._send(200, {"status": "ok"})
+            self._send(200, {"status": "ok", **self.server_ref.weights.health()})
         elif path in ("/v1/models", "/models"):
             self._send(200, self.server_ref.models())
         elif path in ("/v1/stats",):
             self._send(200, self.server_ref.stats())
+        elif path == WEIGHTS_PATH:
+            self._send(200, self.server_ref.weights.info())
         else:
             self._error(404, f"no route GET {path}")
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0].rstrip("/")
+        if path == WEIGHTS_PATH:
+            return self.server_ref.weights.post(self)
         routes = {"/v1/completions": self.server_ref.completions,
                   "/v1/chat/completions": self.server_ref.chat}
         route = routes.get(path)
@@ -557,14 +569,13 @@ def _vocab_size(policy: Policy) -> int:
 def serve(policy: Policy, host: str = "127.0.0.1", port: int = 0,
           **options: Any) -> PolicyServer:
     """Start serving ``policy`` in the background; returns the running server (``.url``,
-    ``.stats()``, ``.close()``). ``port=0`` picks a free port. Options: ``batch_window``,
-    ``max_batch``, ``model_name``, ``logprobs``, ``token_ids``, ``token_prompts``,
-    ``request_timeout``, ``verbose``."""
+    ``.stats()``, ``.close()``). ``port=0`` picks a free port. Options: ``PolicyServer``'s
+    (``batch_window``, ``max_batch``, ``model_name``, ..., ``allow_weight_updates``,
+    ``weights_token``)."""
     return PolicyServer(policy, host=host, port=port, **options).start()
 
 
-_SERVER_OPTIONS = ("batch_window", "max_batch", "model_name", "logprobs", "token_ids",
-                   "token_prompts", "request_timeout", "verbose")
+_SERVER_OPTIONS = tuple(inspect.signature(PolicyServer).parameters)[3:]  # after policy, host, port
 
 
 def run_server(model: str, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:

@@ -1,0 +1,48 @@
+"""Evaluation inside a self-play run: the configured suites on the current weights, every
+``eval.every`` rounds (``SelfPlayConfig.eval``).
+
+Items are loaded once per run (``cache``) so every evaluation scores the same items. The full
+results go to ``run_dir/evals/step-N.json`` (a file ``spadekit eval compare`` reads); the
+headline numbers come back as flat metrics for the round: ``eval/<suite>/win_rate``,
+``eval/<suite>/mean_score`` and the same per group (``eval/<suite>/<group>/win_rate``), where
+``<suite>`` is :func:`spadekit.eval.suite_label` (no slashes).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from spadekit.eval import make_suite, suite_label
+from spadekit.eval.compare import results_file
+from spadekit.eval.runner import EvalSettings, run_suite
+
+
+def evaluate_in_loop(policy: Any, pool: Any, config: Any, run_dir: Path, step: int,
+                     cache: dict[str, Any]) -> dict[str, float]:
+    """Run ``config.eval.suites`` with ``policy``; returns the round's eval metrics."""
+    e = config.eval
+    settings = EvalSettings(k=e.k, temperature=e.temperature, max_new_tokens=e.max_new_tokens,
+                            max_turns=e.max_turns, limit=e.limit, seed=e.seed,
+                            max_context_tokens=config.rollout.max_context_tokens)
+    label = f"{Path(run_dir).name}@step-{step}"
+    results, flat = [], {}
+    for spec in e.suites:
+        if spec not in cache:  # items are fixed for the whole run
+            suite = make_suite(spec)
+            cache[spec] = (suite, suite.load_items(e.limit))
+        suite, items = cache[spec]
+        result = run_suite(policy, suite, settings, pool=pool, items=items, model_label=label)
+        results.append(result)
+        summary, name = result["summary"], suite_label(spec)
+        for group, m in [("", summary["overall"])] + [
+                (f"{g}/", m) for g, m in summary["groups"].items()]:
+            flat[f"eval/{name}/{group}win_rate"] = m["win_rate"]
+            flat[f"eval/{name}/{group}mean_score"] = m["mean_score"]
+    folder = Path(run_dir) / "evals"
+    folder.mkdir(exist_ok=True)
+    tmp = folder / f".step-{step}.json.tmp"
+    tmp.write_text(json.dumps(results_file(label, results)))
+    tmp.replace(folder / f"step-{step}.json")
+    return flat

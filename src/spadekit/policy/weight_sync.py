@@ -1,0 +1,472 @@
+"""Weight sync: a generation engine whose weights follow the trainer after every step.
+
+The trainer owns one model; generation may run on a SEPARATE engine (another ``hf`` copy, vLLM in
+this process, or a server). After each optimizer step the trainer's weights are pushed into that
+engine, in memory, without writing a checkpoint or reloading from disk:
+
+    from spadekit.policy.weight_sync import push_weights, trainer_weights
+    stats = trainer.train_step(samples)
+    push_weights(gen_policy, trainer_weights(trainer))      # {"tensors", "bytes", "seconds", ...}
+
+``trainer_weights(trainer_or_model)`` yields ``(name, tensor)`` for the full model under the names
+``AutoModelForCausalLM.state_dict()`` uses (``model.layers.0.self_attn.q_proj.weight``): peft's
+``base_model.model.`` and ``.base_layer`` are stripped, adapter tensors are left out, and every
+LoRA-adapted weight is MERGED, ``W + scale * B @ A`` for the active, unmerged adapters (peft's
+``get_delta_weight``, computed in float32 and rounded once to ``W``'s dtype). The trained model is
+never modified. Memory: merged weights are computed one at a time, lazily, as the iterator is
+consumed, so at most one merged matrix plus one push chunk (``chunk_mb``) is alive at once; the
+other tensors are the live parameters themselves (detached views, no copy: do not modify them).
+Tied weights (``lm_head.weight`` = ``model.embed_tokens.weight``) are yielded once, under the
+first name. DoRA adapters are refused. Under FSDP, iterate inside
+``trainer.gathered_for_generation()`` on every rank; under DDP any rank's weights are the same.
+
+``push_weights(policy, weights, chunk_mb=512)`` feeds those pairs to ``policy.load_weights`` in
+chunks of about ``chunk_mb`` (``None``: one call); every backend that can follow training has
+``load_weights``: ``HFPolicy`` (copies in place, checks all names and shapes of a call before
+copying anything), ``VLLMPolicy`` and ``OpenAIPolicy`` (a push to ``spadekit serve``, below). A
+policy without it, unknown names or wrong shapes raise ``WeightSyncError``.
+
+How selfplay uses it: the lead wires ``--set generation_model=NAME`` into the loop; the trainer
+keeps its own ``hf`` policy, rollouts use ``gen_policy = load_policy(NAME)``, and after each
+``train_step`` the loop calls ``push_weights(gen_policy, trainer_weights(trainer),
+version=trainer.step)``. On CPU ``generation_model=tiny`` (an ``hf`` copy) exercises the path.
+
+vLLM in-process (colocated): ``generation_model=vllm:PATH``; ``VLLMPolicy.load_weights`` takes
+the same Hugging Face names (vLLM's ``model.load_weights`` fuses q/k/v and gate/up itself) and
+resets the prefix cache. NEEDS A GPU CHECK: ``benchmarks/vllm_check.py`` (check 4).
+
+Server: ``spadekit serve --model vllm:PATH --allow-weight-updates --weights-token SECRET`` (our
+server wrapping the vLLM backend; ``hf``/``tiny`` work the same) is the only server path that
+accepts pushes; ``vllm serve`` itself does not (TRL's ``vllm-serve`` has its own protocol, not
+spoken here). The client is ``OpenAIPolicy`` (``openai:MODEL@URL``, ``weights_token=`` or env
+``SPADEKIT_WEIGHTS_TOKEN``), whose ``load_weights`` posts safetensors payloads:
+
+``POST /v1/spadekit/weights`` -- body: the bytes of ``safetensors.torch.save({name: tensor})``
+(Content-Type ``application/octet-stream``, at most ``max_weights_request`` bytes, default
+1 GiB). Headers: ``X-Spadekit-Weights-Token`` (required; compared in constant time);
+optionally ``X-Spadekit-Weights-Upload: ID`` (1-64 of ``[A-Za-z0-9_-]``) with
+``X-Spadekit-Weights-Final: 0`` to stage a chunk, the last chunk with ``Final: 1``: the staged
+chunks are applied together, atomically, at the end (at most ``max_weights_total`` bytes staged;
+a new upload ID discards an unfinished one); ``X-Spadekit-Weights-Version: N`` sets the version
+(else it counts up). The policy's ``load_weights`` runs under the server's batching lock, so
+never in the middle of a generation batch. Answers: 200 ``{"loaded", "version", "bytes",
+"seconds"}`` (staged chunk: ``{"staged", "upload", "final": false}``); 403 when the server was
+not started with ``--allow-weight-updates`` or the token is wrong or missing; 400 for a payload
+that is not safetensors, a duplicate, unknown or wrongly shaped name (nothing applied: ``hf``
+checks every name first; vLLM checks names itself as it loads); 411 chunked transfer encoding;
+413 over a size cap. ``GET /v1/spadekit/weights`` (no token) gives ``{"weight_updates",
+"version", "updates", "max_request_bytes", "last_update"}``; when pushes are enabled,
+``/health`` reports ``weight_updates: true`` and ``weights_version`` too. Plain HTTP: the token
+travels in clear, so keep the server on a trusted network (it binds 127.0.0.1 by default).
+"""
+
+from __future__ import annotations
+
+import hmac
+import inspect
+import os
+import re
+import threading
+import time
+import uuid
+from typing import Any, Iterable, Iterator, Mapping
+
+from spadekit.policy.base import PolicyError
+
+WEIGHTS_PATH = "/v1/spadekit/weights"
+TOKEN_HEADER = "X-Spadekit-Weights-Token"
+UPLOAD_HEADER = "X-Spadekit-Weights-Upload"
+FINAL_HEADER = "X-Spadekit-Weights-Final"
+VERSION_HEADER = "X-Spadekit-Weights-Version"
+TOKEN_ENV = "SPADEKIT_WEIGHTS_TOKEN"
+MAX_REQUEST = 1 << 30
+MAX_TOTAL = 64 << 30
+_UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class WeightSyncError(PolicyError):
+    """Weights could not be synced: the policy cannot load weights, names or shapes do not
+    match, the server refused the push (``status`` is its HTTP status, 0 if none)."""
+
+    reason = "weight_sync"
+
+    def __init__(self, message: str, status: int = 0, **details: Any) -> None:
+        super().__init__(message, status=status, **details)
+        self.status = status
+
+
+# -- the trainer's side -----------------------------------------------------------------------
+
+def trainer_weights(trainer_or_model: Any) -> Iterator[tuple[str, Any]]:
+    """The Hugging Face-named, LoRA-merged weights of the trained model (module docstring).
+    Accepts a ``PolicyTrainer``, an ``HFPolicy``, a peft model or a transformers model."""
+    import torch
+
+    model = trainer_or_model
+    for attr in ("model", "module"):  # PolicyTrainer/HFPolicy -> model; DDP -> module
+        while not isinstance(model, torch.nn.Module) and hasattr(model, attr):
+            model = getattr(model, attr)
+    if not isinstance(model, torch.nn.Module):
+        raise WeightSyncError(f"trainer_weights: not a model: {type(trainer_or_model).__name__}")
+    if callable(getattr(model, "get_base_model", None)) and hasattr(model, "peft_config"):
+        model = model.get_base_model()  # strips "base_model.model."
+    modules = dict(model.named_modules())
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+    for name, value in model.state_dict(keep_vars=True).items():
+        out = _hf_name(name, modules)
+        if out is None:
+            continue
+        hf_name, layer = out
+        key = (value.data_ptr(), tuple(value.shape))
+        if key in seen and value.numel():
+            continue  # a tied alias
+        seen.add(key)
+        with torch.no_grad():
+            tensor = value.detach()
+            if layer is not None and name.endswith("base_layer.weight"):
+                tensor = _merged(layer, tensor, hf_name)
+        yield hf_name, tensor
+
+
+def _hf_name(name: str, modules: dict[str, Any]) -> tuple[str, Any] | None:
+    """(Hugging Face name, LoRA layer owning it or None), or None for adapter-only tensors."""
+    parts = name.split(".")
+    if any(p.startswith("lora_") for p in parts):
+        return None
+    layer = None
+    out: list[str] = []
+    i = 0
+    while i < len(parts):
+        p = parts[i]
+        owner = modules.get(".".join(parts[:i]))
+        if p == "base_layer":
+            layer = owner
+        elif p == "original_module" and _active_saved(owner) is not None:
+            return None  # the trained copy in modules_to_save replaces it
+        elif p == "modules_to_save":
+            if i + 1 >= len(parts) or parts[i + 1] != _active_saved(owner):
+                return None
+            i += 1
+        else:
+            out.append(p)
+        i += 1
+    return ".".join(out), layer
+
+
+def _active_saved(wrapper: Any) -> str | None:
+    """The active adapter of a peft ``ModulesToSaveWrapper`` that replaces the original."""
+    saved = getattr(wrapper, "modules_to_save", None)
+    if saved is None or getattr(wrapper, "disable_adapters", False):
+        return None
+    active = getattr(wrapper, "active_adapter", None)
+    active = active[0] if isinstance(active, (list, tuple)) and active else active
+    return active if isinstance(active, str) and active in saved else None
+
+
+def _merged(layer: Any, weight: Any, name: str) -> Any:
+    import torch
+
+    if getattr(layer, "disable_adapters", False):
+        return weight
+    merged_already = set(getattr(layer, "merged_adapters", []) or [])
+    adapters = [a for a in getattr(layer, "active_adapters", []) or []
+                if a not in merged_already and (a in getattr(layer, "lora_A", {})
+                                                or a in getattr(layer, "lora_embedding_A", {}))]
+    if not adapters:
+        return weight
+    if any((getattr(layer, "use_dora", {}) or {}).get(a) for a in adapters):
+        raise WeightSyncError(f"{name}: DoRA adapters cannot be merged here; merge them with "
+                              "peft (merge_and_unload on a copy) and push that model")
+    total = weight.to(torch.float32).clone()
+    for a in adapters:
+        total += layer.get_delta_weight(a).detach().to(torch.float32)
+    return total.to(weight.dtype)
+
+
+def generation_policy(spec: str, trained: Any, *, seed: int = 0) -> Any:
+    """The generation engine named by ``spec`` for a run that trains ``trained``: loaded, and
+    checked to accept weight pushes (``load_weights``) and to share the trained model's
+    vocabulary (token ids pass between them unchanged). ``WeightSyncError`` otherwise."""
+    from spadekit.policy.registry import load_policy
+
+    options: dict[str, Any] = {"seed": seed}
+    if spec.startswith("openai:"):  # a server sends token ids: decode them with ours
+        options["tokenizer"] = trained.tokenizer
+    policy = load_policy(spec, **options)
+    if not callable(getattr(policy, "load_weights", None)):
+        raise WeightSyncError(f"generation_model {spec!r} ({type(policy).__name__}) cannot take "
+                              "weight updates (no load_weights): use vllm:, hf:, tiny, or an "
+                              "openai: server started with --allow-weight-updates")
+    if policy.tokenizer is None or policy.tokenizer.get_vocab() != trained.tokenizer.get_vocab():
+        raise WeightSyncError(f"generation_model {spec!r} has another vocabulary than the "
+                              "trained model: token ids would not mean the same")
+    return policy
+
+
+def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
+                 version: int | None = None) -> dict[str, Any]:
+    """Feed ``weights`` (``(name, tensor)`` pairs, a mapping, or a trainer/model, which goes
+    through ``trainer_weights``) to ``policy.load_weights`` in chunks of about ``chunk_mb``
+    (``None``: all in one call). ``version`` (e.g. the trainer's step) is passed on to backends
+    that record one. Returns ``{"tensors", "loaded", "bytes", "chunks", "seconds",
+    "mb_per_s"}``."""
+    load = getattr(policy, "load_weights", None)
+    name = getattr(policy, "name", type(policy).__name__)
+    if not callable(load):
+        raise WeightSyncError(f"{name} cannot load weights ({type(policy).__name__} has no "
+                              "load_weights): use an hf, tiny or vllm policy, or a spadekit "
+                              "serve --allow-weight-updates server through openai:")
+    if isinstance(weights, Mapping):
+        weights = weights.items()
+    elif any(hasattr(weights, a) for a in ("parameters", "train_step", "model")):
+        weights = trainer_weights(weights)
+    accepts = inspect.signature(load).parameters
+    t0 = time.perf_counter()
+    stats = {"tensors": 0, "loaded": 0, "bytes": 0, "chunks": 0}
+    limit = None if chunk_mb is None else max(1, int(chunk_mb * 2**20))
+    for chunk, final in _chunks(weights, limit):
+        kwargs: dict[str, Any] = {}
+        if "final" in accepts:  # staged backends apply everything at the final chunk
+            kwargs["final"] = final
+        if "version" in accepts and final:
+            kwargs["version"] = version
+        n = load(chunk, **kwargs)
+        stats["loaded"] += int(n) if isinstance(n, int) else len(chunk)
+        stats["tensors"] += len(chunk)
+        stats["bytes"] += sum(_nbytes(t) for _, t in chunk)
+        stats["chunks"] += 1
+    stats["seconds"] = time.perf_counter() - t0
+    stats["mb_per_s"] = stats["bytes"] / 2**20 / max(stats["seconds"], 1e-9)
+    return stats
+
+
+def _chunks(items: Iterable[tuple[str, Any]], limit: int | None):
+    """``(chunk, is_last)`` groups of about ``limit`` bytes (one group at least)."""
+    chunk: list[tuple[str, Any]] = []
+    size = 0
+    for name, tensor in items:
+        n = _nbytes(tensor)
+        if chunk and limit is not None and size + n > limit:
+            yield chunk, False
+            chunk, size = [], 0
+        chunk.append((name, tensor))
+        size += n
+    yield chunk, True
+
+
+def _nbytes(t: Any) -> int:
+    return int(t.numel() * t.element_size()) if hasattr(t, "element_size") else 0
+
+
+def as_items(weights: Any) -> list[tuple[str, Any]]:
+    """``(name, tensor)`` pairs of a mapping or an iterable, type-checked."""
+    import torch
+
+    items = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], torch.Tensor)):
+            raise WeightSyncError(f"weights must be (name, torch.Tensor) pairs, got "
+                                  f"{type(item).__name__}")
+    return items
+
+
+# -- client: push to ``spadekit serve`` --------------------------------------------------------
+
+def serialize(items: list[tuple[str, Any]]) -> bytes:
+    """A safetensors payload of ``items`` (copied to the CPU, contiguous)."""
+    from safetensors.torch import save
+
+    names = [n for n, _ in items]
+    if len(set(names)) != len(names):
+        raise WeightSyncError("duplicate tensor names in one push")
+    return save({n: t.detach().to("cpu", copy=True).contiguous() for n, t in items})
+
+
+def push_to_server(policy: Any, weights: Any, *, final: bool = True,
+                   version: int | None = None) -> int:
+    """``OpenAIPolicy.load_weights``: post ``weights`` to the server behind ``policy``. Several
+    calls with ``final=False`` and a last one with ``final=True`` form one atomic upload."""
+    items = as_items(weights)
+    if not items and final and getattr(policy, "_weights_upload", None) is None:
+        return 0
+    token = getattr(policy, "weights_token", None) or os.environ.get(TOKEN_ENV, "")
+    info = _call(policy, "GET", b"", {})
+    if not info.get("weight_updates"):
+        raise WeightSyncError(f"{policy.base_url} does not accept weight pushes (start it with "
+                              "spadekit serve --allow-weight-updates --weights-token ...)")
+    cap = int(info.get("max_request_bytes") or MAX_REQUEST) - (1 << 20)
+    upload = getattr(policy, "_weights_upload", None) or uuid.uuid4().hex
+    policy._weights_upload = upload
+    groups = [g for g, _ in _chunks(items, max(cap, 1))]
+    loaded = 0
+    try:
+        for k, group in enumerate(groups):
+            last = final and k == len(groups) - 1
+            headers = {TOKEN_HEADER: token, UPLOAD_HEADER: upload, FINAL_HEADER: str(int(last))}
+            if last and version is not None:
+                headers[VERSION_HEADER] = str(int(version))
+            answer = _call(policy, "POST", serialize(group), headers)
+            loaded = int(answer.get("loaded", 0)) if last else loaded
+    except BaseException:
+        policy._weights_upload = None
+        raise
+    if final:
+        policy._weights_upload = None
+        policy.weights_version = answer.get("version")
+    return loaded if final else 0  # a staged chunk loads nothing yet
+
+
+def _call(policy: Any, method: str, body: bytes, headers: dict[str, str]) -> dict:
+    import http.client
+    import json
+    import ssl
+
+    conn_cls = http.client.HTTPSConnection if policy._scheme == "https" \
+        else http.client.HTTPConnection
+    kwargs = {"context": ssl.create_default_context()} if policy._scheme == "https" else {}
+    conn = conn_cls(policy._host, policy._port, timeout=max(policy.timeout, 600.0), **kwargs)
+    url = policy.base_url + WEIGHTS_PATH[3:]
+    try:
+        conn.request(method, policy._path + WEIGHTS_PATH[3:], body=body or None,
+                     headers={"Content-Type": "application/octet-stream", "Connection": "close",
+                              **headers})
+        resp = conn.getresponse()
+        raw = resp.read()
+    except OSError as exc:
+        raise WeightSyncError(f"{url}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        conn.close()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if resp.status >= 400 or not isinstance(data, dict):
+        msg = data.get("error", {}).get("message") if isinstance(data, dict) and \
+            isinstance(data.get("error"), dict) else raw[:300].decode("utf-8", "replace")
+        hint = " (not a spadekit serve server?)" if resp.status == 404 else ""
+        raise WeightSyncError(f"{url}: HTTP {resp.status}: {msg}{hint}", status=resp.status)
+    return data
+
+
+# -- server: receive pushes in ``spadekit serve`` ---------------------------------------------
+
+class WeightReceiver:
+    """The ``/v1/spadekit/weights`` endpoint of ``PolicyServer`` (module docstring)."""
+
+    def __init__(self, policy: Any, lock: Any, enabled: bool = False, token: str | None = None,
+                 max_request: int = MAX_REQUEST, max_total: int = MAX_TOTAL) -> None:
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        if enabled and not token:
+            raise PolicyError("--allow-weight-updates needs a shared secret: --weights-token or "
+                              f"the {TOKEN_ENV} environment variable")
+        if enabled and not callable(getattr(policy, "load_weights", None)):
+            raise PolicyError(f"{type(policy).__name__} cannot load weights: weight updates "
+                              "need an hf, tiny or vllm model")
+        self.policy, self.lock, self.enabled = policy, lock, bool(enabled)
+        self._token = (token or "").encode()
+        self.max_request, self.max_total = int(max_request), int(max_total)
+        self.version, self.updates = 0, 0
+        self.last_update: dict[str, Any] | None = None
+        self._state = threading.Lock()
+        self._upload: str | None = None
+        self._staged: dict[str, Any] = {}
+        self._staged_bytes = 0
+
+    def health(self) -> dict[str, Any]:
+        """Fields ``/health`` adds when pushes are enabled (none otherwise)."""
+        return {"weight_updates": True, "weights_version": self.version} if self.enabled else {}
+
+    def info(self) -> dict[str, Any]:
+        return {"object": "spadekit.weights", "weight_updates": self.enabled,
+                "version": self.version, "updates": self.updates,
+                "max_request_bytes": self.max_request, "last_update": self.last_update}
+
+    def post(self, handler: Any) -> None:
+        """Answer one POST on ``handler`` (a ``BaseHTTPRequestHandler`` with ``_send``)."""
+        try:
+            status, obj = self._post(handler)
+        except Exception as exc:  # a bug must not kill the handler thread silently
+            status, obj = 500, {"message": f"internal error: {type(exc).__name__}: {exc}"}
+        if status >= 400:
+            kind = "server_error" if status >= 500 else "invalid_request_error"
+            obj = {"object": "error", "error": {**obj, "type": kind, "code": status}}
+        handler._send(status, obj)
+
+    def _post(self, h: Any) -> tuple[int, dict]:
+        def refuse(status: int, message: str) -> tuple[int, dict]:
+            h.close_connection = True  # the body may be unread
+            return status, {"message": message}
+
+        if not self.enabled:
+            return refuse(403, "weight updates are disabled (start the server with "
+                               "--allow-weight-updates and --weights-token)")
+        given = (h.headers.get(TOKEN_HEADER) or "").encode()
+        if not hmac.compare_digest(given, self._token):
+            return refuse(403, f"missing or wrong {TOKEN_HEADER}")
+        if "chunked" in (h.headers.get("Transfer-Encoding") or "").lower():
+            return refuse(411, "chunked request bodies are not supported; send Content-Length")
+        try:
+            length = int(h.headers.get("Content-Length") or 0)
+        except ValueError:
+            return refuse(400, "bad Content-Length")
+        if length > self.max_request:
+            return refuse(413, f"payload over {self.max_request} bytes; split it into chunks "
+                               f"with {UPLOAD_HEADER} and {FINAL_HEADER}")
+        data = h.rfile.read(length) if length > 0 else b""
+        upload = h.headers.get(UPLOAD_HEADER)
+        final = (h.headers.get(FINAL_HEADER) or "1").strip().lower() not in ("0", "false", "no")
+        version = h.headers.get(VERSION_HEADER)
+        if upload is not None and not _UPLOAD_ID.match(upload):
+            return 400, {"message": f"bad {UPLOAD_HEADER} (1-64 of A-Z a-z 0-9 _ -)"}
+        if version is not None and not re.fullmatch(r"-?\d{1,18}", version.strip()):
+            return 400, {"message": f"{VERSION_HEADER} must be an integer"}
+        if not final and upload is None:
+            return 400, {"message": f"a non-final chunk needs {UPLOAD_HEADER}"}
+        try:
+            from safetensors.torch import load
+
+            tensors = load(data) if data else {}
+        except Exception as exc:
+            with self._state:
+                self._discard(upload)
+            return 400, {"message": f"the payload is not a safetensors file: {exc}"}
+        with self._state:
+            if upload is not None and upload != self._upload:
+                self._discard(None)
+                self._upload = upload
+            dup = sorted(set(tensors) & set(self._staged))
+            if dup:
+                self._discard(None)
+                return 400, {"message": f"tensor names sent twice in one upload: {dup[:5]}"}
+            self._staged.update(tensors)
+            self._staged_bytes += len(data)
+            if self._staged_bytes > self.max_total:
+                self._discard(None)
+                return 413, {"message": f"upload over {self.max_total} bytes in all"}
+            if not final:
+                return 200, {"staged": len(self._staged), "upload": upload, "final": False,
+                             "version": self.version}
+            items, nbytes = list(self._staged.items()), self._staged_bytes
+            self._discard(None)
+        if not items:
+            return 400, {"message": "the payload holds no tensors"}
+        t0 = time.perf_counter()
+        try:
+            with self.lock:  # the batching lock: between generation batches, never mid-batch
+                loaded = self.policy.load_weights(items)
+                self.version = int(version) if version is not None else self.version + 1
+                self.updates += 1
+        except (WeightSyncError, KeyError, ValueError) as exc:
+            return 400, {"message": f"weights not loaded: {getattr(exc, 'message', exc)}"}
+        seconds = time.perf_counter() - t0
+        loaded = int(loaded) if isinstance(loaded, int) else len(items)
+        self.last_update = {"loaded": loaded, "bytes": nbytes, "seconds": seconds,
+                            "time": time.time()}
+        return 200, {"loaded": loaded, "version": self.version, "bytes": nbytes,
+                     "seconds": seconds}
+
+    def _discard(self, upload: str | None) -> None:
+        """Drop staged chunks (of ``upload``, or whatever is staged when None)."""
+        if upload is None or upload == self._upload:
+            self._upload, self._staged, self._staged_bytes = None, {}, 0
