@@ -88,6 +88,7 @@ class SelfPlay:
 
         def load_model():  # every rank
             nonlocal policy
+            _quiet_transformers()  # the run shows its own progress
             if policy is None:
                 from spadekit.policy.registry import load_policy
 
@@ -125,7 +126,6 @@ class SelfPlay:
         self._broken: str | None = None
         self._eval_cache: dict[str, Any] = {}
         self.validator = self.engine = self.memory = self.corpus = self.design = None
-        _quiet_transformers()
 
         def make_trainer():  # every rank (wrapping the model for DDP/FSDP is collective)
             from spadekit.train.trainer import PolicyTrainer
