@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Any, Iterable, Literal, Sequence
 
 __all__ = ["agent_advantages", "designer_advantages", "designer_weight", "Sample",
-           "drop_without_logprobs", "ROLES"]
+           "drop_without_logprobs", "per_turn_samples", "turn_spans", "ROLES"]
 
 ROLES = ("agent", "designer")
 
@@ -159,3 +159,73 @@ def drop_without_logprobs(samples: Iterable[Sample],
         else:
             kept.append(sample)
     return kept, dropped
+
+
+def turn_spans(loss_mask: Sequence[int],
+               turns: Sequence[Any] | None = None) -> list[tuple[int, int]]:
+    """The ``[start, end)`` spans of the assistant turns of a trajectory: the contiguous runs of
+    1 in its ``loss_mask`` (between two turns there is always at least one observation or
+    closing token with mask 0).
+
+    With ``turns`` (``Trajectory.turns``: records with ``new_tokens``), the spans are checked
+    against them: the turns that sampled tokens match the runs one for one, in length; one more
+    run is allowed after them (a turn whose environment step failed records no ``TurnRecord``).
+    A mismatch raises ``ValueError``: the mask does not separate the turns.
+    """
+    spans: list[tuple[int, int]] = []
+    start = None
+    for i, m in enumerate(loss_mask):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    if start is not None:
+        spans.append((start, len(loss_mask)))
+    if turns is not None:
+        lengths = [int(t.new_tokens if hasattr(t, "new_tokens") else t["new_tokens"])
+                   for t in turns]
+        lengths = [n for n in lengths if n > 0]
+        runs = [b - a for a, b in spans]
+        if runs[:len(lengths)] != lengths or len(runs) - len(lengths) not in (0, 1):
+            raise ValueError(f"turn_spans: loss_mask runs {runs} do not match the turns' sampled "
+                             f"token counts {lengths}")
+    return spans
+
+
+def per_turn_samples(trajectory: Any, advantage: float, *, role: Literal["agent", "designer"]
+                     = "agent", group_id: str = "", weight: float = 1.0,
+                     generated_at_step: int = 0, truncated: bool = False) -> list[Sample]:
+    """One ``Sample`` per assistant turn of a trajectory, each with the episode's advantage (as
+    the SPADE reference trains thinking models, whose whole episodes grow too long; the
+    alternative to one whole-episode sample, ``train.sample_granularity``).
+
+    ``trajectory``: a ``spadekit.rollout.Trajectory`` or any object (or dict) with
+    ``token_ids``, ``loss_mask``, ``logprobs`` (or None) and optionally ``turns``. Turn ``k``'s
+    sample is the prefix of the sequence up to the end of that turn's sampled tokens, with
+    ``loss_mask`` 1 only on them and the behaviour logprobs cut to the same prefix; so the masks
+    of the samples partition the trajectory's mask. A trajectory without sampled tokens gives
+    no sample.
+    """
+    def get(name: str, default: Any = None) -> Any:
+        if isinstance(trajectory, dict):
+            return trajectory.get(name, default)
+        return getattr(trajectory, name, default)
+
+    token_ids = list(get("token_ids"))
+    loss_mask = list(get("loss_mask"))
+    logprobs = get("logprobs")
+    if len(loss_mask) != len(token_ids) or (logprobs is not None
+                                            and len(logprobs) != len(token_ids)):
+        raise ValueError("per_turn_samples: token_ids, loss_mask and logprobs differ in length")
+    out = []
+    for start, end in turn_spans(loss_mask, get("turns")):
+        mask = [0] * end
+        mask[start:end] = [1] * (end - start)
+        out.append(Sample(role=role, group_id=group_id, token_ids=token_ids[:end],
+                          loss_mask=mask,
+                          behaviour_logprobs=list(logprobs[:end]) if logprobs is not None
+                          else None,
+                          advantage=advantage, weight=weight,
+                          generated_at_step=generated_at_step, truncated=truncated))
+    return out

@@ -38,6 +38,16 @@ class DesignerConfig:
     positive_seeds: int = 2
     max_words: int | None = None
     """Grounding document truncation; None: 6000 words for games, 4000 for tool use."""
+    repair_attempts: int = 0
+    """Inference-only repair turns for a program that fails validation (the failure report is
+    fed back); the designer still trains on its first attempt only (``spadekit.repair``)."""
+    judge: str | bool = "auto"
+    """The policy as judge after the mechanical checks (rejects fatal bugs only): ``auto`` (on
+    for tool use, off for games), ``on`` or ``off`` (YAML's true/false too; ``spadekit.judge``)."""
+    judge_temperature: float = 0.3
+    judge_max_new_tokens: int = 512
+    hint_model: str | None = None
+    """A separate hint writer (a policy spec, e.g. ``openai:NAME@URL``) instead of the policy."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,30 @@ class RewardConfig:
     failed_episode_reward: float = 0.0
     """Return given to a crashed agent episode (the reference uses -1)."""
     designer_weight_cap: float = 50.0
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    """From round ``from_round`` on, set the dotted keys of ``set`` (a later-phase change, e.g.
+    the paper's 4B plateau band [0.2, 0.4]). Only keys in :data:`SCHEDULABLE` may be set."""
+
+    from_round: int = 0
+    set: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.from_round < 0:
+            raise ConfigError(f"schedule: from_round must be >= 0, got {self.from_round}")
+        if not isinstance(self.set, dict) or not self.set:
+            raise ConfigError("schedule: each entry needs a non-empty 'set' mapping of "
+                              "dotted keys to values")
+
+
+#: Keys a schedule may change by round: every ``reward.*`` field and a few per-round sizes that
+#: the loop reads afresh each round. Structural keys (model, setting, regen_interval, memory,
+#: rollout/train/sandbox settings baked into objects at start) are refused.
+SCHEDULABLE_PREFIXES = ("reward.",)
+SCHEDULABLE = ("envs_per_round", "num_generations", "hint_generations", "bootstrap_per_round",
+               "skills_per_epoch", "train_designer")
 
 
 @dataclass(frozen=True)
@@ -151,6 +185,17 @@ class SelfPlayConfig:
     """Start the environment memory with the reference library (designer seeds from round 0)."""
     memory_size: int = 200
     dedup_threshold: float = 0.9
+    grounding: bool = True
+    """Ablation switch: False gives the designer no grounding document (no corpus is loaded)."""
+    use_memory: bool = True
+    """Ablation switch: False shows the designer no memory seeds (positive or negative); the
+    memory still records environments and still rejects near duplicates."""
+    train_designer: bool = True
+    """Ablation switch: False drops the designer's samples before the update (no designer-role
+    gradient); they are still rewarded and logged (``designer_samples_dropped``)."""
+    schedule: list[ScheduleEntry] = field(default_factory=list)
+    """Per-round changes: the config of round N is this one plus every entry with
+    ``from_round <= N``, applied in order (see :func:`scheduled_config`)."""
     seed: int = 0
     checkpoint_every: int = 1
     tensorboard: bool = True
@@ -180,6 +225,66 @@ class SelfPlayConfig:
             raise ConfigError("designer.temperature and rollout.temperature must be equal: the "
                               "trainer scores both roles' samples with one temperature, and "
                               "importance ratios need the sampling temperature")
+        if self.schedule:
+            check_schedule(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-round schedule
+
+
+def _schedule_nested(entry: ScheduleEntry) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for key, value in entry.set.items():
+        if not isinstance(key, str) or not (key in SCHEDULABLE or (
+                key.startswith(SCHEDULABLE_PREFIXES) and key.count(".") == 1)):
+            raise ConfigError(
+                f"schedule (from_round {entry.from_round}): {key!r} cannot be scheduled; "
+                f"allowed: reward.<field>, {', '.join(SCHEDULABLE)}")
+        cursor = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            cursor = cursor.setdefault(part, {})
+        cursor[parts[-1]] = value
+    return nested
+
+
+def check_schedule(config: "SelfPlayConfig") -> None:
+    """Validate every entry (keys allowed and existing, values typed) by building the config
+    each entry leads to; raises ConfigError."""
+    for entry in config.schedule:
+        if not isinstance(entry, ScheduleEntry):
+            raise ConfigError("schedule entries must be {from_round: int, set: {key: value}}")
+    _apply_schedule(config, max(e.from_round for e in config.schedule))
+
+
+def _apply_schedule(config: "SelfPlayConfig", round_: int) -> "SelfPlayConfig":
+    effective = dataclasses.replace(config, schedule=[])
+    for entry in config.schedule:
+        if entry.from_round <= round_:
+            effective = build(SelfPlayConfig, _schedule_nested(entry),
+                              f"schedule[from_round={entry.from_round}].", base=effective)
+    return effective
+
+
+def scheduled_config(config: "SelfPlayConfig", round_: int) -> "SelfPlayConfig":
+    """The effective config of round ``round_``: ``config`` plus every schedule entry with
+    ``from_round <= round_``, in order. Deterministic in the round number (resume-safe)."""
+    if not config.schedule:
+        return config
+    return dataclasses.replace(_apply_schedule(config, round_), schedule=config.schedule)
+
+
+def schedule_values(config: "SelfPlayConfig") -> dict[str, Any]:
+    """The current values of every key the schedule touches (for logging)."""
+    out: dict[str, Any] = {}
+    for entry in config.schedule:
+        for key in entry.set:
+            value: Any = config
+            for part in key.split("."):
+                value = getattr(value, part)
+            out[key] = value
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,10 +302,7 @@ def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
 
     data: dict[str, Any] = {}
     if preset:
-        file = PRESET_DIR / f"{preset}.yaml"
-        if not file.is_file():
-            raise ConfigError(f"unknown preset {preset!r}; available: {', '.join(preset_names())}")
-        data = _merge(data, yaml.safe_load(file.read_text()) or {})
+        data = _merge(data, _preset_data(preset))
     if path:
         try:
             loaded = yaml.safe_load(Path(path).read_text())
@@ -208,6 +310,9 @@ def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path} must be a mapping")
+        # a --config file layers its own keys on the chosen preset: its ``extends:`` is ignored
+        # (so an ablation preset file applies to any base: --preset games-4b --config FILE)
+        loaded = {k: v for k, v in loaded.items() if k != "extends"}
         data = _merge(data, loaded)
     for item in overrides or []:
         key, sep, value = item.partition("=")
@@ -221,6 +326,26 @@ def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
                 raise ConfigError(f"{key}: {part} is not a section")
         cursor[parts[-1]] = yaml.safe_load(value)
     return build(SelfPlayConfig, data)
+
+
+def _preset_data(preset: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A preset's settings; ``extends: NAME`` loads preset NAME underneath (cycles refused)."""
+    import yaml
+
+    if preset in chain:
+        raise ConfigError(f"preset cycle: {' -> '.join((*chain, preset))}")
+    file = PRESET_DIR / f"{preset}.yaml"
+    if not file.is_file():
+        raise ConfigError(f"unknown preset {preset!r}; available: {', '.join(preset_names())}")
+    loaded = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"preset {preset!r} must be a mapping")
+    parent = loaded.pop("extends", None)
+    if parent is None:
+        return loaded
+    if not isinstance(parent, str):
+        raise ConfigError(f"preset {preset!r}: extends must be a preset name")
+    return _merge(_preset_data(parent, (*chain, preset)), loaded)
 
 
 def build(cls: type, data: dict[str, Any], where: str = "", base: Any = None) -> Any:

@@ -7,11 +7,26 @@ turned away; valid programs get a hint (a second call of the same policy reading
 designer's own ``HINT:`` line) that must not spell out the solution. Every designer sample (its
 prompt, sampled ids and behaviour logprobs) goes to the delay buffer, due ``regen_interval``
 rounds later; invalid ones carry their fixed reward (0, or -0.5 and a blacklist entry for a hang).
+
+Optional extras (``DesignerConfig``):
+
+* ``judge`` (``spadekit.judge``): after the mechanical checks the policy reads each program and
+  may reject it for a fatal bug (reason ``judge_rejected``, the invalid reward); a reply without
+  a verdict or a failed call counts as accept. ``auto``: on for tool use, off for games.
+* ``repair_attempts`` (``spadekit.repair``): a program that fails validation (sandbox stages or
+  the judge; not a near duplicate) gets up to N inference-only repair turns. The designer sample
+  stays the first attempt with its fixed invalid reward; repaired programs are pooled with
+  ``lineage["repaired"]`` and ``validation["repaired"]`` (also in the memory record); failed
+  repairs are kept in the rejected table with ``details["repair_attempt"]``.
+* ``hint_model``: hints come from a separate model (any policy spec, e.g. ``openai:NAME@URL``;
+  an openai one gets the designer policy's tokenizer) instead of the policy; the leak check is
+  the same. A failing hint model leaves the hints missing instead of stopping the round.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import time
 import uuid
@@ -21,15 +36,20 @@ from typing import Any
 from spadekit.config import SelfPlayConfig
 from spadekit.designer import (build_designer_messages, build_hint_messages, leaked_fragments,
                                parse_hint, skills_for)
+from spadekit.errors import ConfigError
 from spadekit.envs.extract import ExtractionError, extract_program
 from spadekit.envs.program import EnvProgram
 from spadekit.generate import solution_actions
+from spadekit.judge import build_judge_messages, judge_enabled, parse_judgement
 from spadekit.memory import EnvironmentMemory
 from spadekit.policy.base import GenerationRequest, Policy, SamplingParams
+from spadekit.repair import build_repair_messages
 from spadekit.rewards import designer_reward_for_failure
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.store import RunStore
-from spadekit.validate import Validator
+from spadekit.validate import ValidationReport, Validator
+
+log = logging.getLogger(__name__)
 
 
 def active_skills(setting: str, per_epoch: int, epoch: int) -> list[str]:
@@ -49,6 +69,11 @@ class DesignOutcome:
     reasons: dict[str, int] = field(default_factory=dict)
     hints: dict[str, int] = field(default_factory=lambda: {"ok": 0, "missing": 0, "leaks": 0})
     designer_tokens: int = 0
+    repaired: int = 0
+    """Programs pooled only after repair turns (not counted in ``valid``)."""
+    repair_calls: int = 0
+    judge: dict[str, int] = field(default_factory=lambda: {"accept": 0, "reject": 0,
+                                                           "no_verdict": 0})
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -67,12 +92,35 @@ class DesignPhase:
         self.store = store
         self.memory = memory
         self.corpus = corpus
+        try:
+            judge_enabled(config.designer.judge, config.setting)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if int(config.designer.repair_attempts) < 0:
+            raise ConfigError("designer.repair_attempts must be >= 0")
+        self._judge_counts: dict[str, int] = DesignOutcome().judge
+        self.hint_policy = self._load_hint_policy()
+
+    def _load_hint_policy(self) -> Policy:
+        """The policy that writes hints: the designer policy, or ``designer.hint_model`` (loaded
+        once; an ``openai:`` spec gets the designer policy's tokenizer)."""
+        spec = getattr(self.config.designer, "hint_model", None)
+        if not spec:
+            return self.policy
+        from spadekit.policy.registry import load_policy, split_spec
+
+        options = {}
+        tokenizer = getattr(self.policy, "tokenizer", None)
+        if split_spec(spec)[0] == "openai" and tokenizer is not None:
+            options["tokenizer"] = tokenizer
+        return load_policy(spec, **options)
 
     def run(self, step: int, rng: random.Random, phase=None) -> DesignOutcome:
         """One designer phase; ``phase(text)`` is an optional context manager that shows each
         sub-phase (design, validate, hint) while it runs."""
         cfg, dcfg = self.config, self.config.designer
         out = DesignOutcome()
+        self._judge_counts = out.judge
         phase = phase or (lambda _text: contextlib.nullcontext())
         clock = time.perf_counter()
         skills = active_skills(cfg.setting, cfg.skills_per_epoch, step // cfg.regen_interval)
@@ -96,11 +144,12 @@ class DesignPhase:
         out.attempted = len(gens)
         out.timings["design"] = time.perf_counter() - clock
         clock = time.perf_counter()
+        seen: set[str] = set()
         with phase(f"round {step}: validate"):
-            reports = self.validator.validate_many([g.text for g in gens], workers=2)
+            checks = self._check([g.text for g in gens], seen, rng)
         out.timings["validate"] = time.perf_counter() - clock
-        valid_items = []
-        for item, gen, report in zip(plan, gens, reports):
+        valid_items, failed = [], []
+        for item, gen, (reason, report) in zip(plan, gens, checks):
             out.designer_tokens += len(gen.token_ids)
             item["sample"] = {"sample_id": uuid.uuid4().hex, "prompt_len": len(gen.prompt_ids),
                               "token_ids": gen.prompt_ids + gen.token_ids,
@@ -109,49 +158,155 @@ class DesignPhase:
                               [0.0] * len(gen.prompt_ids) + list(gen.logprobs),
                               "generated_step": step, "due_step": step + cfg.regen_interval,
                               "skill": item["skill"]}
-            reason = report.reason
-            program = report.program
-            if report.ok and program is not None:
-                dup, closest, sim = self.memory.is_near_duplicate(program.code)
-                if dup or self.store.has_environment(program.sha256):
-                    reason = "near_duplicate"
-                    report.details["near_duplicate_of"] = closest
-                    report.details["similarity"] = sim
             if reason != "ok":
                 out.reasons[reason] = out.reasons.get(reason, 0) + 1
-                failure = designer_reward_for_failure(reason)
-                if failure.blacklist and program is not None:
-                    self.store.blacklist(program.sha256, reason, step)
-                self.store.record_rejected(
-                    step=step, skill=item["skill"], stage=report.stage, reason=reason,
-                    message=report.message, sha256=program.sha256 if program else None,
-                    text=gen.text, details=_jsonable_details(report.details))
+                failure = self._reject(step, item, report, reason, gen.text)
+                # the designer trains on this first attempt only, with its fixed reward, even
+                # if a repair turn below succeeds (SPEC point 3)
                 item["sample"]["meta"] = {"fixed_reward": failure.reward, "reason": reason}
                 self.store.push_delayed(item["sample"])
+                if dcfg.repair_attempts > 0 and reason != "near_duplicate":
+                    failed.append((item, gen.text, report))
                 continue
             out.valid += 1
             own_hint = _designer_hint(gen.text)
-            valid_items.append((item, program, report, own_hint))
+            valid_items.append((item, report.program, report, own_hint))
+        if failed:
+            clock = time.perf_counter()
+            with phase(f"round {step}: repair ({len(failed)} invalid)"):
+                valid_items += self._repair(failed, step, rng, seen, out)
+            out.timings["repair"] = time.perf_counter() - clock
         clock = time.perf_counter()
         with phase(f"round {step}: hint ({len(valid_items)} valid)"):
             self._hints(valid_items, out, step, rng)
         out.timings["hint"] = time.perf_counter() - clock
         for item, program, report, hint in valid_items:
+            repaired = item.get("repaired")
+            lineage = {"doc_id": item["doc_id"]}
+            if repaired:
+                lineage["repaired"] = repaired
+                report.details["repaired"] = repaired
             program = EnvProgram(code=program.code, hint=hint, skill=item["skill"],
                                  domain=cfg.setting, source=f"designer:step-{step}",
                                  class_name=program.class_name)
             sha = self.store.add_environment(program, step=step, parents=item["parents"],
                                              validation=report,
                                              designer_sample_id=item["sample"]["sample_id"],
-                                             lineage={"doc_id": item["doc_id"]})
+                                             lineage=lineage)
             if hint:
                 self.store.put_hint(sha, hint, dcfg.hint_mode, step)
             self.memory.add(program, step=step, parents=item["parents"], validation=report)
+            out.pooled.append(sha)
+            if repaired:  # its designer sample (the invalid first attempt) is already queued
+                continue
             item["sample"]["env_sha"] = sha
             item["sample"]["meta"] = {"reason": "ok"}
             self.store.push_delayed(item["sample"])
-            out.pooled.append(sha)
         return out
+
+    def _check(self, texts: list[str], seen: set[str], rng: random.Random
+               ) -> list[tuple[str, ValidationReport]]:
+        """``(reason, report)`` per output: the sandbox stages, the near-duplicate check (memory,
+        store and this round's earlier programs in ``seen``) and the judge when it is on."""
+        reports = self.validator.validate_many(texts, workers=2)
+        out = []
+        for report in reports:
+            reason, program = report.reason, report.program
+            if report.ok and program is not None:
+                dup, closest, sim = self.memory.is_near_duplicate(program.code)
+                if dup or self.store.has_environment(program.sha256) or program.sha256 in seen:
+                    reason = "near_duplicate"
+                    report.details["near_duplicate_of"] = closest
+                    report.details["similarity"] = sim
+                else:
+                    seen.add(program.sha256)
+            out.append((reason, report))
+        if judge_enabled(self.config.designer.judge, self.config.setting):
+            todo = [i for i, (reason, _r) in enumerate(out) if reason == "ok"]
+            for i, (verdict, why, raw) in zip(todo, self._judge([out[i][1].program.code
+                                                                 for i in todo], rng)):
+                if verdict != "reject":
+                    continue
+                program = out[i][1].program
+                seen.discard(program.sha256)
+                report = ValidationReport(
+                    ok=False, stage="judge", reason="judge_rejected",
+                    message=why or "the judge found a fatal bug",
+                    details={**out[i][1].details, "judge_reply": raw[-2000:]}, program=program)
+                out[i] = ("judge_rejected", report)
+        return out
+
+    def _judge(self, codes: list[str], rng: random.Random) -> list[tuple[str, str, str]]:
+        """``(verdict, reason, reply)`` per program; no verdict or a failed call: accept."""
+        if not codes:
+            return []
+        dcfg = self.config.designer
+        requests = [GenerationRequest(messages=build_judge_messages(code, self.config.setting),
+                                      params=SamplingParams(
+                                          temperature=dcfg.judge_temperature,
+                                          max_new_tokens=dcfg.judge_max_new_tokens,
+                                          seed=rng.randrange(2 ** 31))) for code in codes]
+        try:
+            gens = self.policy.generate(requests)
+        except Exception as exc:  # noqa: BLE001 - a failing judge accepts (never blocks a round)
+            log.warning("judge call failed (%s); accepting %d programs", exc, len(codes))
+            self._judge_counts["no_verdict"] += len(codes)
+            return [("accept", "", "")] * len(codes)
+        results = []
+        for gen in gens:
+            verdict, why = parse_judgement(gen.text)
+            self._judge_counts[verdict or "no_verdict"] += 1
+            results.append((verdict or "accept", why, gen.text))
+        return results
+
+    def _reject(self, step: int, item: dict, report: ValidationReport, reason: str, text: str,
+                extra: dict | None = None):
+        """Record one output that is not pooled (and blacklist a hang); returns its fixed
+        designer reward."""
+        program = report.program
+        failure = designer_reward_for_failure(reason)
+        if failure.blacklist and program is not None:
+            self.store.blacklist(program.sha256, reason, step)
+        self.store.record_rejected(
+            step=step, skill=item["skill"], stage=report.stage, reason=reason,
+            message=report.message, sha256=program.sha256 if program else None, text=text,
+            details={**_jsonable_details(report.details), **(extra or {})})
+        return failure
+
+    def _repair(self, failed: list, step: int, rng: random.Random, seen: set[str],
+                out: DesignOutcome) -> list:
+        """Up to ``repair_attempts`` inference-only repair turns per failed output; returns the
+        valid items (marked ``item["repaired"]``). Repair generations are never trained."""
+        dcfg = self.config.designer
+        pending = [(item, text, report, report.reason if report.reason != "ok" else "invalid",
+                    report.stage) for item, text, report in failed]
+        valid = []
+        for attempt in range(1, dcfg.repair_attempts + 1):
+            if not pending:
+                break
+            gens = self.policy.generate([GenerationRequest(
+                messages=build_repair_messages(item["request"].messages, text, report),
+                params=SamplingParams(temperature=dcfg.temperature, top_p=dcfg.top_p,
+                                      max_new_tokens=dcfg.max_new_tokens,
+                                      seed=rng.randrange(2 ** 31)))
+                for item, text, report, _r, _s in pending])
+            out.repair_calls += len(gens)
+            checks = self._check([g.text for g in gens], seen, rng)
+            still = []
+            for (item, _t, _rep, first_reason, first_stage), gen, (reason, report) in zip(
+                    pending, gens, checks):
+                if reason == "ok":
+                    item["repaired"] = {"attempts": attempt, "first_reason": first_reason,
+                                        "first_stage": first_stage}
+                    out.repaired += 1
+                    valid.append((item, report.program, report, _designer_hint(gen.text)))
+                    continue
+                self._reject(step, item, report, reason, gen.text,
+                             {"repair_attempt": attempt, "first_reason": first_reason})
+                if reason != "near_duplicate":
+                    still.append((item, gen.text, report, first_reason, first_stage))
+            pending = still
+        return valid
 
     def _hints(self, items: list, out: DesignOutcome, step: int, rng: random.Random) -> None:
         """Fill each valid item's hint in place (index 3); a leaking hint is rejected."""
@@ -162,11 +317,19 @@ class DesignPhase:
         if dcfg.hint_mode == "designer":
             todo = [i for i in todo if not self._accept(items, i, items[i][3], actions, out)]
         if todo:
-            gens = self.policy.generate([GenerationRequest(
+            requests = [GenerationRequest(
                 messages=build_hint_messages(items[i][1].code, self.config.setting),
                 params=SamplingParams(temperature=dcfg.hint_temperature,
                                       max_new_tokens=dcfg.hint_max_new_tokens,
-                                      seed=rng.randrange(2 ** 31))) for i in todo])
+                                      seed=rng.randrange(2 ** 31))) for i in todo]
+            if self.hint_policy is self.policy:
+                gens = self.policy.generate(requests)
+            else:
+                try:
+                    gens = self.hint_policy.generate(requests)
+                except Exception as exc:  # noqa: BLE001 - a remote hint model may be down
+                    log.warning("hint model %s failed: %s", dcfg.hint_model, exc)
+                    gens = []
             for i, gen in zip(todo, gens):
                 self._accept(items, i, parse_hint(gen.text), actions, out)
         out.hints["missing"] = sum(1 for it in items if it[3] is None)

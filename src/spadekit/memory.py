@@ -86,6 +86,13 @@ class MemoryRecord:
     def program(self) -> EnvProgram:
         return EnvProgram(code=self.code, hint=self.hint, skill=self.skill, domain=self.domain)
 
+    @property
+    def repaired(self) -> dict[str, Any] | None:
+        """``{"attempts", "first_reason", ...}`` for a program that passed only after repair
+        turns (kept in the validation summary), else ``None``."""
+        mark = (self.validation or {}).get("repaired")
+        return mark if isinstance(mark, dict) else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"sha256": self.sha256, "code": self.code, "hint": self.hint, "skill": self.skill,
                 "domain": self.domain, "win_rate": self.win_rate,
@@ -97,7 +104,8 @@ class MemoryRecord:
 
 def summarize_validation(report: Any) -> dict[str, Any] | None:
     """A small JSON-safe summary of a ``ValidationReport`` (or its dict): ok, stage, reason,
-    message (cut to 300 characters) and a few details (class name, max_turns, domain)."""
+    message (cut to 300 characters), a few details (class name, max_turns, domain) and the
+    ``repaired`` mark of a repaired program."""
     if report is None:
         return None
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
@@ -106,6 +114,8 @@ def summarize_validation(report: Any) -> dict[str, Any] | None:
     if data.get("message") is not None:
         out["message"] = str(data["message"])[:300]
     out.update({k: details[k] for k in ("class_name", "max_turns", "domain") if k in details})
+    if details.get("repaired"):  # a repaired program (spadekit.repair): attempts, first reason
+        out["repaired"] = details["repaired"]
     return out
 
 
@@ -418,3 +428,26 @@ class EnvironmentMemory:
             if best_sha is None or similarity > best:
                 best_sha, best = record.sha256, similarity
         return best_sha is not None and best >= limit, best_sha, best
+
+
+class SeedlessMemory:
+    """The environment memory without designer seeds (the "w/o environment memory" ablation):
+    everything else (recording, near-duplicate checks) goes to the real memory."""
+
+    def __init__(self, memory: EnvironmentMemory) -> None:
+        self._memory = memory
+
+    def positive_seeds(self, *_args, **_kwargs) -> list:
+        return []
+
+    def negative_seed(self, *_args, **_kwargs) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._memory, name)
+
+    def __len__(self) -> int:
+        return len(self._memory)
+
+    def __contains__(self, sha: object) -> bool:
+        return sha in self._memory

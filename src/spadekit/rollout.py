@@ -38,6 +38,7 @@ from spadekit.sandbox.batch import request_many, start_many, step_many
 from spadekit.sandbox import worker as checks
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
+from spadekit.thinking import split_thinking
 
 GAMES_SYSTEM = (
     "You are playing a text game. Read each observation carefully and reply with exactly one "
@@ -70,6 +71,11 @@ class RolloutConfig:
     load_workers: int = 8
     """Programs loaded into sandboxes in parallel at the start of a run (steps need no threads:
     ``spadekit.sandbox.batch`` multiplexes every worker's pipe)."""
+    strip_thinking: bool = True
+    """Thinking models: when a turn carries a ``<think>...</think>`` block, the environment gets
+    only the text after it (``spadekit.thinking.split_thinking``); the trajectory keeps the full
+    text in its messages and every sampled token stays trainable. Texts without a think tag
+    are passed unchanged either way."""
 
 
 @dataclass
@@ -109,6 +115,9 @@ class TurnRecord:
     exact_render: bool = True
     generate_s: float = 0.0
     step_s: float = 0.0
+    thinking_chars: int = 0
+    """Characters of thinking taken out of the sampled text before the environment saw it
+    (``action`` is what the environment got); 0 when nothing was stripped."""
 
 
 @dataclass
@@ -418,27 +427,32 @@ class RolloutEngine:
             tr._sampled_end = bool(gen.token_ids) and gen.token_ids[-1] in self._stop_ids
             self.stats["sampled_tokens"] += len(gen.token_ids)
 
+        actions, thought = [], []
+        for gen in gens:
+            thinking, visible = split_thinking(gen.text) if cfg.strip_thinking else ("", "")
+            actions.append(visible if thinking else gen.text)
+            thought.append(len(thinking))
         t = time.perf_counter()
         remote = [i for i, tr in enumerate(ready) if not isinstance(tr._env, LocalEnv)]
         results: list[Any] = [None] * len(ready)
         if remote:
-            for i, result in zip(remote, session.step([(ready[i]._env, gens[i].text)
+            for i, result in zip(remote, session.step([(ready[i]._env, actions[i])
                                                        for i in remote])):
                 results[i] = result
         for i, tr in enumerate(ready):
             if isinstance(tr._env, LocalEnv):
-                results[i] = tr._env.step(gens[i].text)
+                results[i] = tr._env.step(actions[i])
         step_s = (time.perf_counter() - t) / len(ready)
         pending: list[tuple[Trajectory, str]] = []
-        for tr, gen, result in zip(ready, gens, results):
+        for tr, gen, result, action, n_thought in zip(ready, gens, results, actions, thought):
             if isinstance(result, SandboxError):
                 self._fail(tr, result, "env_error")
                 continue
             obs, reward, term, trunc, _info = result
-            record = TurnRecord(action=gen.text, observation=obs, reward=reward, terminated=term,
+            record = TurnRecord(action=action, observation=obs, reward=reward, terminated=term,
                                 truncated=trunc, new_tokens=len(gen.token_ids),
                                 finish_reason=gen.finish_reason, generate_s=gen_s / len(ready),
-                                step_s=step_s)
+                                step_s=step_s, thinking_chars=n_thought)
             tr.turns.append(record)
             self.stats["turns"] += 1
             if term or trunc:

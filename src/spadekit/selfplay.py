@@ -31,16 +31,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from spadekit.advantages import Sample, agent_advantages, designer_advantages, designer_weight
-from spadekit.config import SelfPlayConfig, build, save_config
+from spadekit.advantages import Sample
+from spadekit.config import SelfPlayConfig, build, save_config, schedule_values, scheduled_config
 from spadekit.design import DesignPhase, active_skills
 from spadekit.envs.program import EnvProgram
 from spadekit.errors import ConfigError, SpadekitError
-from spadekit.memory import EnvironmentMemory
-from spadekit.rewards import EmaTracker, EnvStats, designer_signal
+from spadekit.memory import EnvironmentMemory, SeedlessMemory
+from spadekit.rewards import EmaTracker
 from spadekit.rollout import EpisodeSpec, RolloutEngine, Trajectory
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.store import RunStore
+from spadekit.round_samples import agent_samples, designer_samples
 from spadekit.loop_dist import PeerFailed, control_group, generation_context, join_launch, meet
 from spadekit.validate import Validator, ValidatorSettings
 
@@ -160,9 +161,12 @@ class SelfPlay:
                                             duplicate_threshold=config.dedup_threshold)
             from spadekit.corpus import load_corpus
 
-            self.corpus = load_corpus(config.corpus, seed=config.seed)
+            # ablation switches (config.grounding / config.use_memory): no document, no seeds
+            self.corpus = (load_corpus(config.corpus, seed=config.seed) if config.grounding
+                           else None)
             self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
-                                      self.store, self.memory, self.corpus)
+                                      self.store, self.memory if config.use_memory
+                                      else SeedlessMemory(self.memory), self.corpus)
             self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
             last = self.store.latest_complete_step()
             if last is None:
@@ -294,6 +298,8 @@ class SelfPlay:
         main = getattr(self, "is_main", True)
         timings: dict[str, float] = {}
         metrics: dict[str, Any] = {"step": step}
+        metrics.update(self._apply_schedule(step))  # config.schedule: this round's config
+        cfg = self.config
         t_round = time.perf_counter()
         ckpt: Path | None = None
         with contextlib.ExitStack() as tx:  # rank 0: the round's transaction
@@ -309,7 +315,11 @@ class SelfPlay:
                     trajs = self._spade_play(step, timings, metrics)
                 metrics.update(self._mix)
                 agent = self._agent_samples(trajs, metrics)
-                return agent + self._designer_samples(step, len(agent), metrics), len(agent)
+                designer = self._designer_samples(step, len(agent), metrics)
+                if not cfg.train_designer:  # ablation: rewarded and logged, never trained
+                    metrics["designer_samples_dropped"] = len(designer)
+                    designer = []
+                return agent + designer, len(agent)
 
             with self._generation():  # FSDP: every rank gathers the full weights
                 samples, n_agent = self._together(environment_side if main else None,
@@ -372,6 +382,23 @@ class SelfPlay:
 
             return self._together(commit if main else None, f"commit round {step}")
 
+    def _apply_schedule(self, step: int) -> dict[str, Any]:
+        """``config.schedule``: make ``self.config`` round ``step``'s effective config (the
+        base plus every entry with ``from_round <= step``; the same after a resume). Returns
+        ``schedule/<key>`` metrics on the first round of this process and whenever it changes."""
+        base = getattr(self, "_base_config", None) or self.config
+        self._base_config = base
+        if not base.schedule:
+            return {}
+        self.config = scheduled_config(base, step)
+        if self.design is not None:
+            self.design.config = self.config
+        values = schedule_values(self.config)
+        if values == getattr(self, "_schedule_last", None):
+            return {}
+        self._schedule_last = values
+        return {"schedule/changed": 1, **{f"schedule/{k}": v for k, v in values.items()}}
+
     def _sync_generation(self, what: str) -> dict[str, Any] | None:
         """Push the trained weights into the generation engine (rank 0; under FSDP every rank
         gathers the full weights first). Nothing to do without ``generation_model``."""
@@ -393,7 +420,9 @@ class SelfPlay:
                            valid_share=outcome.valid_share, pooled=len(outcome.pooled),
                            designer_tokens=outcome.designer_tokens,
                            hints_ok=outcome.hints["ok"], hints_leaked=outcome.hints["leaks"],
-                           invalid_reasons=outcome.reasons)
+                           invalid_reasons=outcome.reasons, repaired=outcome.repaired,
+                           repair_calls=outcome.repair_calls,
+                           judge_rejected=outcome.judge.get("reject", 0))
         self._bootstrap(step)
         t = time.perf_counter()
         with self._phase(f"round {step}: play"):
@@ -501,77 +530,11 @@ class SelfPlay:
         return trajs
 
     def _agent_samples(self, trajs: list[Trajectory], metrics: dict) -> list[Sample]:
-        """GRPO within each environment's no-hint plays (hint plays measure regret only)."""
-        fail = self.config.reward.failed_episode_reward
-        groups: dict[str, list[Trajectory]] = {}
-        for tr in trajs:
-            if not tr.spec.tag["with_hint"] and tr.num_sampled:
-                groups.setdefault(tr.spec.tag["env"], []).append(tr)
-        returns = {env: [fail if t.failure else t.episode_return for t in group]
-                   for env, group in groups.items()}
-        advs = agent_advantages(returns)
-        samples = []
-        for env, group in groups.items():
-            for tr, adv in zip(group, advs[env]):
-                samples.append(Sample(role="agent", group_id=env, token_ids=tr.token_ids,
-                                      loss_mask=tr.loss_mask, behaviour_logprobs=tr.logprobs,
-                                      advantage=adv, weight=1.0,
-                                      truncated=tr.truncated and not tr.terminated))
-        played = [r for rs in returns.values() for r in rs]
-        metrics.update(agent_episodes=len(played),
-                       agent_mean_return=sum(played) / len(played) if played else 0.0,
-                       agent_win_rate=sum(r > 0 for r in played) / len(played) if played else 0.0,
-                       agent_failures=sum(1 for t in trajs if t.failure),
-                       sampled_tokens=sum(t.num_sampled for t in trajs))
-        return samples
+        return agent_samples(trajs, self.config, metrics)
 
     def _designer_samples(self, step: int, n_agent: int, metrics: dict) -> list[Sample]:
-        cfg = self.config
-        due = self.store.pop_due(step)
-        if not due:
-            return []
-        rewards, regrets = [], []
-        for item in due:
-            meta = item.get("meta") or {}
-            if "fixed_reward" in meta:
-                rewards.append(float(meta["fixed_reward"]))
-                continue
-            stats = self._env_stats(item["env_sha"])
-            reward = designer_signal(cfg.reward.signal, stats)
-            rewards.append(reward)
-            regret = self.store.env_stats(item["env_sha"])["regret_at_gen"]
-            if regret is not None:
-                regrets.append(regret)
-            self.memory.refresh_from_store(item["env_sha"], designer_reward=reward, step=step)
-        by_skill: dict[str, list[int]] = {}
-        for i, item in enumerate(due):
-            by_skill.setdefault(item.get("skill") or "?", []).append(i)
-        centred = designer_advantages({s: [rewards[i] for i in idx]
-                                       for s, idx in by_skill.items()})
-        weight = designer_weight(max(n_agent, 1), len(due), cfg.regen_interval,
-                                 cfg.reward.designer_weight_cap)
-        samples = []
-        for skill, idx in by_skill.items():
-            for i, adv in zip(idx, centred[skill]):
-                item = due[i]
-                samples.append(Sample(role="designer", group_id=skill,
-                                      token_ids=item["token_ids"], loss_mask=item["loss_mask"],
-                                      behaviour_logprobs=item.get("logprobs"), advantage=adv,
-                                      weight=weight, generated_at_step=item["generated_step"]))
-        metrics.update(designer_samples=len(samples),
-                       designer_reward=sum(rewards) / len(rewards), designer_weight=weight,
-                       regret=sum(regrets) / len(regrets) if regrets else 0.0)
-        return samples
-
-    def _env_stats(self, sha: str) -> EnvStats:
-        rows = self.store.query("SELECT episode_return, with_hint, step FROM plays "
-                                "WHERE env_sha = ?", (sha,))
-        created = self.store.get_environment(sha)["created_step"]
-        with_hint = [r[0] for r in rows if r[1] and r[2] == created]
-        without = [r[0] for r in rows if not r[1] and r[2] == created]
-        lifetime = [r[0] for r in rows if not r[1]]
-        return EnvStats(returns_with_hint=with_hint or [0.0], returns_without_hint=without or
-                        [0.0], lifetime_returns=lifetime or None, ema=self.ema.get(sha))
+        return designer_samples(self.store, self.memory, self.ema, self.config, step, n_agent,
+                                metrics)
 
     def _retire(self, step: int) -> None:
         cfg = self.config

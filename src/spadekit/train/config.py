@@ -25,6 +25,7 @@ from typing import Any
 
 LOSS_TYPES = ("token", "sequence")
 DISTRIBUTED_STRATEGIES = ("auto", "no", "ddp", "fsdp", "deepspeed")
+SAMPLE_GRANULARITIES = ("episode", "turn")
 
 
 @dataclass
@@ -71,6 +72,14 @@ class TrainConfig:
     mask_truncated_completions: bool = False
     """Drop samples whose episode was truncated (a ``truncated`` attribute set on the sample) from
     the loss; SPEC: optional for tool use."""
+    sample_granularity: str = "episode"
+    """How an agent episode becomes training samples (TRL has no equivalent: it trains single
+    completions). ``"episode"``: one sample, the whole multi-turn sequence with every assistant
+    turn in its loss mask. ``"turn"``: one sample per assistant turn (the conversation up to the
+    end of that turn, only that turn's tokens in the loss), each with the episode's advantage,
+    as the SPADE reference does for thinking models (``spadekit.advantages.per_turn_samples``).
+    With ``"turn"`` an episode weighs in proportion to its turns under ``loss_type="sequence"``,
+    and earlier turns' tokens are recomputed as context in later samples."""
 
     # -- batching -------------------------------------------------------------------------------
     per_device_train_batch_size: int = 8
@@ -155,6 +164,9 @@ class TrainConfig:
             raise bad(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise bad(f"temperature must be finite and > 0, got {self.temperature}")
+        if self.sample_granularity not in SAMPLE_GRANULARITIES:
+            raise bad(f"sample_granularity must be one of {SAMPLE_GRANULARITIES}, got "
+                      f"{self.sample_granularity!r}")
         if not self.importance_sampling_cap > 0:
             raise bad(f"importance_sampling_cap must be > 0, got {self.importance_sampling_cap}")
         if isinstance(self.importance_sampling_roles, str):
@@ -190,4 +202,4 @@ class TrainConfig:
         return cls(**data)
 
 
-__all__ = ["TrainConfig", "LOSS_TYPES", "DISTRIBUTED_STRATEGIES"]
+__all__ = ["TrainConfig", "LOSS_TYPES", "DISTRIBUTED_STRATEGIES", "SAMPLE_GRANULARITIES"]

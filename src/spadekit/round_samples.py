@@ -1,0 +1,108 @@
+"""The per-role training samples of one self-play round (SPEC points 4-7).
+
+- agent: GRPO z-scores of returns within each environment's no-hint plays of the round (hint
+  plays measure regret only); a crashed episode gets ``reward.failed_episode_reward``; one
+  sample per episode, or one per assistant turn (``train.sample_granularity=turn``, for
+  thinking models) with the episode's advantage on each;
+- designer: the samples due now, rewarded by ``reward.signal`` over the environment's plays,
+  centred per skill, upweighted, importance-corrected later by the trainer (their behaviour
+  logprobs were stored at generation time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spadekit.advantages import (Sample, agent_advantages, designer_advantages, designer_weight,
+                                 per_turn_samples)
+from spadekit.rewards import EmaTracker, EnvStats, designer_signal
+from spadekit.rollout import Trajectory
+
+__all__ = ["agent_samples", "designer_samples", "env_stats"]
+
+
+def agent_samples(trajs: list[Trajectory], config: Any, metrics: dict) -> list[Sample]:
+    """GRPO within each environment's no-hint plays (hint plays measure regret only)."""
+    fail = config.reward.failed_episode_reward
+    groups: dict[str, list[Trajectory]] = {}
+    for tr in trajs:
+        if not tr.spec.tag["with_hint"] and tr.num_sampled:
+            groups.setdefault(tr.spec.tag["env"], []).append(tr)
+    returns = {env: [fail if t.failure else t.episode_return for t in group]
+               for env, group in groups.items()}
+    advs = agent_advantages(returns)
+    samples = []
+    per_turn = config.train.sample_granularity == "turn"
+    for env, group in groups.items():
+        for tr, adv in zip(group, advs[env]):
+            if per_turn:  # one sample per assistant turn, the episode's advantage on each
+                samples += per_turn_samples(tr, adv, role="agent", group_id=env,
+                                            truncated=tr.truncated and not tr.terminated)
+                continue
+            samples.append(Sample(role="agent", group_id=env, token_ids=tr.token_ids,
+                                  loss_mask=tr.loss_mask, behaviour_logprobs=tr.logprobs,
+                                  advantage=adv, weight=1.0,
+                                  truncated=tr.truncated and not tr.terminated))
+    played = [r for rs in returns.values() for r in rs]
+    metrics.update(agent_episodes=len(played),
+                   agent_mean_return=sum(played) / len(played) if played else 0.0,
+                   agent_win_rate=sum(r > 0 for r in played) / len(played) if played else 0.0,
+                   agent_failures=sum(1 for t in trajs if t.failure),
+                   sampled_tokens=sum(t.num_sampled for t in trajs),
+                   agent_samples_per_episode=len(samples) / len(played) if played else 0.0)
+    return samples
+
+def designer_samples(store: Any, memory: Any, ema: dict[str, EmaTracker], config: Any, step: int,
+                     n_agent: int, metrics: dict) -> list[Sample]:
+    """The designer samples due at ``step`` (written ``regen_interval`` rounds ago): the
+    configured designer signal (a fixed reward for invalid or hanging programs), centred per
+    skill, weighted by ``min(n_agent / n_designer * regen_interval, cap)``; the memory learns
+    each environment's designer reward."""
+    cfg = config
+    due = store.pop_due(step)
+    if not due:
+        return []
+    rewards, regrets = [], []
+    for item in due:
+        meta = item.get("meta") or {}
+        if "fixed_reward" in meta:
+            rewards.append(float(meta["fixed_reward"]))
+            continue
+        stats = env_stats(store, ema, item["env_sha"])
+        reward = designer_signal(cfg.reward.signal, stats)
+        rewards.append(reward)
+        regret = store.env_stats(item["env_sha"])["regret_at_gen"]
+        if regret is not None:
+            regrets.append(regret)
+        memory.refresh_from_store(item["env_sha"], designer_reward=reward, step=step)
+    by_skill: dict[str, list[int]] = {}
+    for i, item in enumerate(due):
+        by_skill.setdefault(item.get("skill") or "?", []).append(i)
+    centred = designer_advantages({s: [rewards[i] for i in idx]
+                                   for s, idx in by_skill.items()})
+    weight = designer_weight(max(n_agent, 1), len(due), cfg.regen_interval,
+                             cfg.reward.designer_weight_cap)
+    samples = []
+    for skill, idx in by_skill.items():
+        for i, adv in zip(idx, centred[skill]):
+            item = due[i]
+            samples.append(Sample(role="designer", group_id=skill,
+                                  token_ids=item["token_ids"], loss_mask=item["loss_mask"],
+                                  behaviour_logprobs=item.get("logprobs"), advantage=adv,
+                                  weight=weight, generated_at_step=item["generated_step"]))
+    metrics.update(designer_samples=len(samples),
+                   designer_reward=sum(rewards) / len(rewards), designer_weight=weight,
+                   regret=sum(regrets) / len(regrets) if regrets else 0.0)
+    return samples
+
+def env_stats(store: Any, ema: dict[str, EmaTracker], sha: str) -> EnvStats:
+    """An environment's returns for the designer signal: with and without the hint at its
+    creation step (regret, matched timing) and every no-hint play of its life (win rate)."""
+    rows = store.query("SELECT episode_return, with_hint, step FROM plays "
+                            "WHERE env_sha = ?", (sha,))
+    created = store.get_environment(sha)["created_step"]
+    with_hint = [r[0] for r in rows if r[1] and r[2] == created]
+    without = [r[0] for r in rows if not r[1] and r[2] == created]
+    lifetime = [r[0] for r in rows if not r[1]]
+    return EnvStats(returns_with_hint=with_hint or [0.0], returns_without_hint=without or
+                    [0.0], lifetime_returns=lifetime or None, ema=ema.get(sha))

@@ -1,0 +1,189 @@
+"""The paper's ablations as presets, and the per-round config schedule.
+
+Each ablation preset extends ``cpu-tiny`` and changes only the keys its name says; the switches
+really act in a run (tiny model, scripted designer as in tests/test_selfplay.py); a schedule
+changes reward parameters from a given round, also after a resume; bad schedules are refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spadekit import config as config_module
+from spadekit.config import PRESET_DIR, load_config, scheduled_config, to_dict
+from spadekit.errors import ConfigError
+from spadekit.policy.registry import load_policy
+from spadekit.policy.scripted import ScriptedPolicy
+
+from test_selfplay import WORDS, config, designer_responder
+
+ABLATIONS = {
+    "ablate-no-grounding": {"grounding": False},
+    "ablate-no-memory": {"use_memory": False},
+    "ablate-frozen-designer": {"train_designer": False},
+    "ablate-two-skills": {"skills_per_epoch": 2},
+    "ablate-solve-rate": {"reward.signal": "solve_rate"},
+    "ablate-learning-potential": {"reward.signal": "learning_potential"},
+}
+
+PLATEAU_SCHEDULE = ("schedule=[{from_round: 1, set: {reward.plateau_low: 0.2, "
+                    "reward.plateau_high: 0.4}}]")
+
+
+def _flat(data, prefix=""):
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _diff(a, b):
+    fa, fb = _flat(to_dict(a)), _flat(to_dict(b))
+    assert fa.keys() == fb.keys()
+    return {k: fb[k] for k in fa if fa[k] != fb[k]}
+
+
+@pytest.mark.parametrize("name", sorted(ABLATIONS))
+def test_each_ablation_preset_changes_only_what_its_name_says(name):
+    assert _diff(load_config("cpu-tiny"), load_config(name)) == ABLATIONS[name]
+
+
+@pytest.mark.parametrize("name", sorted(ABLATIONS))
+def test_an_ablation_file_layers_on_any_base(name):
+    # --preset games-4b --config presets/ablate-*.yaml: the file's ``extends`` is ignored
+    base = load_config("games-4b")
+    layered = load_config("games-4b", PRESET_DIR / f"{name}.yaml")
+    assert _diff(base, layered) == ABLATIONS[name]
+
+
+def test_extends_cycles_and_unknown_parents_are_config_errors(tmp_path, monkeypatch):
+    (tmp_path / "a.yaml").write_text("extends: b\nrounds: 3\n")
+    (tmp_path / "b.yaml").write_text("extends: a\n")
+    (tmp_path / "c.yaml").write_text("extends: nowhere\n")
+    (tmp_path / "d.yaml").write_text("extends: e\nrounds: 5\n")
+    (tmp_path / "e.yaml").write_text("rounds: 4\nseed: 7\n")
+    monkeypatch.setattr(config_module, "PRESET_DIR", tmp_path)
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config("a")
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load_config("c")
+    cfg = load_config("d")
+    assert cfg.rounds == 5 and cfg.seed == 7
+
+
+def test_schedule_gives_each_round_its_config():
+    cfg = load_config("cpu-tiny", overrides=[
+        "schedule=[{from_round: 200, set: {reward.plateau_low: 0.2, reward.plateau_high: 0.4}},"
+        " {from_round: 300, set: {reward.signal: regret, num_generations: 8}}]"])
+    r0, r199, r200, r300 = (scheduled_config(cfg, n) for n in (0, 199, 200, 300))
+    assert (r0.reward.plateau_low, r0.reward.plateau_high) == (0.4, 0.6)
+    assert r199.reward == r0.reward
+    assert (r200.reward.plateau_low, r200.reward.plateau_high) == (0.2, 0.4)
+    assert r200.reward.signal == "blend" and r200.num_generations == cfg.num_generations
+    assert r300.reward.signal == "regret" and r300.num_generations == 8
+    assert r300.reward.plateau_low == 0.2 and r300.schedule == cfg.schedule
+    assert _diff(cfg, r200) == {"reward.plateau_low": 0.2, "reward.plateau_high": 0.4}
+
+
+@pytest.mark.parametrize("entry", [
+    "{from_round: 1, set: {reward.nope: 1}}",                 # no such field
+    "{from_round: 1, set: {model: tiny}}",                    # structural
+    "{from_round: 1, set: {regen_interval: 2}}",              # structural
+    "{from_round: 1, set: {train.learning_rate: 0.1}}",       # baked into the trainer
+    "{from_round: 1, set: {reward: {plateau_low: 0.2}}}",     # not a dotted key
+    "{from_round: 1, set: {reward.plateau_low: high}}",       # wrong type
+    "{from_round: 1, set: {num_generations: 0}}",             # fails the config's own checks
+    "{from_round: -1, set: {reward.plateau_low: 0.2}}",
+    "{from_round: 1, set: {}}",
+    "{from_round: 1, sett: {reward.plateau_low: 0.2}}",
+    "{from_round: one, set: {reward.plateau_low: 0.2}}",
+])
+def test_bad_schedules_are_config_errors(entry):
+    with pytest.raises(ConfigError):
+        load_config("cpu-tiny", overrides=[f"schedule=[{entry}]"])
+
+
+# -- runs with the tiny model ------------------------------------------------------------------
+
+
+def _recording(programs, prompts):
+    respond = designer_responder(programs)
+
+    def recorder(ids, text):
+        if "You write privileged hints" not in text:
+            prompts.append(text)
+        return respond(ids, text)
+
+    return recorder
+
+
+def test_frozen_designer_trains_no_designer_samples_but_logs_them(tmp_path):
+    from spadekit.selfplay import SelfPlay
+
+    policy = load_policy("tiny")
+    designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
+    batches = []
+    with SelfPlay(config(tmp_path, train_designer="false"), tmp_path / "run", policy=policy,
+                  designer_policy=designer) as sp:
+        train_step = sp.trainer.train_step
+        sp.trainer.train_step = lambda samples: (batches.append([s.role for s in samples]),
+                                                 train_step(samples))[1]
+        m0, m1 = sp.run()
+        logged = dict(sp.store.query("SELECT name, value FROM metrics WHERE step = 1"))
+    assert m1["designer_samples"] == 2 and m1["designer_samples_dropped"] == 2
+    assert "designer_reward" in m1
+    assert len(batches) == 2 and all(roles and set(roles) == {"agent"} for roles in batches)
+    assert logged["designer_samples"] == 2 and logged["designer_samples_dropped"] == 2
+
+
+def test_no_memory_and_no_grounding_leave_the_designer_prompt_bare(tmp_path):
+    from spadekit.selfplay import SelfPlay
+
+    policy = load_policy("tiny")
+    prompts: list[str] = []
+    designer = ScriptedPolicy(policy.tokenizer, _recording(WORDS, prompts))
+    cfg = config(tmp_path, rounds=1, use_memory="false", grounding="false",
+                 memory_seed_library="true")
+    with SelfPlay(cfg, tmp_path / "run", policy=policy, designer_policy=designer) as sp:
+        sp.run()
+        assert sp.corpus is None
+        # the memory holds seeds the designer would have been shown
+        assert len(sp.memory) > 0
+        skill = sp.memory.records()[0].skill
+        assert sp.memory.positive_seeds(skill, 2)
+    assert len(prompts) == 2
+    for text in prompts:
+        assert "Reference environments for this skill" not in text
+        assert "Avoid:" not in text
+        assert "<document>" not in text and "No grounding document" in text
+
+
+def test_schedule_changes_the_plateau_band_from_its_round_also_after_resume(tmp_path):
+    from spadekit.selfplay import SelfPlay
+
+    policy = load_policy("tiny")
+    designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
+    run = tmp_path / "run"
+    bands = []
+    with SelfPlay(config(tmp_path, rounds=2, schedule=PLATEAU_SCHEDULE[len("schedule="):]),
+                  run, policy=policy, designer_policy=designer) as sp:
+        m0 = sp.run(1)[0]
+        bands.append((sp.config.reward.plateau_low, sp.config.reward.plateau_high))
+        m1 = sp.run(1)[0]
+        bands.append((sp.config.reward.plateau_low, sp.config.reward.plateau_high))
+    assert bands == [(0.4, 0.6), (0.2, 0.4)]
+    assert m0["schedule/reward.plateau_low"] == 0.4 and m0["schedule/changed"] == 1
+    assert m1["schedule/reward.plateau_low"] == 0.2 and m1["schedule/reward.plateau_high"] == 0.4
+    # the stored config keeps the schedule; a resumed run derives round 2's config again
+    assert "plateau_low: 0.2" in (run / "config.yaml").read_text()
+    with SelfPlay(config(tmp_path, rounds=1), run, policy=load_policy("tiny"),
+                  designer_policy=designer, resume=True) as sp:
+        assert sp.config.reward.plateau_low == 0.4  # the base, until a round starts
+        m2 = sp.run()[0]
+        assert (sp.config.reward.plateau_low, sp.config.reward.plateau_high) == (0.2, 0.4)
+    assert m2["step"] == 2 and m2["schedule/reward.plateau_low"] == 0.2
