@@ -305,20 +305,7 @@ class SelfPlay:
         with contextlib.ExitStack() as tx:  # rank 0: the round's transaction
             def environment_side():  # rank 0: design, play, rewards, advantages
                 tx.enter_context(self.store.round(step))
-                if self.curriculum is not None:
-                    t = time.perf_counter()
-                    with self._phase(f"round {step}: play ({self.curriculum.name} curriculum)"):
-                        trajs = self._play_curriculum(step)
-                    timings["play"] = time.perf_counter() - t
-                    metrics.update(self.curriculum.observe(step, trajs))
-                else:
-                    trajs = self._spade_play(step, timings, metrics)
-                metrics.update(self._mix)
-                agent = self._agent_samples(trajs, metrics)
-                designer = self._designer_samples(step, len(agent), metrics)
-                if not cfg.train_designer:  # ablation: rewarded and logged, never trained
-                    metrics["designer_samples_dropped"] = len(designer)
-                    designer = []
+                agent, designer = self.produce_samples(step, timings, metrics)
                 return agent + designer, len(agent)
 
             with self._generation():  # FSDP: every rank gathers the full weights
@@ -381,6 +368,27 @@ class SelfPlay:
                 return metrics
 
             return self._together(commit if main else None, f"commit round {step}")
+
+    def produce_samples(self, step: int, timings: dict[str, float],
+                        metrics: dict[str, Any]) -> tuple[list[Sample], list[Sample]]:
+        """Round ``step``'s environment side, inside its open transaction: design (or the
+        baseline curriculum), play, rewards and advantages; returns the agent and designer
+        samples (an external trainer such as slime's calls this too)."""
+        if self.curriculum is not None:
+            t = time.perf_counter()
+            with self._phase(f"round {step}: play ({self.curriculum.name} curriculum)"):
+                trajs = self._play_curriculum(step)
+            timings["play"] = time.perf_counter() - t
+            metrics.update(self.curriculum.observe(step, trajs))
+        else:
+            trajs = self._spade_play(step, timings, metrics)
+        metrics.update(self._mix)
+        agent = self._agent_samples(trajs, metrics)
+        designer = self._designer_samples(step, len(agent), metrics)
+        if not self.config.train_designer:  # ablation: rewarded and logged, never trained
+            metrics["designer_samples_dropped"] = len(designer)
+            designer = []
+        return agent, designer
 
     def _apply_schedule(self, step: int) -> dict[str, Any]:
         """``config.schedule``: make ``self.config`` round ``step``'s effective config (the

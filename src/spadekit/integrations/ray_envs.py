@@ -26,7 +26,7 @@ import math
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from spadekit.errors import (ConfigError, SandboxClosed, SandboxError, SandboxTimeout,
                              SpadekitError, WorkerDied)
@@ -416,15 +416,8 @@ class RaySession(EnvSession):
         results = b.call([(s, "start", (self.id, [items[i] for i in per_slot[s]]))
                           for s in order], b.deadline("start", worst))
         out: list[Any] = [None] * len(items)
-        for slot, result in zip(order, results):
-            idx = per_slot[slot]
-            if isinstance(result, SandboxError):
-                for i in idx:
-                    out[i] = result
-                continue
-            for i, r in zip(idx, result):
-                out[i] = error_from_wire(r) if _is_wire_error(r) else (
-                    RayHandle(slot, generations[slot], r[0]), r[1], r[2], r[3])
+        _scatter(out, order, per_slot, results, lambda slot, r: (
+            RayHandle(slot, generations[slot], r[0]), r[1], r[2], r[3]))
         return out
 
     def step(self, pairs: list[tuple[Any, str]]) -> list[StepResult | SandboxError]:
@@ -446,14 +439,7 @@ class RaySession(EnvSession):
         results = b.call([(s, "step", (self.id, [(pairs[i][0].key, pairs[i][1])
                                                  for i in per_slot[s]])) for s in order],
                          b.deadline("step", worst))
-        for slot, result in zip(order, results):
-            idx = per_slot[slot]
-            if isinstance(result, SandboxError):
-                for i in idx:
-                    out[i] = result
-                continue
-            for i, r in zip(idx, result):
-                out[i] = error_from_wire(r) if _is_wire_error(r) else r
+        _scatter(out, order, per_slot, results, lambda slot, r: r)
         return out
 
     def release(self) -> None:
@@ -538,6 +524,20 @@ def _program(source: Any) -> Any:
 class _OwnedPoolBackend(LocalPoolBackend):
     def close(self) -> None:
         self.pool.close()
+
+
+def _scatter(out: list[Any], order: list[int], per_slot: dict[int, list[int]],
+             results: list[Any], convert: Callable[[int, Any], Any]) -> None:
+    """Put each actor's per-request results back at their places in ``out``: an actor-level
+    failure fails all its requests; a wire error becomes its typed error; else ``convert``."""
+    for slot, result in zip(order, results):
+        idx = per_slot[slot]
+        if isinstance(result, SandboxError):
+            for i in idx:
+                out[i] = result
+            continue
+        for i, r in zip(idx, result):
+            out[i] = error_from_wire(r) if _is_wire_error(r) else convert(slot, r)
 
 
 def make_env_backend(kind: str, sandbox_config: SandboxConfig | None = None, *,

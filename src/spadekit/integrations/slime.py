@@ -164,16 +164,7 @@ class RoundProducer:
         metrics: dict[str, Any] = {"step": step}
         t_round = time.perf_counter()
         with sp.store.round(step):
-            if sp.curriculum is not None:
-                t = time.perf_counter()
-                trajs = sp._play_curriculum(step)
-                timings["play"] = time.perf_counter() - t
-                metrics.update(sp.curriculum.observe(step, trajs))
-            else:
-                trajs = sp._spade_play(step, timings, metrics)
-            metrics.update(sp._mix)
-            agent = sp._agent_samples(trajs, metrics)
-            designer = sp._designer_samples(step, len(agent), metrics)
+            agent, designer = sp.produce_samples(step, timings, metrics)
             sp._retire(step)
             sp._save_state()
             metrics["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
