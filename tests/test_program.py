@@ -285,3 +285,34 @@ def test_find_env_classes_rejects_non_str_and_null_bytes():
         find_env_classes(None)  # type: ignore[arg-type]
     with pytest.raises(ProgramSyntaxError):
         find_env_classes("class AEnv: pass\n\x00")
+
+
+def test_parsing_is_serialised_and_retried():
+    import ast
+    import threading
+
+    from spadekit.envs import pyparse
+
+    calls = {"n": 0}
+    real = ast.parse
+
+    def flaky(source, filename="<unknown>", mode="exec"):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=21, after=15)")
+        return real(source, filename=filename, mode=mode)
+
+    ast.parse = flaky
+    try:
+        assert isinstance(pyparse.parse("x = 1"), ast.Module) and calls["n"] == 2
+    finally:
+        ast.parse = real
+    assert not pyparse._LOCK.locked()
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(pyparse.parse("def f():\n  return 1")))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 8

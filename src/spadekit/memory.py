@@ -49,6 +49,7 @@ from typing import Any
 from spadekit.envs.program import EnvProgram, find_env_classes
 from spadekit.store import RunStore
 from spadekit.store_schema import StoreError, StoreNotFound, dumps, finite, loads
+from spadekit.envs import pyparse
 
 __all__ = ["DEFAULT_CAP", "DUPLICATE_THRESHOLD", "EnvironmentMemory", "MemoryRecord",
            "canonical_tokens", "fingerprint", "jaccard", "summarize_validation"]
@@ -188,7 +189,7 @@ _SKIP = {tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER, tokenize.ENCODING}
 def canonical_tokens(code: str) -> list[str]:
     """The canonical token stream of ``code`` (see the module docstring)."""
     try:
-        tree = ast.parse(code)
+        tree = pyparse.parse(code)
         _canonicalize(tree)
         text = ast.unparse(tree)
         return [_TOKEN_NAMES.get(t.type, t.string)

@@ -11,7 +11,6 @@ blacklist entry); anything else invalid gets its own code and is never played.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from spadekit.envs.program import EnvProgram
 from spadekit.errors import EnvRaised, InvalidResult, SandboxError
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
+from spadekit.envs import pyparse
 
 STAGES = ("extract", "syntax", "load", "interface", "tools", "determinism", "solution",
           "not_trivially_won", "ends")
@@ -113,7 +113,7 @@ class Validator:
             details["timings_ms"]["extract"] = _ms(clock)
             stage = "syntax"
             try:
-                ast.parse(program.code)
+                pyparse.parse(program.code)
             except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
                 raise _Fail("syntax", "syntax", f"{type(exc).__name__}: {exc}",
                             line=getattr(exc, "lineno", None)) from None

@@ -17,6 +17,7 @@ import re
 import textwrap
 
 from spadekit.envs.hints import _BLOCK_MARK, _HINT_LINE
+from spadekit.envs import pyparse
 
 # ---------------------------------------------------------------------------------------------
 # patterns
@@ -110,7 +111,7 @@ def _analyse(code: str, *, parse: bool = True) -> _Analysis:
     if not parse or len(code) > _MAX_PARSE_CHARS:
         return _Analysis(code, _ENV_CLASS_RE.findall(code), None, None, None)
     try:
-        tree = ast.parse(code)
+        tree = pyparse.parse(code)
     except SyntaxError as exc:
         where = f" at line {exc.lineno}" if exc.lineno else ""
         error = f"{exc.msg}{where}"
@@ -128,7 +129,7 @@ def _analyse(code: str, *, parse: bool = True) -> _Analysis:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        pyparse.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

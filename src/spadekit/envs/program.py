@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spadekit.envs.extract import ExtractionError
+from spadekit.envs import pyparse
 
 __all__ = [
     "DOMAINS",
@@ -131,7 +132,7 @@ def find_env_classes(code: str, *, filename: str = "<program>") -> list[str]:
     if not isinstance(code, str):
         raise TypeError(f"code must be str, not {type(code).__name__}")
     try:
-        tree = ast.parse(code, filename=filename)
+        tree = pyparse.parse(code, filename=filename)
     except SyntaxError as exc:
         raise ProgramSyntaxError(
             exc.msg or "invalid syntax", (exc.filename, exc.lineno, exc.offset, exc.text)

@@ -19,6 +19,7 @@ import re
 from typing import Any, Iterable
 
 from spadekit.envs.actions import format_tool_call
+from spadekit.envs import pyparse
 
 __all__ = ["CallError", "encode_call", "function_tool", "is_name", "parse_call", "to_json_schema",
            "tool_call_text"]
@@ -133,7 +134,7 @@ def parse_call(text: Any) -> tuple[str, list[Any], dict[str, Any]]:
     if not isinstance(text, str):
         raise CallError(f"a call must be a string, got {type(text).__name__}")
     try:
-        node = ast.parse(text.strip(), mode="eval").body
+        node = pyparse.parse(text.strip(), mode="eval").body
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             raise CallError(f"not a plain function call: {text[:80]!r}")
         if not is_name(node.func.id):

@@ -10,6 +10,7 @@ Standard library only: sandbox workers import this package with site-packages di
 from __future__ import annotations
 
 import ast
+from spadekit.envs import pyparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def read_metadata(path: Path) -> LibraryEnv:
     """Parse a program file's literal metadata; raise ValueError naming the file if invalid."""
     path = Path(path)
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = pyparse.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except SyntaxError as exc:
         raise ValueError(f"{path.name}: not valid Python ({exc.msg}, line {exc.lineno})") from None
     values: dict[str, object] = {}
