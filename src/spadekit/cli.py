@@ -312,11 +312,7 @@ def library_cmd(
         with _progress() as bar:
             task = bar.add_task("library", total=len(entries))
             for entry in entries:
-                from spadekit.envs.program import EnvProgram
-
-                program = EnvProgram(code=lib.source(entry.name), hint=entry.hint,
-                                     skill=entry.skill, domain=entry.setting,
-                                     source=f"library:{entry.name}")
+                program = lib.program(entry)
                 rep = validator.validate(program)
                 sol, junk = [], []
                 if rep.ok:

@@ -66,7 +66,9 @@ def evaluate(
     settings = EvalSettings(k=k, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, max_turns=max_turns, limit=limit,
                             seed=seed, batch_size=batch_size, transcripts=transcripts)
-    _quiet_transformers()
+    from spadekit.policy.loading import quiet_transformers
+
+    quiet_transformers()  # the command shows its own progress
     try:
         built = [make_suite(s) for s in suites]
         for suite in built:
@@ -105,16 +107,6 @@ def evaluate(
         for journal in journals:
             journal.unlink(missing_ok=True)
         console.print(f"results: [cyan]{out}[/cyan]")
-
-
-def _quiet_transformers() -> None:
-    """The command shows its own progress; transformers' weight-loading bars would interleave."""
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
 
 
 def _run_one(policy: Any, suite: Any, settings: Any, pool: Any, label: str,

@@ -37,6 +37,7 @@ threshold`` is a duplicate). Code that does not parse falls back to raw word/sym
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import random
 import re
@@ -46,10 +47,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spadekit.envs import pyparse
 from spadekit.envs.program import EnvProgram, find_env_classes
 from spadekit.store import RunStore
 from spadekit.store_schema import StoreError, StoreNotFound, dumps, finite, loads
-from spadekit.envs import pyparse
 
 __all__ = ["DEFAULT_CAP", "DUPLICATE_THRESHOLD", "EnvironmentMemory", "MemoryRecord",
            "canonical_tokens", "fingerprint", "jaccard", "summarize_validation"]
@@ -363,16 +364,16 @@ class EnvironmentMemory:
     def seed_from_library(self, step: int = 0) -> int:
         """Insert every reference library program (skill and hint from its SKILL/HINT, stats
         unknown, ``library=True``); returns how many were new. Idempotent."""
-        from spadekit.envs.library import list_library, source
+        from spadekit.envs.library import list_library
+        from spadekit.envs.library import program as library_program
 
         added = 0
         with self.store.transaction():
             for entry in list_library():
-                code = source(entry.name)
-                classes = find_env_classes(code)
-                program = EnvProgram(code=code, hint=entry.hint, skill=entry.skill,
-                                     domain=entry.setting, source=f"library:{entry.name}",
-                                     class_name=classes[0] if len(classes) == 1 else None)
+                program = library_program(entry)
+                classes = find_env_classes(program.code)
+                program = dataclasses.replace(
+                    program, class_name=classes[0] if len(classes) == 1 else None)
                 if self.get(program.sha256) is None:
                     self.add(program, step=step, library=True)
                     added += 1

@@ -41,6 +41,7 @@ from spadekit.rewards import EmaTracker
 from spadekit.rollout import EpisodeSpec, RolloutEngine, Trajectory
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.store import RunStore
+from spadekit.policy.loading import quiet_transformers
 from spadekit.round_samples import agent_samples, designer_samples
 from spadekit.loop_dist import PeerFailed, control_group, generation_context, join_launch, meet
 from spadekit.validate import Validator, ValidatorSettings
@@ -89,7 +90,7 @@ class SelfPlay:
 
         def load_model():  # every rank
             nonlocal policy
-            _quiet_transformers()  # the run shows its own progress
+            quiet_transformers()  # the run shows its own progress
             if policy is None:
                 from spadekit.policy.registry import load_policy
 
@@ -294,7 +295,6 @@ class SelfPlay:
     def _round(self, step: int) -> dict[str, Any]:
         """One round; with several processes every rank runs it (see the module docstring):
         the work is cut at meeting points (``_together``) that every rank reaches in order."""
-        cfg = self.config
         main = getattr(self, "is_main", True)
         timings: dict[str, float] = {}
         metrics: dict[str, Any] = {"step": step}
@@ -493,9 +493,7 @@ class SelfPlay:
         chosen = [e for e in entries if e.skill in skills] or entries
         self.rng.shuffle(chosen)
         for entry in chosen[:cfg.bootstrap_per_round]:
-            program = EnvProgram(code=library.source(entry.name), hint=entry.hint,
-                                 skill=entry.skill, domain=entry.setting,
-                                 source=f"library:{entry.name}")
+            program = library.program(entry)
             if not self.store.has_environment(program.sha256):
                 self.store.add_environment(program, step=step, lineage={"bootstrap": True})
             self.store.set_status(program.sha256, "pooled", step)
@@ -574,16 +572,6 @@ def _tensorboard(run_dir: Path):
     except ImportError:
         return None
     return SummaryWriter(str(run_dir / "tensorboard"))
-
-
-def _quiet_transformers() -> None:
-    """The run shows its own progress; transformers' shard-writing bars would interleave."""
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
 
 
 def _tuplify(value: Any) -> Any:

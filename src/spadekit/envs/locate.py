@@ -16,8 +16,8 @@ import dataclasses
 import re
 import textwrap
 
-from spadekit.envs.hints import _BLOCK_MARK, _HINT_LINE
 from spadekit.envs import pyparse
+from spadekit.envs.hints import _BLOCK_MARK, _HINT_LINE
 
 # ---------------------------------------------------------------------------------------------
 # patterns

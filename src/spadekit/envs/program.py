@@ -37,8 +37,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from spadekit.envs.extract import ExtractionError
 from spadekit.envs import pyparse
+from spadekit.envs.extract import ExtractionError
 
 __all__ = [
     "DOMAINS",

@@ -55,9 +55,7 @@ def _library(setting: str | None) -> list[EnvProgram]:
 
     if setting not in (None, "games", "tooluse"):
         raise ConfigError(f"library:{setting}: the setting must be games or tooluse")
-    return [EnvProgram(code=library.source(e.name), hint=e.hint, skill=e.skill, domain=e.setting,
-                       source=f"library:{e.name}")
-            for e in library.list_library() if setting in (None, e.setting)]
+    return [library.program(e) for e in library.list_library() if setting in (None, e.setting)]
 
 
 def _run(path: Path) -> list[EnvProgram]:

@@ -18,8 +18,8 @@ import math
 import re
 from typing import Any, Iterable
 
-from spadekit.envs.actions import format_tool_call
 from spadekit.envs import pyparse
+from spadekit.envs.actions import format_tool_call
 
 __all__ = ["CallError", "encode_call", "function_tool", "is_name", "parse_call", "to_json_schema",
            "tool_call_text"]

@@ -210,3 +210,14 @@ def load_hf(spec: str, device: Any = None, dtype: Any = None, seed: int = 0,
             f"download. ({exc.message})") from exc
     return build_policy(model, tokenizer, name, seed=seed, max_batch_size=max_batch_size,
                         chat_template=options.get("chat_template"))
+
+
+def quiet_transformers() -> None:
+    """Turn off transformers' own progress bars (weight loading, shard writing): spadekit's
+    commands show their own progress, and the bars would interleave with it."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass

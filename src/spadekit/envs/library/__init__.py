@@ -10,11 +10,17 @@ Standard library only: sandbox workers import this package with site-packages di
 from __future__ import annotations
 
 import ast
-from spadekit.envs import pyparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["LIBRARY_DIR", "LibraryEnv", "get", "list_library", "read_metadata", "source"]
+from spadekit.envs import pyparse
+
+if TYPE_CHECKING:
+    from spadekit.envs.program import EnvProgram
+
+__all__ = ["LIBRARY_DIR", "LibraryEnv", "get", "list_library", "program", "read_metadata",
+           "source"]
 
 LIBRARY_DIR = Path(__file__).resolve().parent
 SETTINGS = ("games", "tooluse")
@@ -81,6 +87,14 @@ def get(name: str) -> LibraryEnv:
     if name not in paths:
         raise KeyError(f"no library environment {name!r}; available: {', '.join(paths)}")
     return read_metadata(paths[name])
+
+
+def program(entry: LibraryEnv) -> EnvProgram:
+    """``entry`` as an ``EnvProgram`` (its code, hint, skill, setting; source ``library:NAME``)."""
+    from spadekit.envs.program import EnvProgram
+
+    return EnvProgram(code=entry.path.read_text(encoding="utf-8"), hint=entry.hint,
+                      skill=entry.skill, domain=entry.setting, source=f"library:{entry.name}")
 
 
 def source(name: str) -> str:
