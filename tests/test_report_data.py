@@ -272,6 +272,40 @@ def test_reading_while_a_writer_holds_a_write_transaction(run, tmp_path):
         assert after["run"]["rounds_completed"] == 4
 
 
+def test_readers_and_a_writer_opening_and_closing_never_fail_each_other(run, tmp_path):
+    """The dashboard polls while a run opens, commits and closes its database: no read may
+    fail (that was a 503 in the browser) and, above all, no write may (a reader holding the
+    WAL index read-only, SQLite's ``readonly_shm``, made the writer's BEGIN fail with
+    SQLITE_READONLY in most rounds)."""
+    from spadekit.store import RunStore
+
+    live = copy_run(run, tmp_path)
+    stop, reads, read_errors = threading.Event(), [0], []
+
+    def poll() -> None:
+        while not stop.is_set():
+            try:
+                data.snapshot(live)
+                reads[0] += 1
+            except ReportError as exc:
+                read_errors.append(str(exc))
+
+    readers = [threading.Thread(target=poll) for _ in range(2)]
+    for thread in readers:
+        thread.start()
+    try:
+        for step in range(3, 33):
+            with RunStore(live) as store, store.round(step):
+                store.log_metrics(step, {"agent_mean_return": 0.5})
+            time.sleep(0.005)
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join()
+    assert read_errors == [] and reads[0] > 0
+    assert data.snapshot(live)["run"]["rounds_completed"] == 33
+
+
 def test_evals_warnings_and_a_v1_database(run, tmp_path):
     live = copy_run(run, tmp_path)
     (live / "evals").mkdir()

@@ -3,15 +3,17 @@
 Nothing here writes: the database is opened through SQLite's URI interface with ``mode=ro``
 and a busy timeout, so reading never blocks (or is blocked by) a run that is training:
 
-* while a writer has the database open (``run.sqlite-wal`` exists) the connection also passes
-  ``readonly_shm=1``: it uses the writer's WAL index without writing to it, and WAL readers
-  never block the writer;
+* while a writer has the database open (``run.sqlite-wal`` exists) the connection is a plain
+  ``mode=ro`` WAL reader: it registers its read in the writer's ``-shm`` index like any reader
+  (the database itself is never written) and WAL readers never block the writer. (SQLite's
+  ``readonly_shm=1`` is deliberately not used: a reader holding the index read-only makes a
+  writer that opens the database next fail with ``SQLITE_READONLY``.)
 * when there is no ``-wal`` file (the run is finished or stopped cleanly) everything is in
   ``run.sqlite`` and the connection is ``immutable=1``, because a plain ``mode=ro`` connection
   would create ``-wal``/``-shm`` files in the run directory. Should a run start writing during
-  such a read, a failing query is retried once on a fresh connection (without
-  ``readonly_shm``, which may then register its read in the writer's existing ``-shm``).
-  Only a ``-wal`` left without its ``-shm`` (deleted by hand) makes SQLite create a ``-shm``.
+  such a read, a failing read is retried on a fresh connection (a few times, briefly backing
+  off, so a writer that is just opening or closing the database is never reported as an
+  unreadable run).
 
 Each public call reads inside one read transaction (one consistent view of the committed
 rounds). Everything returned is JSON-safe (``json.dumps(..., allow_nan=False)`` works: NaN and
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import time
 import zlib
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,6 +49,7 @@ FORMAT = "spadekit-report/1"
 CODE_CAP = 200_000
 TEXT_CAP = 20_000
 REJECTED_CAP = 8_000
+READ_RETRIES = 4  # a read failing 5 times in a row (~0.2 s of back-off) is reported
 TIMELINE_BUCKETS = 8
 TIMELINE_PER_BUCKET = 3
 HINT_EFFECTS = 10
@@ -157,31 +161,33 @@ class RunReader:
                               path=str(self.path))
         self._open()
 
-    def _open(self, plain: bool = False) -> None:
-        """Connect read-only; ``plain`` (the retry after a failed read) drops ``readonly_shm``,
-        for the rare case SQLite cannot start a read without registering in the WAL index."""
+    def _open(self) -> None:
+        """Connect, retrying a failing connection like a failing read (see :meth:`_read`)."""
+        for attempt in range(READ_RETRIES + 1):
+            try:
+                return self._connect()
+            except sqlite3.Error as exc:
+                self.close()
+                if attempt == READ_RETRIES:
+                    raise ReportError(f"{self.path} is unreadable: {exc}",
+                                      path=str(self.path)) from exc
+                time.sleep(0.02 * (attempt + 1))
+
+    def _connect(self) -> None:
+        """Connect read-only: ``immutable=1`` when no writer has the database open (no
+        ``-wal``), otherwise a plain ``mode=ro`` WAL reader (see the module docstring)."""
         self.close()
         wal = self.path.with_name(self.path.name + "-wal")
-        shm = self.path.with_name(self.path.name + "-shm")
         self._immutable = not wal.exists()
-        params = "mode=ro&immutable=1" if self._immutable else (
-            "mode=ro&readonly_shm=1" if shm.exists() and not plain else "mode=ro")
+        params = "mode=ro&immutable=1" if self._immutable else "mode=ro"
         uri = f"file:{quote(str(self.path.resolve()))}?{params}"
-        try:
-            conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_ms / 1000,
-                                   isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise ReportError(f"cannot open {self.path} read-only: {exc}",
-                              path=str(self.path)) from exc
+        conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_ms / 1000,
+                               isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         self._conn = conn
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
-            self.tables = {r[0] for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        except sqlite3.Error as exc:
-            self.close()
-            raise ReportError(f"{self.path} is unreadable: {exc}", path=str(self.path)) from exc
+        conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+        self.tables = {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not _REQUIRED <= self.tables:
             self.close()
             raise ReportError(f"{self.path} is a SQLite database but not a spadekit run "
@@ -205,8 +211,12 @@ class RunReader:
         return self._conn.execute(sql, params).fetchall()
 
     def _read(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn`` inside one read transaction; map SQLite failures to ReportError."""
-        for attempt in (0, 1):
+        """Run ``fn`` inside one read transaction; map SQLite failures to ReportError.
+
+        A failure is retried on a fresh connection up to :data:`READ_RETRIES` times with a short
+        back-off: a writer opening or closing the database (creating or removing ``-wal``) can
+        fail one read, never several in a row. A database that stays unreadable raises."""
+        for attempt in range(READ_RETRIES + 1):
             if self._conn is None:
                 self._open()
             try:
@@ -217,11 +227,11 @@ class RunReader:
                     if self._conn is not None and self._conn.in_transaction:
                         self._conn.execute("ROLLBACK")
             except sqlite3.Error as exc:
-                if attempt == 0:  # a run may have started writing: reconnect once
-                    self._open(plain=True)
-                    continue
-                raise ReportError(f"cannot read {self.path}: {type(exc).__name__}: {exc}",
-                                  path=str(self.path)) from exc
+                self.close()
+                if attempt == READ_RETRIES:
+                    raise ReportError(f"cannot read {self.path}: {type(exc).__name__}: {exc}",
+                                      path=str(self.path)) from exc
+                time.sleep(0.02 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- public calls ---------------------------------------------------------------------------
