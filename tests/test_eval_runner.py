@@ -279,6 +279,14 @@ def test_an_interrupted_evaluation_resumes_from_its_journal(tiny, tmp_path):
     fresh = adder(tiny.tokenizer, wrong_for={1})
     result = run_suite(fresh, SumSuite(), settings, journal=journal, model_label="m")
     assert result["resumed_samples"] == 4 and fresh.calls == 12 - 4
+    # the torn line went to .partial before anything was appended: every line parses and a
+    # third run finds all 12 samples (a record glued to the torn line would be lost)
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 1 + 12 and all(json.loads(line) for line in lines)
+    assert (tmp_path / (journal.name + ".partial")).read_text() == '{"item": "s5", "sam\n'
+    again = adder(tiny.tokenizer, wrong_for={1})
+    assert run_suite(again, SumSuite(), settings, journal=journal,
+                     model_label="m")["resumed_samples"] == 12 and again.calls == 0
     straight = run_suite(adder(tiny.tokenizer, wrong_for={1}), SumSuite(), settings,
                          model_label="m")
     assert [r["scores"] for r in result["items"]] == [r["scores"] for r in straight["items"]]

@@ -191,7 +191,7 @@ def test_plain_forward_path_matches_split_head(monkeypatch):
     cfg = TrainConfig(temperature=0.6)
     a = PolicyTrainer(make_policy(seed=7), cfg)
     a.compute_gradients(samples)
-    monkeypatch.setattr(mod, "_split_head", lambda model: None)
+    monkeypatch.setattr(mod, "split_head", lambda model: None)
     b = PolicyTrainer(make_policy(seed=7), cfg)
     assert b._split is None
     b.compute_gradients(samples)

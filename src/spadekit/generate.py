@@ -52,6 +52,7 @@ from spadekit.designer import (DOC_WORDS, build_designer_messages, build_hint_me
 from spadekit.envs.extract import ExtractionError, extract_program
 from spadekit.envs.program import EnvProgram
 from spadekit.errors import SandboxError
+from spadekit.jsonl import JsonlAppender
 
 __all__ = ["GenerateSummary", "PoolError", "load_pool", "run_generate"]
 
@@ -126,36 +127,6 @@ def _derive(seed: int, *parts: Any) -> int:
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _repair_tail(path: Path) -> None:
-    """Move a partial last line (a crash mid-write) out of a JSONL file."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    data = path.read_bytes()
-    if data.endswith(b"\n"):
-        return
-    cut = data.rfind(b"\n") + 1
-    with open(path.with_name(path.name + ".partial"), "ab") as fh:
-        fh.write(data[cut:] + b"\n")
-    with open(path, "r+b") as fh:
-        fh.truncate(cut)
-
-
-class _Appender:
-    """Append JSON lines, each flushed and fsynced before the next."""
-
-    def __init__(self, path: Path) -> None:
-        _repair_tail(path)
-        self.fh = open(path, "a", encoding="utf-8")
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-
-    def close(self) -> None:
-        self.fh.close()
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -351,7 +322,7 @@ def run_generate(model: Any, setting: str = "games", skill: str | None = None, n
     from spadekit.validate import Validator, ValidatorSettings
 
     library = [e for e in list_library() if e.setting == setting]
-    pool_out, rejected_out = _Appender(out / POOL_FILE), _Appender(out / REJECTED_FILE)
+    pool_out, rejected_out = JsonlAppender(out / POOL_FILE), JsonlAppender(out / REJECTED_FILE)
     own_pool = pool is None
     if own_pool:
         from spadekit.sandbox import SandboxConfig, SandboxPool

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import time
 import zlib
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from spadekit.eval.base import WIN_THRESHOLD, EvalItem, Suite
+from spadekit.jsonl import JsonlAppender, repair_tail
 from spadekit.rollout import RolloutConfig, RolloutEngine, Trajectory
 
 RESULT_FORMAT = "spadekit-eval/1"
@@ -73,14 +73,16 @@ class Journal:
     """Scored samples appended after every batch (JSON lines, fsynced), so an evaluation that is
     killed resumes where it stopped. The first line names the suite, model and settings; a
     journal written for anything else is moved aside to ``<name>.stale`` and a new one begun.
-    A torn last line (the process died mid-write) is ignored."""
+    A torn last line (the process died mid-write) is moved to ``<name>.partial`` before the
+    next append (:mod:`spadekit.jsonl`), so the next record is never glued to it."""
 
     def __init__(self, path: str | Path, key: dict[str, Any]):
         self.path = Path(path)
         self.key = json.loads(json.dumps(key))
         self.done: dict[tuple[str, int], dict[str, Any]] = {}
+        repair_tail(self.path)
         if self.path.exists():
-            lines = self.path.read_text(errors="replace").splitlines()
+            lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
             try:
                 header = json.loads(lines[0]) if lines else None
             except json.JSONDecodeError:
@@ -94,20 +96,17 @@ class Journal:
                         self.done[(rec["item"], int(rec["sample"]))] = rec["record"]
                     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                         continue
-        if not self.path.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._write([{"journal": 1, "key": self.key}])
+        fresh = not self.path.exists()
+        self._out = JsonlAppender(self.path)
+        if fresh:
+            self._out.write({"journal": 1, "key": self.key})
 
     def append(self, item_id: str, record: dict[str, Any]) -> None:
-        self._write([{"item": item_id, "sample": record["sample"], "record": record}])
+        self._out.write({"item": item_id, "sample": record["sample"], "record": record})
         self.done[(item_id, record["sample"])] = record
 
-    def _write(self, rows: list[dict[str, Any]]) -> None:
-        with open(self.path, "a") as fh:
-            for row in rows:
-                fh.write(json.dumps(row) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+    def close(self) -> None:
+        self._out.close()
 
 
 def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *,
@@ -147,14 +146,18 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
     t1 = time.perf_counter()
     total = len(items) * cfg["k"]
     resumed = total - len(specs)
-    for start in range(0, len(specs), max(1, settings.batch_size)):
-        for tr in engine.run(specs[start:start + settings.batch_size]):
-            record = _sample_record(suite, items, tr, settings.transcripts)
-            samples[tr.spec.tag["item"]].append(record)
-            if book is not None:
-                book.append(items[tr.spec.tag["item"]].id, record)
-        if on_progress is not None:
-            on_progress(resumed + min(len(specs), start + settings.batch_size), total)
+    try:
+        for start in range(0, len(specs), max(1, settings.batch_size)):
+            for tr in engine.run(specs[start:start + settings.batch_size]):
+                record = _sample_record(suite, items, tr, settings.transcripts)
+                samples[tr.spec.tag["item"]].append(record)
+                if book is not None:
+                    book.append(items[tr.spec.tag["item"]].id, record)
+            if on_progress is not None:
+                on_progress(resumed + min(len(specs), start + settings.batch_size), total)
+    finally:
+        if book is not None:
+            book.close()
     item_rows = [_item_row(item, rows) for item, rows in zip(items, samples)]
     return {
         "format": RESULT_FORMAT, "suite": suite.name, "model": label, "resumed_samples": resumed,

@@ -55,6 +55,17 @@ from urllib.parse import urlsplit
 
 from spadekit.policy.base import (CapabilityError, Generation, GenerationRequest, PolicyError,
                                   SamplingParams, cut_at_stop, encode_text, render_text)
+from spadekit.policy.openai_wire import (
+    MalformedResponse,
+    ServerHTTPError,
+    ServerTimeout,
+    ServerUnreachable,
+    chat_tokens,
+    completion_tokens,
+    finish_reason,
+    first_choice,
+    int_list,
+)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 """Used when neither the spec, ``base_url=`` nor ``OPENAI_BASE_URL`` names a server (vLLM's
@@ -65,44 +76,9 @@ VLLM_EXTRAS = {"return_tokens_as_token_ids": True, "return_token_ids": True,
 """Extra request fields understood by vLLM (and by ``spadekit serve``); servers that reject
 unknown fields are detected by the probe and get plain OpenAI requests."""
 
-_TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
-_STOP_REASONS = {"stop", "eos", "eos_token", "stop_sequence", "end_turn", "tool_calls",
-                 "function_call", "content_filter", "stop_token"}
-_LENGTH_REASONS = {"length", "max_tokens", "max_length", "model_length"}
 _RETRY_STATUS = {408, 429}
 _BODY_EXCERPT = 500
 _MAX_BACKOFF = 30.0
-
-
-# -- typed failures ---------------------------------------------------------------------------
-
-class ServerUnreachable(PolicyError):
-    """No connection could be made (refused, DNS failure, reset before an answer)."""
-
-    reason = "unreachable"
-
-
-class ServerHTTPError(PolicyError):
-    """The server answered with an HTTP error status; ``status`` and ``body`` (an excerpt)."""
-
-    reason = "http_status"
-
-    def __init__(self, message: str, status: int = 0, body: str = "", **details: Any) -> None:
-        super().__init__(message, status=status, body=body, **details)
-        self.status = status
-        self.body = body
-
-
-class ServerTimeout(PolicyError):
-    """The server did not answer within the timeout."""
-
-    reason = "timeout"
-
-
-class MalformedResponse(PolicyError):
-    """The server's answer is not the JSON an OpenAI-compatible server sends."""
-
-    reason = "bad_response"
 
 
 # -- the server's features, as probed ---------------------------------------------------------
@@ -300,8 +276,8 @@ class OpenAIPolicy:
             else:
                 f.token_prompts = False if token_prompt else None
             f.extras = extras
-            choice = _first_choice(data)
-            ids, lps, _ = _completion_tokens(choice)
+            choice = first_choice(data)
+            ids, lps, _ = completion_tokens(choice)
             f.token_ids = ids is not None
             f.logprobs = lps is not None
             return f
@@ -325,7 +301,7 @@ class OpenAIPolicy:
                     continue
                 raise
             f.extras = extras
-            ids, lps, _ = _chat_tokens(_first_choice(data))
+            ids, lps, _ = chat_tokens(first_choice(data))
             f.token_ids = ids is not None
             f.logprobs = lps is not None
             return f
@@ -359,8 +335,8 @@ class OpenAIPolicy:
         if f.extras:
             body.update(VLLM_EXTRAS)
             body["add_special_tokens"] = False
-        choice = _first_choice(self._request("POST", "/completions", body))
-        ids, lps, text = _completion_tokens(choice)
+        choice = first_choice(self._request("POST", "/completions", body))
+        ids, lps, text = completion_tokens(choice)
         return self._finish(prompt_ids, ids, lps, text, choice, req.params)
 
     def _chat(self, req: GenerationRequest) -> Generation:
@@ -371,10 +347,10 @@ class OpenAIPolicy:
         if self.features.extras:
             body.update(VLLM_EXTRAS)
         data = self._request("POST", "/chat/completions", body)
-        choice = _first_choice(data)
-        ids, lps, text = _chat_tokens(choice)
+        choice = first_choice(data)
+        ids, lps, text = chat_tokens(choice)
         prompt_ids = choice.get("prompt_token_ids") or data.get("prompt_token_ids") or []
-        if not _int_list(prompt_ids):
+        if not int_list(prompt_ids):
             prompt_ids = []
         return self._finish(list(prompt_ids), ids, lps, text, choice, req.params)
 
@@ -396,7 +372,7 @@ class OpenAIPolicy:
             raise MalformedResponse(f"{self.name}: {len(lps)} logprobs for {len(ids)} tokens")
         if ids is None:  # best effort, for counting only (capabilities lack token_ids)
             ids = encode_text(self.tokenizer, text) if self.tokenizer is not None else []
-        finish = _finish_reason(choice.get("finish_reason"), len(ids), params.max_new_tokens)
+        finish = finish_reason(choice.get("finish_reason"), len(ids), params.max_new_tokens)
         return Generation(prompt_ids=list(prompt_ids), token_ids=list(ids), logprobs=lps,
                           text=text, finish_reason=finish)
 
@@ -475,104 +451,6 @@ class OpenAIPolicy:
         if not isinstance(data, dict):
             raise MalformedResponse(f"{url}: the answer is JSON but not an object", url=url)
         return data
-
-
-# -- parsing helpers --------------------------------------------------------------------------
-
-def _first_choice(data: dict) -> dict:
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise MalformedResponse(f"the answer has no choices: {json.dumps(data)[:200]}")
-    return choices[0]
-
-
-def _int_list(x: Any) -> bool:
-    return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
-
-
-def _num(x: Any) -> float | None:
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
-        return float(x)
-    return None
-
-
-def _token_id(token: Any) -> int | None:
-    if isinstance(token, str):
-        m = _TOKEN_ID.match(token)
-        if m:
-            return int(m.group(1))
-    return None
-
-
-def _entries_tokens(entries: list) -> tuple[list[int] | None, list[float] | None]:
-    """Token ids and logprobs from a ``logprobs.content`` list (chat format, llama.cpp); each is
-    None unless every entry has it."""
-    if not entries:
-        return None, None
-    ids: list[int | None] = []
-    lps: list[float | None] = []
-    for e in entries:
-        if not isinstance(e, dict):
-            raise MalformedResponse(f"bad logprobs entry: {e!r}"[:200])
-        tid = _token_id(e.get("token"))
-        if tid is None and isinstance(e.get("id"), int) and not isinstance(e.get("id"), bool):
-            tid = e["id"]
-        ids.append(tid)
-        lps.append(_num(e.get("logprob")))
-    known_ids = None if None in ids else [int(t) for t in ids if t is not None]
-    known_lps = None if None in lps else [float(v) for v in lps if v is not None]
-    return known_ids, known_lps
-
-
-def _completion_tokens(choice: dict) -> tuple[list[int] | None, list[float] | None, str]:
-    """(token ids or None, logprobs or None, text) of a ``/v1/completions`` choice."""
-    text = choice.get("text")
-    if not isinstance(text, str):
-        raise MalformedResponse(f"a completion choice without text: {json.dumps(choice)[:200]}")
-    ids = choice.get("token_ids") if _int_list(choice.get("token_ids")) else None
-    lps = None
-    lp = choice.get("logprobs")
-    if isinstance(lp, dict):
-        if isinstance(lp.get("token_logprobs"), list):
-            raw = lp["token_logprobs"]
-            vals = [_num(v) for v in raw]
-            lps = vals if raw and all(v is not None for v in vals) else None
-            if ids is None and isinstance(lp.get("tokens"), list) and lp["tokens"]:
-                parsed = [_token_id(t) for t in lp["tokens"]]
-                ids = parsed if all(t is not None for t in parsed) else None
-        elif isinstance(lp.get("content"), list):
-            cids, lps = _entries_tokens(lp["content"])
-            ids = ids if ids is not None else cids
-    return (list(ids) if ids is not None else None), lps, text
-
-
-def _chat_tokens(choice: dict) -> tuple[list[int] | None, list[float] | None, str]:
-    """(token ids or None, logprobs or None, text) of a ``/v1/chat/completions`` choice."""
-    msg = choice.get("message")
-    if not isinstance(msg, dict):
-        raise MalformedResponse(f"a chat choice without a message: {json.dumps(choice)[:200]}")
-    text = msg.get("content")
-    if text is None and msg.get("tool_calls"):
-        text = json.dumps(msg["tool_calls"])
-    if not isinstance(text, str):
-        text = "" if text is None else str(text)
-    ids = choice.get("token_ids") if _int_list(choice.get("token_ids")) else None
-    lps = None
-    lp = choice.get("logprobs")
-    if isinstance(lp, dict) and isinstance(lp.get("content"), list):
-        cids, lps = _entries_tokens(lp["content"])
-        ids = ids if ids is not None else cids
-    return (list(ids) if ids is not None else None), lps, text
-
-
-def _finish_reason(reason: Any, n_tokens: int, max_tokens: int) -> str:
-    if isinstance(reason, str):
-        r = reason.lower()
-        if r in _LENGTH_REASONS:
-            return "length"
-        if r in _STOP_REASONS:
-            return "stop"
-    return "length" if n_tokens >= max_tokens else "stop"
 
 
 def _sampling_fields(p: SamplingParams) -> dict[str, Any]:

@@ -45,7 +45,6 @@ safetensors) live in ``spadekit.train.checkpoint``.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -54,7 +53,6 @@ import resource
 import shutil
 import time
 import uuid
-import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,15 +90,18 @@ from spadekit.train.distributed import (
     wrap_model,
 )
 from spadekit.train.loss import grpo_loss
+from spadekit.train.model_prep import (
+    add_lora,
+    enable_checkpointing,
+    frozen_copy,
+    is_peft,
+    split_head,
+)
 
 __all__ = ["PolicyTrainer", "pack_microbatches", "CHECKPOINT_FORMAT"]
 
 _STAT_KEYS = ("pg_loss", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "tis_mean",
               "tis_capped_frac", "kl")
-_LOGIT_SCALE_ATTRS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
-                      "lm_head_multiplier", "logits_scaling")
-
-
 def pack_microbatches(lengths: Sequence[int], max_tokens: int, max_rows: int) -> list[list[int]]:
     """Group sequence indices into micro-batches, longest first: a micro-batch holds at most
     ``max_rows`` sequences and ``rows * longest <= max_tokens`` padded tokens (a sequence longer
@@ -155,23 +156,23 @@ class PolicyTrainer:
         torch.manual_seed(cfg.seed)
         base = policy.model
         self.is_peft = False
-        if cfg.use_peft or _is_peft(base):
-            self.model = base if _is_peft(base) else _add_lora(base, cfg)
+        if cfg.use_peft or is_peft(base):
+            self.model = base if is_peft(base) else add_lora(base, cfg)
             self.inner = self.model.get_base_model()  # the module the policy runs, adapters in
             self.is_peft = True
         else:
             self.model = self.inner = base
         if cfg.gradient_checkpointing:
-            _enable_checkpointing(self.inner)
+            enable_checkpointing(self.inner)
         self.dist = setup_distributed(cfg.distributed_strategy, cfg.ddp_backend, cfg.ddp_timeout)
         if self.dist.enabled:
             place_on_local_device(policy, self.model, self.dist.local_rank)
         self.device = next(self.inner.parameters()).device
         self.vocab_size = self.inner.get_input_embeddings().num_embeddings
-        self._split = _split_head(self.inner)
+        self._split = split_head(self.inner)
         self.ref_model = None
         if cfg.beta > 0 and not self.is_peft:
-            self.ref_model = _frozen_copy(self.inner)
+            self.ref_model = frozen_copy(self.inner)
         wrap = {"find_unused_parameters": cfg.ddp_find_unused_parameters,
                 "bucket_cap_mb": cfg.ddp_bucket_cap_mb,
                 "reshard_after_forward": fsdp_reshard_default(cfg.fsdp_reshard_after_forward)}
@@ -179,7 +180,7 @@ class PolicyTrainer:
         self._engine = wrap_model(self._lp, self.dist, **wrap)  # DDP wrapper, or _lp itself
         self._ref_lp = None
         if self.ref_model is not None:
-            self._ref_lp = LogprobModule(self.ref_model, _split_head(self.ref_model),
+            self._ref_lp = LogprobModule(self.ref_model, split_head(self.ref_model),
                                          cfg.temperature, cfg.logprob_chunk_size)
             if self.dist.strategy == "fsdp":
                 wrap_model(self._ref_lp, self.dist, **wrap)
@@ -573,61 +574,8 @@ class PolicyTrainer:
         with gathered_parameters(self._lp, self.dist):
             yield
 
+
 # -- helpers ------------------------------------------------------------------------------------
-
-def _is_peft(model: Any) -> bool:
-    try:
-        from peft import PeftModel
-    except ImportError:
-        return False
-    return isinstance(model, PeftModel)
-
-
-def _add_lora(model: Any, cfg: TrainConfig) -> Any:
-    from peft import LoraConfig, get_peft_model
-
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
-    with warnings.catch_warnings():  # peft reads a property transformers 5.2x renamed
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*",
-                                category=FutureWarning)
-        return get_peft_model(model, lora)
-
-
-def _split_head(model: Any):
-    """``(backbone, head)`` when the logits are exactly ``head(backbone(...).last_hidden_state)``,
-    else None (then the plain forward is used)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") \
-        else model.config
-    for attr in _LOGIT_SCALE_ATTRS:
-        value = getattr(config, attr, None)
-        if value not in (None, 1, 1.0):
-            return None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    prefix = getattr(model, "base_model_prefix", "")
-    backbone = getattr(model, prefix, None) if prefix else None
-    if head is None or backbone is None or backbone is model:
-        return None
-    return backbone, head
-
-
-def _enable_checkpointing(model: Any) -> None:
-    """Activation checkpointing of every decoder layer, non-reentrant (works with frozen inputs,
-    as under LoRA). transformers 5.2x renamed ``gradient_checkpointing_enable``."""
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-
-
-def _frozen_copy(model: Any) -> Any:
-    ref = copy.deepcopy(model)
-    ref.eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
-    return ref
-
 
 def _memory_stats(device: torch.device) -> dict[str, float]:
     out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
