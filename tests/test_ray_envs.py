@@ -31,9 +31,7 @@ ANSWERS = ["\\boxed{1}", "\\boxed{guess 500}", "\\boxed{up}", "\\boxed{inspect 1
 
 
 def lib(name: str) -> EnvProgram:
-    entry = library.get(name)
-    return EnvProgram(code=library.source(name), hint=entry.hint, skill=entry.skill,
-                      domain=entry.setting)
+    return library.program(library.get(name))
 
 
 LIBRARY = [lib(e.name) for e in library.list_library()]

@@ -19,9 +19,7 @@ TOK = tiny_tokenizer()
 
 
 def lib(name: str) -> EnvProgram:
-    entry = library.get(name)
-    return EnvProgram(code=library.source(name), hint=entry.hint, skill=entry.skill,
-                      domain=entry.setting)
+    return library.program(library.get(name))
 
 
 @pytest.fixture(scope="module")

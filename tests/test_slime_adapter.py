@@ -36,15 +36,15 @@ from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
 from spadekit.train.loss import clipped_surrogate, grpo_loss
+from test_selfplay import designer_responder  # noqa: E402 (tests/ is on sys.path)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 GAMES = ["games_code_breaker", "games_modular_search", "games_sequence_rule"]
+GAME_SOURCES = [library.source(name) for name in GAMES]  # what the scripted designer writes
 
 
 def lib(name: str) -> EnvProgram:
-    entry = library.get(name)
-    return EnvProgram(code=library.source(name), hint=entry.hint, skill=entry.skill,
-                      domain=entry.setting)
+    return library.program(library.get(name))
 
 
 @pytest.fixture(scope="module")
@@ -88,19 +88,6 @@ def agent_samples(spool, tiny):
     return out, trajs
 
 
-def designer_responder():
-    counter = {"n": 0}
-
-    def respond(_ids, text):
-        if "You write privileged hints" in text:
-            return "HINT: Reason step by step from the feedback."
-        name = GAMES[counter["n"] % len(GAMES)]
-        counter["n"] += 1
-        return f"Here is the environment.\n```python\n{library.source(name)}\n```\nHINT: think."
-
-    return respond
-
-
 def producer_config(**extra):
     sets = ["model=tiny", "envs_per_round=2", "num_generations=3", "hint_generations=2",
             "regen_interval=1", "bootstrap=null", "memory_seed_library=false",
@@ -116,7 +103,7 @@ def producer_config(**extra):
 def produced(tmp_path_factory, tiny):
     """Two rounds through RoundProducer: round 1 carries round 0's designer samples."""
     run = tmp_path_factory.mktemp("slime") / "run"
-    designer = ScriptedPolicy(tiny.tokenizer, designer_responder())
+    designer = ScriptedPolicy(tiny.tokenizer, designer_responder(GAME_SOURCES))
     before = {k: v.clone() for k, v in tiny.model.state_dict().items()}
     with sl.RoundProducer(producer_config(), run, policy=tiny, designer_policy=designer) as p:
         s0, m0 = p.produce()
@@ -379,7 +366,7 @@ def test_padded_slime_objective_equals_spadekit_grpo_loss(agent_samples, produce
 # -- the round as slime samples, the data source and the glue --------------------------------
 
 def test_produce_round_pads_and_orders(tmp_path, tiny):
-    designer = ScriptedPolicy(tiny.tokenizer, designer_responder())
+    designer = ScriptedPolicy(tiny.tokenizer, designer_responder(GAME_SOURCES))
     with sl.RoundProducer(producer_config(), tmp_path / "run", policy=tiny,
                           designer_policy=designer) as p:
         sl.produce_round(p, global_batch_size=64)
@@ -477,7 +464,7 @@ def _slime_args(tmp_path, **extra):
 
 def test_glue_returns_slime_samples(tmp_path, tiny, fake_slime):
     args = _slime_args(tmp_path)
-    designer = ScriptedPolicy(tiny.tokenizer, designer_responder())
+    designer = ScriptedPolicy(tiny.tokenizer, designer_responder(GAME_SOURCES))
     producer = sl.RoundProducer(producer_config(), args.spadekit_run_dir, policy=tiny,
                                 designer_policy=designer)
     source = sl.SpadekitDataSource(args, producer=producer)

@@ -19,9 +19,11 @@ def repair_tail(path: str | Path) -> bool:
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return False
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":  # whole: the usual case costs one byte, not the file
+            return False
     data = path.read_bytes()
-    if data.endswith(b"\n"):
-        return False
     cut = data.rfind(b"\n") + 1
     with open(path.with_name(path.name + ".partial"), "ab") as fh:
         fh.write(data[cut:] + b"\n")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from spadekit.eval.base import WIN_THRESHOLD, EvalItem, Suite
-from spadekit.jsonl import JsonlAppender, repair_tail
+from spadekit.jsonl import JsonlAppender
 from spadekit.rollout import RolloutConfig, RolloutEngine, Trajectory
 
 RESULT_FORMAT = "spadekit-eval/1"
@@ -73,14 +73,14 @@ class Journal:
     """Scored samples appended after every batch (JSON lines, fsynced), so an evaluation that is
     killed resumes where it stopped. The first line names the suite, model and settings; a
     journal written for anything else is moved aside to ``<name>.stale`` and a new one begun.
-    A torn last line (the process died mid-write) is moved to ``<name>.partial`` before the
-    next append (:mod:`spadekit.jsonl`), so the next record is never glued to it."""
+    A torn last line (the process died mid-write) is skipped when reading and moved to
+    ``<name>.partial`` before the next append (:mod:`spadekit.jsonl`), so the next record is
+    never glued to it."""
 
     def __init__(self, path: str | Path, key: dict[str, Any]):
         self.path = Path(path)
         self.key = json.loads(json.dumps(key))
         self.done: dict[tuple[str, int], dict[str, Any]] = {}
-        repair_tail(self.path)
         if self.path.exists():
             lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
             try:

@@ -159,19 +159,7 @@ class RunReader:
         if head != SQLITE_MAGIC:
             raise ReportError(f"{self.path} is not a SQLite database (corrupt or not a run)",
                               path=str(self.path))
-        self._open()
-
-    def _open(self) -> None:
-        """Connect, retrying a failing connection like a failing read (see :meth:`_read`)."""
-        for attempt in range(READ_RETRIES + 1):
-            try:
-                return self._connect()
-            except sqlite3.Error as exc:
-                self.close()
-                if attempt == READ_RETRIES:
-                    raise ReportError(f"{self.path} is unreadable: {exc}",
-                                      path=str(self.path)) from exc
-                time.sleep(0.02 * (attempt + 1))
+        self._retrying(f"{self.path} is unreadable", self._connect)
 
     def _connect(self) -> None:
         """Connect read-only: ``immutable=1`` when no writer has the database open (no
@@ -211,27 +199,34 @@ class RunReader:
         return self._conn.execute(sql, params).fetchall()
 
     def _read(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn`` inside one read transaction; map SQLite failures to ReportError.
+        """Run ``fn`` inside one read transaction (connecting first when needed); SQLite
+        failures are retried, then mapped to ReportError (see :meth:`_retrying`)."""
+        return self._retrying(f"cannot read {self.path}", self._transaction, fn, *args)
 
-        A failure is retried on a fresh connection up to :data:`READ_RETRIES` times with a short
-        back-off: a writer opening or closing the database (creating or removing ``-wal``) can
-        fail one read, never several in a row. A database that stays unreadable raises."""
-        for attempt in range(READ_RETRIES + 1):
-            if self._conn is None:
-                self._open()
+    def _transaction(self, fn: Any, *args: Any) -> Any:
+        if self._conn is None:
+            self._connect()
+        self._conn.execute("BEGIN")
+        try:
+            return clean(fn(*args))
+        finally:
+            if self._conn is not None and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+
+    def _retrying(self, what: str, attempt: Any, *args: Any) -> Any:
+        """``attempt(*args)``, retried on a fresh connection up to :data:`READ_RETRIES` times
+        with a short back-off when SQLite fails: a writer opening or closing the database
+        (creating or removing ``-wal``) can fail one connection or read, never several in a
+        row. A database that stays unreadable raises ReportError (``what: the error``)."""
+        for tries in range(READ_RETRIES + 1):
             try:
-                self._conn.execute("BEGIN")
-                try:
-                    return clean(fn(*args))
-                finally:
-                    if self._conn is not None and self._conn.in_transaction:
-                        self._conn.execute("ROLLBACK")
+                return attempt(*args)
             except sqlite3.Error as exc:
                 self.close()
-                if attempt == READ_RETRIES:
-                    raise ReportError(f"cannot read {self.path}: {type(exc).__name__}: {exc}",
+                if tries == READ_RETRIES:
+                    raise ReportError(f"{what}: {type(exc).__name__}: {exc}",
                                       path=str(self.path)) from exc
-                time.sleep(0.02 * (attempt + 1))
+                time.sleep(0.02 * (tries + 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- public calls ---------------------------------------------------------------------------
