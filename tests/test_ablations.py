@@ -187,3 +187,52 @@ def test_schedule_changes_the_plateau_band_from_its_round_also_after_resume(tmp_
         m2 = sp.run()[0]
         assert (sp.config.reward.plateau_low, sp.config.reward.plateau_high) == (0.2, 0.4)
     assert m2["step"] == 2 and m2["schedule/reward.plateau_low"] == 0.2
+
+
+# -- the reward constants reach the designer's reward through the config (issue 12, defect 1) --
+
+
+def _designer_reward_at(cfg, step: int, tmp_path) -> float:
+    """The designer reward ``round_samples.designer_samples`` gives, at ``step``, an
+    environment of win rate 0.3 and regret 0.075 (real store and memory)."""
+    from spadekit.envs import library
+    from spadekit.memory import EnvironmentMemory
+    from spadekit.round_samples import designer_samples
+    from spadekit.store import RunStore
+
+    created = step - cfg.regen_interval
+    program = library.program(library.list_library()[0])
+    with RunStore(tmp_path / f"store-{step}", create=True) as store:
+        store.add_environment(program, step=created)
+        memory = EnvironmentMemory(store)
+        memory.add(program, step=created)
+        for i in range(10):   # 3 wins of 10 no-hint plays (all at generation): win rate 0.3
+            store.record_play(program.sha256, created, with_hint=False,
+                              episode_return=0.75 if i < 3 else 0.0)
+        for _ in range(4):    # hinted mean 0.3 vs no-hint 0.225: regret 0.075
+            store.record_play(program.sha256, created, with_hint=True, episode_return=0.3)
+        store.push_delayed({"token_ids": [1, 2, 3], "loss_mask": [0, 1, 1],
+                            "logprobs": [0.0, -0.5, -0.5], "generated_step": created,
+                            "due_step": step, "skill": program.skill,
+                            "env_sha": program.sha256})
+        metrics: dict = {}
+        samples = designer_samples(store, memory, {}, scheduled_config(cfg, step), step, 40,
+                                   metrics)
+    assert len(samples) == 1
+    return metrics["designer_reward"]
+
+
+def test_a_scheduled_plateau_band_changes_the_designer_reward(tmp_path):
+    entry = "[{from_round: 200, set: {reward.plateau_low: 0.2, reward.plateau_high: 0.4}}]"
+    cfg = load_config("cpu-tiny", overrides=[f"schedule={entry}", "regen_interval=4"])
+    # round 4, band [0.4, 0.6]: 0.4 * clip(0.075 / 0.15) + 0.6 * (1 - 0.1 / 0.25) = 0.56
+    assert _designer_reward_at(cfg, 4, tmp_path) == pytest.approx(0.56)
+    # round 204, band [0.2, 0.4]: 0.4 * 0.5 + 0.6 * 1 = 0.8
+    assert _designer_reward_at(cfg, 204, tmp_path) == pytest.approx(0.8)
+    # every other reward constant reaches it too (here without a schedule)
+    changed = load_config("cpu-tiny", overrides=["regen_interval=4", "reward.regret_scale=0.3",
+                                                 "reward.regret_weight=0.5",
+                                                 "reward.plateau_weight=0.5",
+                                                 "reward.plateau_ramp=0.5"])
+    # 0.5 * clip(0.075 / 0.3) + 0.5 * (1 - 0.1 / 0.5) = 0.125 + 0.4
+    assert _designer_reward_at(changed, 8, tmp_path) == pytest.approx(0.525)

@@ -8,6 +8,7 @@ import pytest
 
 from spadekit import play, rewards
 from spadekit.rewards import (DESIGNER_SIGNALS, HANG_PENALTY, INVALID_REWARD, EmaTracker,
+                              RewardParams,
                               EnvStats, FailureReward, azr_learnability, designer_reward,
                               designer_reward_for_failure, designer_signal, episode_return,
                               plateau, register_designer_signal, regret, regret_norm,
@@ -216,10 +217,10 @@ def test_designer_signal_registry():
     with pytest.raises(KeyError, match="known"):
         designer_signal("nope", _stats())
     with pytest.raises(ValueError):
-        register_designer_signal("blend", lambda s: 0.0)
+        register_designer_signal("blend", lambda s, p: 0.0)
     with pytest.raises(TypeError):
         register_designer_signal("broken", 3)  # type: ignore[arg-type]
-    register_designer_signal("constant", lambda s: 0.25)
+    register_designer_signal("constant", lambda s, p: 0.25)
     try:
         assert designer_signal("constant", _stats()) == 0.25
     finally:
@@ -232,3 +233,69 @@ def test_signals_lifetime_defaults_to_generation_step_and_needs_ema():
     assert designer_signal("blend", stats) == approx(1.0)
     with pytest.raises(ValueError):
         designer_signal("learning_potential", stats)
+
+
+# -- the run's reward constants reach the signals (issue 12, defect 1) -------------------------
+
+
+def _win_rate_03_regret_0075() -> EnvStats:
+    # with hint: mean 0.375; without: mean 0.3 -> regret 0.075 -> norm 0.5
+    # lifetime no-hint wins (> 0): 3 of 10 -> win rate 0.3
+    return EnvStats(returns_with_hint=[0.375] * 8, returns_without_hint=[0.3] * 8,
+                    lifetime_returns=[1.0, 1.0, 1.0] + [0.0] * 7)
+
+
+def test_blend_takes_the_plateau_band_and_weights_from_the_params():
+    stats = _win_rate_03_regret_0075()
+    # default band [0.4, 0.6]: plateau(0.3) = 1 - 0.1 / 0.25 = 0.6 -> 0.4 * 0.5 + 0.6 * 0.6
+    assert designer_signal("blend", stats) == approx(0.56)
+    assert designer_signal("blend", stats, RewardParams()) == approx(0.56)
+    # the 4B run's later band [0.2, 0.4]: plateau 1 -> 0.4 * 0.5 + 0.6 * 1
+    band = RewardParams(plateau_low=0.2, plateau_high=0.4)
+    assert designer_signal("blend", stats, band) == approx(0.8)
+    assert designer_signal("plateau", stats, band) == approx(1.0)
+    # every other constant: scale 0.3 -> norm 0.25; weights 0.5/0.5; ramp 0.5 -> plateau 0.8
+    assert designer_signal("regret", stats, RewardParams(regret_scale=0.3)) == approx(0.25)
+    assert designer_signal("blend", stats, RewardParams(regret_weight=0.5, plateau_weight=0.5)) \
+        == approx(0.5 * 0.5 + 0.5 * 0.6)
+    assert designer_signal("plateau", stats, RewardParams(plateau_ramp=0.5)) == approx(0.8)
+
+
+def test_reward_params_from_a_reward_config():
+    from spadekit.config import RewardConfig
+
+    params = RewardParams.from_config(RewardConfig(plateau_low=0.2, plateau_high=0.4,
+                                                   regret_scale=0.3))
+    assert (params.plateau_low, params.plateau_high, params.regret_scale) == (0.2, 0.4, 0.3)
+    assert params.regret_weight == 0.4 and params.plateau_ramp == 0.25
+
+
+# -- the learning-potential EMAs (issue 12, defect 6) ------------------------------------------
+
+
+def test_learning_potential_of_per_round_win_rates():
+    t = EmaTracker()
+    for w in (0.0, 0.25, 0.5, 0.75):
+        t.update(w)
+    # fast: 0, .075, .2025, .36675 ; slow: 0, .0125, .036875, .07253125
+    assert t.learning_potential == approx(0.36675 - 0.07253125)   # 0.294
+    # the reference's constants: weights 0.99 / 0.95 of the new value, scale 1 / (2 * 0.04)
+    ref = EmaTracker(alpha_fast=0.99, alpha_slow=0.95, scale=12.5)
+    for w in (0.0, 0.25, 0.5, 0.75):
+        ref.update(w)
+    # fast .74747475, slow .73684375 -> 12.5 * 0.010631
+    assert ref.learning_potential == approx(12.5 * (0.74747475 - 0.73684375))
+    with pytest.raises(ValueError):
+        EmaTracker(scale=0.0)
+
+
+def test_ema_state_without_scale_loads_as_scale_one():
+    t = EmaTracker(scale=3.0)
+    t.update(0.0)
+    t.update(1.0)
+    state = t.state_dict()
+    assert state["scale"] == 3.0
+    old = {k: v for k, v in state.items() if k != "scale"}   # written before scale existed
+    resumed = EmaTracker(scale=3.0)
+    resumed.load_state_dict(old)
+    assert resumed.scale == 1.0 and resumed.learning_potential == approx(0.3 - 0.05)

@@ -23,7 +23,8 @@ UNSAFE_HELP = ("Allow running programs below the 'standard' isolation tier (see 
 
 def selfplay(
     preset: str = typer.Option("cpu-tiny", help="Preset: cpu-tiny (default: bundled SmolLM2 on "
-                               "CPU), games-4b, tooluse-4b, games-30b."),
+                               "CPU), games-4b, tooluse-4b, games-30b, games-8b-thinking, "
+                               "ablate-*."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file applied on top of "
                                           "the preset."),
     overrides: list[str] = typer.Option(None, "--set", help="Override one setting: "
@@ -40,6 +41,12 @@ def selfplay(
         "(`--set curriculum.pool=DIR`); rlve: RLVE's adaptive-difficulty environments. Same "
         "trainer and budget for all three."),
     unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and the "
+                                 "budgets it implies (agent samples, plays per environment, "
+                                 "hinted plays, designer weight, turn cap) and exit: no model "
+                                 "is loaded and no run directory is created."),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: one JSON object "
+                                 "(the budgets, and the config under 'config')."),
 ) -> None:
     """The main job: SPADE self-play. One model designs environments (with hints) and learns to
     solve them; both roles are updated with GRPO every round.
@@ -47,9 +54,15 @@ def selfplay(
     Everything lives in the run directory (config.yaml, run.sqlite, checkpoints/,
     events.jsonl); `--resume DIR` continues after any crash, losing at most the round in flight.
     In-loop evaluation: `--set eval.every=N --set 'eval.suites=[rg-easy]'`.
+    `--dry-run [--json]` shows what a preset resolves to without starting anything.
     """
-    _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
-                  [f"curriculum.kind={curriculum}"] if curriculum else [])
+    extra = [f"curriculum.kind={curriculum}"] if curriculum else []
+    if dry_run or as_json:
+        if not dry_run:
+            raise typer.BadParameter("--json needs --dry-run")
+        _dry_run(preset, config, overrides, model, rounds, unsafe, extra, as_json)
+        return
+    _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe, extra)
 
 
 def train_fixed(
@@ -72,12 +85,10 @@ def train_fixed(
                   ["curriculum.kind=fixed", f"curriculum.pool={json.dumps(pool)}"])
 
 
-def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
-                  extra: list[str]) -> None:
-    import time as _time
-
+def _resolve(preset, config, overrides, model, rounds, unsafe, extra: list[str]):
+    """The config of a ``selfplay``/``train-fixed`` command line (``typer.BadParameter`` if it
+    does not load)."""
     from spadekit.config import load_config
-    from spadekit.selfplay import SelfPlay
 
     sets = list(overrides or []) + extra
     if model:
@@ -92,6 +103,40 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
             cfg = dataclasses.replace(cfg, rounds=rounds)
     except SpadekitError as exc:
         raise typer.BadParameter(exc.message) from None
+    return cfg
+
+
+def _dry_run(preset, config, overrides, model, rounds, unsafe, extra: list[str],
+             as_json: bool) -> None:
+    """``--dry-run``: the resolved config and its budgets; nothing is loaded or written."""
+    import yaml
+
+    from spadekit.config import budgets, to_dict
+
+    cfg = _resolve(preset, config, overrides, model, rounds, unsafe, extra)
+    numbers = budgets(cfg)
+    if as_json:
+        typer.echo(json.dumps({**numbers, "config": to_dict(cfg)}, sort_keys=False))
+        return
+    console.print(f"[bold]spadekit selfplay --dry-run[/bold]: preset {preset}"
+                  + (f" + {config}" if config else ""))
+    console.print(yaml.safe_dump(to_dict(cfg), sort_keys=False), markup=False,
+                  highlight=False)
+    table = Table(title="budgets per round", show_header=True)
+    table.add_column("quantity", no_wrap=True)
+    table.add_column("value")
+    for key, value in numbers.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    console.print(table)
+
+
+def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
+                  extra: list[str]) -> None:
+    import time as _time
+
+    from spadekit.selfplay import SelfPlay
+
+    cfg = _resolve(preset, config, overrides, model, rounds, unsafe, extra)
     import os
 
     # several processes (torchrun / accelerate launch): rank 0 owns the run directory and

@@ -50,20 +50,84 @@ class DesignerConfig:
     """A separate hint writer (a policy spec, e.g. ``openai:NAME@URL``) instead of the policy."""
 
 
+CHAT_ROLES = ("agent", "designer", "hint")
+"""The roles whose prompts go through the chat template (the judge and repair turns are the
+designer's)."""
+
+
+@dataclass(frozen=True)
+class ChatTemplateConfig:
+    """Keyword options for the tokenizer's chat template (``apply_chat_template(...,
+    **options)``), vLLM's and TRL's ``chat_template_kwargs``: e.g. Qwen3's
+    ``{enable_thinking: false}``. ``all`` applies to every role; ``agent``, ``designer`` (also
+    the judge and repair turns) and ``hint`` (the second hint call) add to it or override it
+    key by key. A role's reply cut inside an unclosed ``<think>`` is counted as
+    ``thinking_cut/<role>`` in the round's metrics."""
+
+    all: dict[str, Any] = field(default_factory=dict)
+    agent: dict[str, Any] = field(default_factory=dict)
+    designer: dict[str, Any] = field(default_factory=dict)
+    hint: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("all", *CHAT_ROLES):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ConfigError(f"chat_template.{name} must be a mapping of option names to "
+                                  f"values, got {value!r}")
+
+    def for_role(self, role: str) -> dict[str, Any]:
+        """The options of one role (``all`` overlaid with the role's own)."""
+        if role not in CHAT_ROLES:
+            raise ConfigError(f"chat_template: unknown role {role!r}; known: "
+                              f"{', '.join(CHAT_ROLES)}")
+        return {**self.all, **getattr(self, role)}
+
+
 @dataclass(frozen=True)
 class RewardConfig:
+    """The designer's reward (``spadekit.rewards``) and the agent's failure return. Every field
+    reaches the reward through ``RewardParams.from_config`` / the EMA trackers, and every one may
+    be changed by round with ``schedule`` (e.g. the 4B run's later band [0.2, 0.4])."""
+
     signal: str = "blend"
-    """Designer reward: blend (0.4 regret_norm + 0.6 plateau), regret, plateau,
-    learning_potential, solve_rate, azr."""
+    """Designer reward: blend (regret_weight * regret_norm + plateau_weight * plateau),
+    regret, plateau, learning_potential, solve_rate, azr."""
     regret_scale: float = 0.15
+    """regret_norm = clip(regret / regret_scale, 0, 1)."""
     regret_weight: float = 0.4
     plateau_weight: float = 0.6
     plateau_low: float = 0.4
+    """The plateau band [plateau_low, plateau_high] of the lifetime win rate scores 1."""
     plateau_high: float = 0.6
     plateau_ramp: float = 0.25
+    """Outside the band the plateau falls linearly to 0 over this distance."""
     failed_episode_reward: float = 0.0
     """Return given to a crashed agent episode (the reference uses -1)."""
     designer_weight_cap: float = 50.0
+    """Cap of the designer's loss weight min(n_agent / n_designer * regen_interval, cap)."""
+    ema_alpha_fast: float = 0.3
+    """learning_potential: the fast EMA's weight of each round's win rate (reference 0.99)."""
+    ema_alpha_slow: float = 0.05
+    """learning_potential: the slow EMA's weight (reference 0.95)."""
+    ema_scale: float = 1.0
+    """learning_potential = ema_scale * |fast - slow| (reference 1 / (2 * (0.99 - 0.95)))."""
+
+    def __post_init__(self) -> None:
+        from spadekit.rewards import DESIGNER_SIGNALS, EmaTracker, RewardParams
+
+        if self.signal not in DESIGNER_SIGNALS:
+            raise ConfigError(f"reward.signal must be one of {', '.join(sorted(DESIGNER_SIGNALS))}"
+                              f", got {self.signal!r}")
+        params = RewardParams.from_config(self)
+        try:  # the functions' own checks, at load instead of at the first reward
+            params.plateau(0.5)
+            params.regret_norm(0.0)
+            EmaTracker(self.ema_alpha_fast, self.ema_alpha_slow, self.ema_scale)
+        except ValueError as exc:
+            raise ConfigError(f"reward: {exc}") from None
+        if not self.designer_weight_cap > 0:
+            raise ConfigError("reward.designer_weight_cap must be > 0")
 
 
 @dataclass(frozen=True)
@@ -86,8 +150,8 @@ class ScheduleEntry:
 #: the loop reads afresh each round. Structural keys (model, setting, regen_interval, memory,
 #: rollout/train/sandbox settings baked into objects at start) are refused.
 SCHEDULABLE_PREFIXES = ("reward.",)
-SCHEDULABLE = ("envs_per_round", "num_generations", "hint_generations", "bootstrap_per_round",
-               "skills_per_epoch", "train_designer")
+SCHEDULABLE = ("envs_per_round", "agent_samples_per_round", "num_generations",
+               "hint_generations", "bootstrap_per_round", "skills_per_epoch", "train_designer")
 
 
 @dataclass(frozen=True)
@@ -165,10 +229,17 @@ class SelfPlayConfig:
     rounds: int = 2
     envs_per_round: int = 4
     """Environments the designer writes at each regeneration (paper: 24)."""
-    num_generations: int = 4
-    """Agent plays of every pooled environment per round, without hint (paper: 16)."""
+    agent_samples_per_round: int | None = None
+    """The agent's no-hint budget per round, as the paper states it (192): every pooled
+    environment is played ``ceil(agent_samples_per_round / environments in the pool)`` times
+    (8 at 192 / 24). Exactly one of this and ``num_generations`` is set (the other null)."""
+    num_generations: int | None = 4
+    """TRL's name, kept for a fixed count: no-hint plays of every pooled environment per round,
+    whatever the pool's size (``plays_per_env``). Null when ``agent_samples_per_round`` is set
+    (the paper presets); a run directory written before that field existed sets this one."""
     hint_generations: int = 4
-    """Plays with the hint at the generation step, for regret (paper: 16)."""
+    """Hinted plays of each new designer environment at its generation step, for regret (paper:
+    16). Regret compares them with the same round's no-hint plays (``plays_per_env`` of them)."""
     regen_interval: int = 4
     """Rounds an environment stays in the pool; also the designer update delay k."""
     skills_per_epoch: int = 3
@@ -205,6 +276,8 @@ class SelfPlayConfig:
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(
         max_turns=12, max_new_tokens=256, temperature=0.6, max_context_tokens=4096))
     reward: RewardConfig = field(default_factory=RewardConfig)
+    chat_template: ChatTemplateConfig = field(default_factory=ChatTemplateConfig)
+    """Chat-template options per role (``enable_thinking`` ...)."""
     train: TrainConfig = field(default_factory=TrainConfig)
     """The GRPO update (TRL's knob names); its ``temperature`` is set from the rollout's."""
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
@@ -215,9 +288,16 @@ class SelfPlayConfig:
     def __post_init__(self) -> None:
         if self.setting not in ("games", "tooluse"):
             raise ConfigError(f"setting must be games or tooluse, got {self.setting!r}")
-        for name in ("rounds", "envs_per_round", "num_generations", "regen_interval",
-                     "skills_per_epoch"):
+        for name in ("rounds", "envs_per_round", "regen_interval", "skills_per_epoch"):
             if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        if (self.num_generations is None) == (self.agent_samples_per_round is None):
+            raise ConfigError(
+                "set exactly one of agent_samples_per_round (the paper's budget: plays per "
+                "environment = ceil(samples / pooled environments)) and num_generations (a fixed "
+                "count per environment); set the other to null, e.g. --set num_generations=null")
+        for name in ("num_generations", "agent_samples_per_round"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         if self.hint_generations < 0 or self.bootstrap_per_round < 0:
             raise ConfigError("hint_generations and bootstrap_per_round must be >= 0")
@@ -227,6 +307,14 @@ class SelfPlayConfig:
                               "importance ratios need the sampling temperature")
         if self.schedule:
             check_schedule(self)
+
+    def plays_per_env(self, pooled: int) -> int:
+        """No-hint plays of each environment in a round whose pool holds ``pooled``
+        environments: ``num_generations``, or ``ceil(agent_samples_per_round / pooled)``."""
+        if self.num_generations is not None:
+            return self.num_generations
+        assert self.agent_samples_per_round is not None
+        return -(-self.agent_samples_per_round // max(1, pooled))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,6 +373,50 @@ def schedule_values(config: "SelfPlayConfig") -> dict[str, Any]:
                 value = getattr(value, part)
             out[key] = value
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the budgets a config implies (``spadekit selfplay --dry-run``)
+
+
+def budgets(config: "SelfPlayConfig") -> dict[str, Any]:
+    """The per-round sizes ``config`` leads to when every designed environment is valid: the
+    pool (``envs_per_round`` designed plus ``bootstrap_per_round`` reference environments when
+    a bootstrap is set), the no-hint plays of each (``plays_per_env``), the agent samples, the
+    hinted plays of a new environment and the designer's loss weight
+    ``min(n_agent / n_designer * regen_interval, cap)`` (agent samples counted as episodes:
+    with ``train.sample_granularity=turn`` the loop counts turns, a larger weight). Fewer valid environments mean more
+    plays each under ``agent_samples_per_round`` (the total stays put). ``env_max_turns`` is the
+    episode cap of the designer's prompt, the validator and play."""
+    from spadekit.advantages import designer_weight
+
+    bootstrap = config.bootstrap_per_round if config.bootstrap else 0
+    designed = config.envs_per_round if config.curriculum.kind == "spade" else 0
+    pool = designed + bootstrap if config.curriculum.kind == "spade" else config.envs_per_round
+    plays = config.plays_per_env(pool)
+    n_agent = plays * pool
+    weight = (designer_weight(n_agent, designed, config.regen_interval,
+                              config.reward.designer_weight_cap) if designed else 0.0)
+    return {
+        "setting": config.setting, "model": config.model, "curriculum": config.curriculum.kind,
+        "rounds": config.rounds, "regen_interval": config.regen_interval,
+        "envs_per_round": config.envs_per_round, "pool_size": pool,
+        "agent_samples_per_round": n_agent,
+        "plays_per_env": plays,
+        "hint_plays": config.hint_generations if designed else 0,
+        "designer_samples_per_regen": designed,
+        "designer_weight": weight,
+        "designer_weight_cap": config.reward.designer_weight_cap,
+        "env_max_turns": config.env_max_turns,
+        "rollout_max_turns": config.rollout.max_turns,
+        "agent_max_new_tokens": config.rollout.max_new_tokens,
+        "designer_max_new_tokens": config.designer.max_new_tokens,
+        "hint_max_new_tokens": config.designer.hint_max_new_tokens,
+        "max_context_tokens": config.rollout.max_context_tokens,
+        "chat_template_kwargs": {role: config.chat_template.for_role(role)
+                                 for role in CHAT_ROLES},
+        "total_agent_samples": n_agent * config.rounds,
+    }
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,8 +40,8 @@ __all__ = [
     "HANG_PENALTY", "INVALID_REWARD", "HANG_REASONS", "FailureReward",
     "designer_reward_for_failure",
     "EmaTracker", "azr_learnability",
-    "EnvStats", "DesignerSignal", "DESIGNER_SIGNALS", "register_designer_signal",
-    "designer_signal",
+    "EnvStats", "RewardParams", "DesignerSignal", "DESIGNER_SIGNALS",
+    "register_designer_signal", "designer_signal",
 ]
 
 # ----- SPEC defaults ------------------------------------------------------------------------------
@@ -170,19 +170,31 @@ class EmaTracker:
     """Fast and slow exponential moving averages of one environment's win rate; their gap is the
     "learning potential" ablation signal (how fast the agent's success there is changing).
 
-    Definition: feed ``update(w)`` once per rollout with the environment's win rate in that
-    rollout. The first update sets both averages to ``w``; each later one does
+    Definition: feed ``update(w)`` once per rollout with the environment's win rate IN THAT
+    ROLLOUT (not its cumulative win rate, which changes ever more slowly and halves the signal).
+    The first update sets both averages to ``w``; each later one does
     ``fast += alpha_fast * (w - fast)`` and ``slow += alpha_slow * (w - slow)``.
-    ``learning_potential = |fast - slow|``, and 0.0 before any update (no evidence of change).
-    Defaults: ``alpha_fast = 0.3``, ``alpha_slow = 0.05``.
+    ``learning_potential = scale * |fast - slow|``, and 0.0 before any update.
+
+    Defaults ``alpha_fast = 0.3``, ``alpha_slow = 0.05``, ``scale = 1`` (``reward.ema_*``): per
+    round 0, .25, .5, .75 give 0.294. The reference uses ``0.99``, ``0.95`` and
+    ``scale = 1 / (2 * (0.99 - 0.95)) = 12.5`` (the same update, with its gammas as the weight of
+    the new value): both averages then follow the last win rate almost at once and the signal is
+    about half the last round-to-round change (0.133 on the same series), so a single noisy round
+    decides it; set ``reward.ema_alpha_fast=0.99 reward.ema_alpha_slow=0.95
+    reward.ema_scale=12.5`` to reproduce it.
     """
 
-    def __init__(self, alpha_fast: float = 0.3, alpha_slow: float = 0.05) -> None:
+    def __init__(self, alpha_fast: float = 0.3, alpha_slow: float = 0.05,
+                 scale: float = 1.0) -> None:
         for name, alpha in (("alpha_fast", alpha_fast), ("alpha_slow", alpha_slow)):
             if not 0.0 < alpha <= 1.0:
                 raise ValueError(f"EmaTracker: {name} must lie in (0, 1], got {alpha}")
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"EmaTracker: scale must be > 0, got {scale}")
         self.alpha_fast = float(alpha_fast)
         self.alpha_slow = float(alpha_slow)
+        self.scale = float(scale)
         self.fast: float | None = None
         self.slow: float | None = None
         self.count = 0
@@ -204,28 +216,31 @@ class EmaTracker:
     def learning_potential(self) -> float:
         if self.fast is None or self.slow is None:
             return 0.0
-        return abs(self.fast - self.slow)
+        return self.scale * abs(self.fast - self.slow)
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-safe state, enough to resume the tracker exactly."""
         return {"alpha_fast": self.alpha_fast, "alpha_slow": self.alpha_slow,
-                "fast": self.fast, "slow": self.slow, "count": self.count}
+                "scale": self.scale, "fast": self.fast, "slow": self.slow, "count": self.count}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from ``state_dict()`` output; the stored alphas replace the current ones."""
+        """Restore from ``state_dict()`` output; the stored alphas (and scale, 1.0 in a state
+        written before it existed) replace the current ones."""
         missing = {"alpha_fast", "alpha_slow", "fast", "slow", "count"} - set(state)
         if missing:
             raise KeyError(f"EmaTracker.load_state_dict: missing {sorted(missing)}")
         if (state["fast"] is None) != (state["slow"] is None):
             raise ValueError("EmaTracker.load_state_dict: fast and slow must both be set or None")
-        restored = EmaTracker(state["alpha_fast"], state["alpha_slow"])
+        restored = EmaTracker(state["alpha_fast"], state["alpha_slow"], state.get("scale", 1.0))
         self.alpha_fast, self.alpha_slow = restored.alpha_fast, restored.alpha_slow
+        self.scale = restored.scale
         self.fast = None if state["fast"] is None else float(state["fast"])
         self.slow = None if state["slow"] is None else float(state["slow"])
         self.count = int(state["count"])
 
     def __repr__(self) -> str:
         return (f"EmaTracker(alpha_fast={self.alpha_fast}, alpha_slow={self.alpha_slow}, "
+                f"scale={self.scale}, "
                 f"fast={self.fast}, slow={self.slow}, count={self.count})")
 
 
@@ -251,34 +266,65 @@ class EnvStats:
                 else self.lifetime_returns)
 
 
-DesignerSignal = Callable[[EnvStats], float]
+@dataclass(frozen=True)
+class RewardParams:
+    """The constants of the designer signals, one run's ``reward.*`` settings (SPEC defaults).
+
+    ``designer_signal`` takes them from the run's config (``RewardParams.from_config``), so a
+    changed band or a schedule entry reaches the reward; the module-level defaults above are
+    only the values of a config that sets nothing."""
+
+    regret_scale: float = REGRET_SCALE
+    regret_weight: float = REGRET_WEIGHT
+    plateau_weight: float = PLATEAU_WEIGHT
+    plateau_low: float = PLATEAU_LOW
+    plateau_high: float = PLATEAU_HIGH
+    plateau_ramp: float = PLATEAU_RAMP
+
+    @classmethod
+    def from_config(cls, reward: Any) -> "RewardParams":
+        """The parameters of a ``RewardConfig`` (any object with these attribute names)."""
+        return cls(**{name: float(getattr(reward, name)) for name in cls.__dataclass_fields__})
+
+    def plateau(self, win_rate: float) -> float:
+        return plateau(win_rate, self.plateau_low, self.plateau_high, self.plateau_ramp)
+
+    def regret_norm(self, regret: float) -> float:
+        return regret_norm(regret, self.regret_scale)
 
 
-def _signal_blend(stats: EnvStats) -> float:
-    return designer_reward(regret_norm(regret(stats.returns_with_hint,
-                                              stats.returns_without_hint)),
-                           plateau(win_rate(stats.lifetime())))
+DEFAULT_PARAMS = RewardParams()
+
+DesignerSignal = Callable[[EnvStats, RewardParams], float]
+"""``(stats, params) -> reward`` of one environment."""
 
 
-def _signal_regret(stats: EnvStats) -> float:
-    return regret_norm(regret(stats.returns_with_hint, stats.returns_without_hint))
+def _signal_blend(stats: EnvStats, p: RewardParams) -> float:
+    return designer_reward(p.regret_norm(regret(stats.returns_with_hint,
+                                                stats.returns_without_hint)),
+                           p.plateau(win_rate(stats.lifetime())), p.regret_weight,
+                           p.plateau_weight)
 
 
-def _signal_plateau(stats: EnvStats) -> float:
-    return plateau(win_rate(stats.lifetime()))
+def _signal_regret(stats: EnvStats, p: RewardParams) -> float:
+    return p.regret_norm(regret(stats.returns_with_hint, stats.returns_without_hint))
 
 
-def _signal_learning_potential(stats: EnvStats) -> float:
+def _signal_plateau(stats: EnvStats, p: RewardParams) -> float:
+    return p.plateau(win_rate(stats.lifetime()))
+
+
+def _signal_learning_potential(stats: EnvStats, p: RewardParams) -> float:
     if stats.ema is None:
         raise ValueError("the learning_potential signal needs EnvStats.ema")
     return stats.ema.learning_potential
 
 
-def _signal_solve_rate(stats: EnvStats) -> float:
+def _signal_solve_rate(stats: EnvStats, p: RewardParams) -> float:
     return solve_rate(stats.lifetime())
 
 
-def _signal_azr(stats: EnvStats) -> float:
+def _signal_azr(stats: EnvStats, p: RewardParams) -> float:
     return azr_learnability(solve_rate(stats.lifetime()))
 
 
@@ -286,7 +332,7 @@ DESIGNER_SIGNALS: dict[str, DesignerSignal] = {
     "blend": _signal_blend,                            # SPADE: 0.4 regret_norm + 0.6 plateau
     "regret": _signal_regret,                          # regret_norm alone
     "plateau": _signal_plateau,                        # plateau(lifetime win rate) alone
-    "learning_potential": _signal_learning_potential,  # |fast EMA - slow EMA| of win rate
+    "learning_potential": _signal_learning_potential,  # scaled |fast EMA - slow EMA| of win rate
     "solve_rate": _signal_solve_rate,                  # plain lifetime solve rate (return >= 1)
     "azr": _signal_azr,                                # 1 - solve rate if > 0 else 0
 }
@@ -304,11 +350,12 @@ def register_designer_signal(name: str, fn: DesignerSignal, *, overwrite: bool =
     DESIGNER_SIGNALS[name] = fn
 
 
-def designer_signal(name: str, stats: EnvStats) -> float:
-    """The designer reward of one environment under the named signal."""
+def designer_signal(name: str, stats: EnvStats, params: RewardParams = DEFAULT_PARAMS) -> float:
+    """The designer reward of one environment under the named signal, with the run's reward
+    constants (``RewardParams.from_config(config.reward)``; SPEC's values by default)."""
     try:
         fn = DESIGNER_SIGNALS[name]
     except KeyError:
         raise KeyError(f"unknown designer signal {name!r}; known: "
                        f"{', '.join(sorted(DESIGNER_SIGNALS))}") from None
-    return float(fn(stats))
+    return float(fn(stats, params))

@@ -4,9 +4,12 @@
   plays measure regret only); a crashed episode gets ``reward.failed_episode_reward``; one
   sample per episode, or one per assistant turn (``train.sample_granularity=turn``, for
   thinking models) with the episode's advantage on each;
-- designer: the samples due now, rewarded by ``reward.signal`` over the environment's plays,
-  centred per skill, upweighted, importance-corrected later by the trainer (their behaviour
-  logprobs were stored at generation time).
+- designer: the samples due now, rewarded by ``reward.signal`` with the round's ``reward.*``
+  constants (so a schedule entry moves them) over the environment's plays, centred per skill,
+  upweighted, importance-corrected later by the trainer (their behaviour logprobs were stored at
+  generation time);
+- the learning-potential trackers: each pooled environment's EMAs get that round's no-hint win
+  rate (``update_ema``).
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from typing import Any
 
 from spadekit.advantages import (Sample, agent_advantages, designer_advantages, designer_weight,
                                  per_turn_samples)
-from spadekit.rewards import EmaTracker, EnvStats, designer_signal
+from spadekit.rewards import EmaTracker, EnvStats, RewardParams, designer_signal
 from spadekit.rollout import Trajectory
 
-__all__ = ["agent_samples", "designer_samples", "env_stats"]
+__all__ = ["agent_samples", "designer_samples", "env_stats", "round_win_rate", "update_ema"]
 
 
 def agent_samples(trajs: list[Trajectory], config: Any, metrics: dict) -> list[Sample]:
@@ -63,13 +66,14 @@ def designer_samples(store: Any, memory: Any, ema: dict[str, EmaTracker], config
     if not due:
         return []
     rewards, regrets = [], []
+    params = RewardParams.from_config(cfg.reward)
     for item in due:
         meta = item.get("meta") or {}
         if "fixed_reward" in meta:
             rewards.append(float(meta["fixed_reward"]))
             continue
         stats = env_stats(store, ema, item["env_sha"])
-        reward = designer_signal(cfg.reward.signal, stats)
+        reward = designer_signal(cfg.reward.signal, stats, params)
         rewards.append(reward)
         regret = store.env_stats(item["env_sha"])["regret_at_gen"]
         if regret is not None:
@@ -106,3 +110,29 @@ def env_stats(store: Any, ema: dict[str, EmaTracker], sha: str) -> EnvStats:
     lifetime = [r[0] for r in rows if not r[1]]
     return EnvStats(returns_with_hint=with_hint or [0.0], returns_without_hint=without or
                     [0.0], lifetime_returns=lifetime or None, ema=ema.get(sha))
+
+
+def round_win_rate(store: Any, sha: str, step: int) -> float | None:
+    """The share of the environment's no-hint plays of round ``step`` with return > 0 (None:
+    it was not played without the hint that round)."""
+    rows = store.query("SELECT episode_return FROM plays WHERE env_sha = ? AND step = ? "
+                       "AND with_hint = 0", (sha, step))
+    if not rows:
+        return None
+    return sum(1 for r in rows if r[0] > 0) / len(rows)
+
+
+def update_ema(store: Any, ema: dict[str, EmaTracker], config: Any, sha: str,
+               step: int) -> None:
+    """Fold round ``step``'s win rate of ``sha`` into its learning-potential tracker (created on
+    first use), with the round's ``reward.ema_*`` constants."""
+    w = round_win_rate(store, sha, step)
+    if w is None:
+        return
+    r = config.reward
+    tracker = ema.get(sha)
+    if tracker is None:
+        tracker = ema[sha] = EmaTracker(r.ema_alpha_fast, r.ema_alpha_slow, r.ema_scale)
+    tracker.alpha_fast, tracker.alpha_slow = float(r.ema_alpha_fast), float(r.ema_alpha_slow)
+    tracker.scale = float(r.ema_scale)
+    tracker.update(w)

@@ -5,8 +5,11 @@ One round (``step``), all of it inside one database transaction (``RunStore.roun
 1. at each regeneration (every ``regen_interval`` rounds) the designer writes
    ``envs_per_round`` environments for the active skills (``spadekit.design``);
 2. bootstrap environments (reference library) join the pool while the designer is weak;
-3. the agent plays every pooled environment ``num_generations`` times without the hint, and each
-   new designer environment ``hint_generations`` times with the hint (regret, matched timing);
+3. the agent plays every pooled environment ``plays_per_env`` times without the hint
+   (``ceil(agent_samples_per_round / pooled environments)``, 8 at the paper's 192 / 24, or a
+   fixed ``num_generations``), and each new designer environment ``hint_generations`` times with
+   the hint (16 in the paper); regret compares those hinted plays with the same round's no-hint
+   plays (matched timing, SPEC point 5);
 4. agent samples: GRPO z-scores within each environment's no-hint plays of this round;
    designer samples due now (generated ``regen_interval`` rounds ago): the configured designer
    signal (default 0.4 * regret_norm + 0.6 * plateau(lifetime win rate)), centred per skill,
@@ -42,7 +45,7 @@ from spadekit.rollout import EpisodeSpec, RolloutEngine, Trajectory
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.store import RunStore
 from spadekit.policy.loading import quiet_transformers
-from spadekit.round_samples import agent_samples, designer_samples
+from spadekit.round_samples import agent_samples, designer_samples, update_ema
 from spadekit.loop_dist import PeerFailed, control_group, generation_context, join_launch, meet
 from spadekit.validate import Validator, ValidatorSettings
 
@@ -441,7 +444,8 @@ class SelfPlay:
     def _play_curriculum(self, step: int) -> list[Trajectory]:
         """A baseline's round: the curriculum picks the plays; no designer, no hints."""
         cfg = self.config
-        specs = self.curriculum.episodes(step, self.rng, cfg.envs_per_round, cfg.num_generations)
+        specs = self.curriculum.episodes(step, self.rng, cfg.envs_per_round,
+                                         cfg.plays_per_env(cfg.envs_per_round))
         trajs = self.engine.run(specs) if specs else []
         rows: dict[str, str] = {}
         for tr in trajs:
@@ -513,11 +517,13 @@ class SelfPlay:
     def _play(self, step: int) -> list[Trajectory]:
         cfg = self.config
         specs = []
-        for row in self.store.environments(status="pooled"):
+        pooled = self.store.environments(status="pooled")
+        plays = cfg.plays_per_env(len(pooled))  # agent_samples_per_round / pool, or fixed
+        for row in pooled:
             program = self.store.get_program(row["sha256"])
             designed = not (row.get("lineage") or {}).get("bootstrap")
             tag = {"env": row["sha256"], "skill": row.get("skill"), "designed": designed}
-            for _ in range(cfg.num_generations):
+            for _ in range(plays):
                 specs.append(EpisodeSpec(program, seed=self.rng.randrange(2 ** 31),
                                          tag={**tag, "with_hint": False}))
             hint = program.hint
@@ -546,9 +552,7 @@ class SelfPlay:
         cfg = self.config
         for row in self.store.environments(status="pooled"):
             sha = row["sha256"]
-            stats = self.store.env_stats(sha)
-            if stats["win_rate"] is not None:
-                self.ema.setdefault(sha, EmaTracker()).update(stats["win_rate"])
+            update_ema(self.store, self.ema, cfg, sha, step)  # this round's win rate
             born = self._bootstrap_created.get(sha, row.get("created_step") or 0)
             bootstrap = (row.get("lineage") or {}).get("bootstrap")
             if bootstrap or step - born + 1 >= cfg.regen_interval:
