@@ -198,3 +198,117 @@ def test_selfplay_with_per_turn_samples_trains_and_records_the_choice(tmp_path):
     assert any(not before[k].equal(v) for k, v in policy.model.state_dict().items())
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["train"]["sample_granularity"] == "turn"
+
+
+# -- replies cut inside <think>, and chat-template options per role (issue 12, defect 4) ------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from spadekit.chat import ChatRenderer  # noqa: E402
+from spadekit.policy.base import GenerationRequest, SamplingParams  # noqa: E402
+from spadekit.thinking import ends_inside_thinking, prompt_opens_thinking  # noqa: E402
+
+# A hybrid-thinking template in the style of Qwen3's: with enable_thinking false the generation
+# prompt closes an empty thinking block, so the model answers at once.
+HYBRID_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and not enable_thinking %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+NO_THINK = "<think>\n\n</think>"
+
+
+def hybrid_tokenizer():
+    tok = tiny_tokenizer()
+    tok.chat_template = HYBRID_TEMPLATE
+    return tok
+
+
+def _reference_cut(text: str) -> bool:
+    """Independent rule for exact lowercase tags: an opening tag after the last closing one."""
+    close = text.rfind("</think>")
+    return text.find("<think>", close + len("</think>") if close >= 0 else 0) >= 0
+
+
+@given(st.lists(st.sampled_from(["<think>", "</think>", "a", " ", "\\boxed{x}", "think", "<"]),
+                max_size=12))
+def test_ends_inside_thinking_matches_a_reference_rule(parts):
+    text = "".join(parts)
+    assert ends_inside_thinking(text) == _reference_cut(text)
+    # when the prompt opened the block, only a closing tag ends it
+    assert ends_inside_thinking(text, prompt_opens=True) == ("</think>" not in text
+                                                             or _reference_cut(text))
+
+
+@pytest.mark.parametrize("text,cut", [
+    ("<think>the budget ran out in the mid", True),
+    ("<think>done</think>HINT: count the corners.", False),
+    ("< THINK >x</think>y<think>again", True),
+    ("HINT: no thinking at all", False),
+])
+def test_ends_inside_thinking_cases(text, cut):
+    assert ends_inside_thinking(text) is cut
+
+
+def test_prompt_opens_thinking():
+    assert prompt_opens_thinking("<|im_start|>assistant\n<think>\n")
+    assert not prompt_opens_thinking("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert not prompt_opens_thinking("<|im_start|>assistant\n")
+
+
+def test_chat_template_options_reach_messages_requests_and_the_renderer():
+    tok = hybrid_tokenizer()
+    seen = []
+    policy = ScriptedPolicy(tok, lambda _ids, text: seen.append(text) or "ok")
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    policy.generate([GenerationRequest(messages=messages, params=SamplingParams()),
+                     GenerationRequest(messages=messages, params=SamplingParams(),
+                                       chat_template_kwargs={"enable_thinking": False})])
+    assert NO_THINK not in seen[0] and NO_THINK in seen[1]
+    assert NO_THINK in tok.decode(ChatRenderer(tok, (), {"enable_thinking": False})
+                                  .prompt_ids("s", "obs"))
+    assert NO_THINK not in tok.decode(ChatRenderer(tok).prompt_ids("s", "obs"))
+
+
+def test_agent_chat_template_options_reach_every_turn(pool):
+    tok = hybrid_tokenizer()
+    policy = ScriptedPolicy(tok, lambda _ids, _text: "\\boxed{wrong}")
+    engine = RolloutEngine(policy, pool, RolloutConfig(max_turns=2, max_new_tokens=16),
+                           chat_template_kwargs={"enable_thinking": False})
+    [tr] = engine.run([EpisodeSpec(prog(JUDGE), seed=0)])
+    text = tok.decode(tr.token_ids)
+    assert text.count(NO_THINK) == 2   # the first prompt and the second turn's observation
+
+
+def test_a_hint_cut_inside_thinking_is_counted_and_the_option_fixes_it(tmp_path):
+    """A hybrid designer that thinks unless told not to: with a 48-token hint budget its hint
+    ends inside <think> (counted, shown in the round table) unless chat_template.hint turns
+    thinking off."""
+    from spadekit.cli_train import _round_table
+    from spadekit.policy.registry import load_policy
+    from spadekit.selfplay import SelfPlay
+    from test_selfplay import WORDS, config, designer_responder
+
+    results = {}
+    for label, extra in (("thinking", {}), ("off", {
+            "chat_template.hint": "{enable_thinking: false}"})):
+        base = designer_responder(WORDS)
+
+        def respond(ids, text, base=base):
+            if "You write privileged hints" in text and NO_THINK not in text:
+                return "<think>" + "let me look at the reward code first " * 20
+            return base(ids, text)
+
+        designer = ScriptedPolicy(hybrid_tokenizer(), respond)
+        cfg = config(tmp_path / label, rounds=1, **{"designer.hint_max_new_tokens": 48},
+                     **extra)
+        with SelfPlay(cfg, tmp_path / label / "run", policy=load_policy("tiny"),
+                      designer_policy=designer) as sp:
+            results[label] = sp.run()[0]
+    thinking, off = results["thinking"], results["off"]
+    assert thinking["thinking_cut/hint"] == 2 and thinking["hints_ok"] == 0
+    assert thinking["thinking_cut/designer"] == 0
+    assert "thinking cut" in str(_round_table(thinking).caption)
+    assert off["thinking_cut/hint"] == 0 and off["hints_ok"] == 2

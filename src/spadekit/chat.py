@@ -18,17 +18,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from spadekit.policy.base import encode_text, render_text
+from spadekit.policy.base import encode_text
+from spadekit.policy.base import render_text as _render_text
 
 _SENTINELS = ("\x00SPADEKIT-A\x00", "\x00SPADEKIT-B\x00")
 
 
 class ChatRenderer:
-    def __init__(self, tokenizer: Any, stop_token_texts: tuple[str, ...] = ()) -> None:
+    def __init__(self, tokenizer: Any, stop_token_texts: tuple[str, ...] = (),
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
         self.stop_token_texts = tuple(t for t in stop_token_texts if t)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        """Template options (``enable_thinking`` ...) used for every render."""
         self.regular, self.closing, self.user_open, self.user_close = self._learn()
         self._prompt_cache: dict[tuple[str, str], tuple[str, str] | None] = {}
+
+    def _render(self, messages: list[dict], add_generation_prompt: bool,
+                tools: list[dict] | None = None) -> str:
+        return _render_text(self.tokenizer, messages, add_generation_prompt, tools,
+                            self.chat_template_kwargs)
 
     def _learn(self) -> tuple[bool, str, str, str]:
         """Find ``closing`` (after assistant content), and the text around a user message up to
@@ -38,10 +47,9 @@ class ChatRenderer:
             shapes = []
             for content, answer in ((a, b), (b, a)):
                 base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
-                prompt = render_text(self.tokenizer, base, True)
-                done = render_text(self.tokenizer, base + [{"role": "assistant",
-                                                            "content": answer}], False)
-                more = render_text(self.tokenizer, base + [
+                prompt = self._render(base, True)
+                done = self._render(base + [{"role": "assistant", "content": answer}], False)
+                more = self._render(base + [
                     {"role": "assistant", "content": answer},
                     {"role": "user", "content": content}], True)
                 if not done.startswith(prompt + answer) or not more.startswith(done):
@@ -73,17 +81,15 @@ class ChatRenderer:
         shape = self._prompt_cache.get(key)
         if shape is None:
             sentinel = _SENTINELS[0]
-            text = render_text(self.tokenizer, [{"role": "system", "content": system},
-                                                {"role": "user", "content": sentinel}], True,
-                               tools)
+            text = self._render([{"role": "system", "content": system},
+                                 {"role": "user", "content": sentinel}], True, tools)
             i = text.find(sentinel)
             shape = (text[:i], text[i + len(sentinel):]) if i >= 0 and self.regular else None
             if len(self._prompt_cache) < 256:
                 self._prompt_cache[key] = shape
         if shape is None:
-            return render_text(self.tokenizer, [{"role": "system", "content": system},
-                                                {"role": "user", "content": observation}],
-                               True, tools)
+            return self._render([{"role": "system", "content": system},
+                                 {"role": "user", "content": observation}], True, tools)
         return shape[0] + observation + shape[1]
 
     def _closing(self, closing: str, sampled_end: bool) -> str:
@@ -110,11 +116,11 @@ class ChatRenderer:
         if self.regular:
             return (self._closing(self.closing, sampled_end) + self.user_open + observation
                     + self.user_close), True
-        prompt = render_text(self.tokenizer, messages[:-1], True, tools)
+        prompt = self._render(messages[:-1], True, tools)
         content = messages[-1]["content"]
-        before = render_text(self.tokenizer, messages, False, tools)
-        after = render_text(self.tokenizer, messages + [{"role": "user",
-                                                         "content": observation}], True, tools)
+        before = self._render(messages, False, tools)
+        after = self._render(messages + [{"role": "user", "content": observation}], True,
+                             tools)
         if before.startswith(prompt + content) and after.startswith(before):
             return self._closing(before[len(prompt) + len(content):], sampled_end) \
                 + after[len(before):], True

@@ -216,6 +216,13 @@ def _round_table(m: dict) -> Table:
     table.add_row(f("valid_share", "{:.0%}"), pool, f("agent_win_rate", "{:.0%}"),
                   f("agent_mean_return"), f("regret"), f("designer_reward"), f("train/loss"),
                   f"{tps:.0f}")
+    cut = {k.split("/", 1)[1]: v for k, v in m.items()
+           if k.startswith("thinking_cut/") and isinstance(v, (int, float)) and v}
+    if cut:  # replies that ended inside <think>: a lost hint/program/move, not a quiet zero
+        table.caption += ("\nthinking cut (reply ended inside <think>): "
+                          + "  ".join(f"{role} {int(n)}" for role, n in sorted(cut.items()))
+                          + " - raise that role's token budget or set "
+                          "chat_template.<role>.enable_thinking=false")
     evals = [(k[5:-9], v) for k, v in m.items()
              if k.startswith("eval/") and k.endswith("/win_rate") and k.count("/") == 2]
     if evals:

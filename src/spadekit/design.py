@@ -47,6 +47,7 @@ from spadekit.repair import build_repair_messages
 from spadekit.rewards import designer_reward_for_failure
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.store import RunStore
+from spadekit.thinking import count_thinking_cut
 from spadekit.validate import ValidationReport, Validator
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,8 @@ class DesignOutcome:
     judge: dict[str, int] = field(default_factory=lambda: {"accept": 0, "reject": 0,
                                                            "no_verdict": 0})
     timings: dict[str, float] = field(default_factory=dict)
+    thinking_cut: dict[str, int] = field(default_factory=lambda: {"designer": 0, "hint": 0})
+    """Replies that ended inside an unclosed <think> (the budget ran out mid-thought)."""
 
     @property
     def valid_share(self) -> float:
@@ -138,9 +141,12 @@ class DesignPhase:
                          "parents": [p.sha256 for p in positives]})
             plan[-1]["request"] = GenerationRequest(messages=messages, params=SamplingParams(
                 temperature=dcfg.temperature, top_p=dcfg.top_p,
-                max_new_tokens=dcfg.max_new_tokens, seed=rng.randrange(2 ** 31)))
+                max_new_tokens=dcfg.max_new_tokens, seed=rng.randrange(2 ** 31)),
+                chat_template_kwargs=cfg.chat_template.for_role("designer"))
         with phase(f"round {step}: design ({len(plan)} environments)"):
             gens = self.policy.generate([p["request"] for p in plan])
+        out.thinking_cut["designer"] += count_thinking_cut(
+            gens, getattr(self.policy, "tokenizer", None))
         out.attempted = len(gens)
         out.timings["design"] = time.perf_counter() - clock
         clock = time.perf_counter()
@@ -245,7 +251,9 @@ class DesignPhase:
                                       params=SamplingParams(
                                           temperature=dcfg.judge_temperature,
                                           max_new_tokens=dcfg.judge_max_new_tokens,
-                                          seed=rng.randrange(2 ** 31))) for code in codes]
+                                          seed=rng.randrange(2 ** 31)),
+                                      chat_template_kwargs=self.config.chat_template.for_role(
+                                          "designer")) for code in codes]
         try:
             gens = self.policy.generate(requests)
         except Exception as exc:  # noqa: BLE001 - a failing judge accepts (never blocks a round)
@@ -288,7 +296,8 @@ class DesignPhase:
                 messages=build_repair_messages(item["request"].messages, text, report),
                 params=SamplingParams(temperature=dcfg.temperature, top_p=dcfg.top_p,
                                       max_new_tokens=dcfg.max_new_tokens,
-                                      seed=rng.randrange(2 ** 31)))
+                                      seed=rng.randrange(2 ** 31)),
+                chat_template_kwargs=self.config.chat_template.for_role("designer"))
                 for item, text, report, _r, _s in pending])
             out.repair_calls += len(gens)
             checks = self._check([g.text for g in gens], seen, rng)
@@ -321,7 +330,8 @@ class DesignPhase:
                 messages=build_hint_messages(items[i][1].code, self.config.setting),
                 params=SamplingParams(temperature=dcfg.hint_temperature,
                                       max_new_tokens=dcfg.hint_max_new_tokens,
-                                      seed=rng.randrange(2 ** 31))) for i in todo]
+                                      seed=rng.randrange(2 ** 31)),
+                chat_template_kwargs=self.config.chat_template.for_role("hint")) for i in todo]
             if self.hint_policy is self.policy:
                 gens = self.policy.generate(requests)
             else:
@@ -330,6 +340,8 @@ class DesignPhase:
                 except Exception as exc:  # noqa: BLE001 - a remote hint model may be down
                     log.warning("hint model %s failed: %s", dcfg.hint_model, exc)
                     gens = []
+            out.thinking_cut["hint"] += count_thinking_cut(
+                gens, getattr(self.hint_policy, "tokenizer", None))
             for i, gen in zip(todo, gens):
                 self._accept(items, i, parse_hint(gen.text), actions, out)
         out.hints["missing"] = sum(1 for it in items if it[3] is None)

@@ -304,10 +304,12 @@ class RolloutEngine:
     (or any ``EnvBackend``)."""
 
     def __init__(self, policy: Policy, pool: SandboxPool | EnvBackend | None,
-                 config: RolloutConfig | None = None):
+                 config: RolloutConfig | None = None, *,
+                 chat_template_kwargs: dict[str, Any] | None = None):
         """``pool``: a ``SandboxPool`` (wrapped in ``LocalPoolBackend``), an ``EnvBackend``
         (e.g. ``RayEnvBackend``), or None when every episode runs an in-process
-        ``env_factory``."""
+        ``env_factory``. ``chat_template_kwargs``: the agent's chat-template options
+        (``enable_thinking`` ...), used for every prompt and observation."""
         self.policy = policy
         self.config = config or RolloutConfig()
         if isinstance(pool, SandboxPool):
@@ -322,7 +324,7 @@ class RolloutEngine:
         stops = tuple(t for t in END_OF_TURN_TEXTS if t in vocab)
         eos = getattr(policy.tokenizer, "eos_token", None)
         self.stop_texts = tuple(dict.fromkeys(((eos,) if eos else ()) + stops))
-        self.renderer = ChatRenderer(policy.tokenizer, self.stop_texts)
+        self.renderer = ChatRenderer(policy.tokenizer, self.stop_texts, chat_template_kwargs)
         self._stop_ids = {vocab[t] for t in self.stop_texts if t in vocab}
         self.stats: dict[str, float] = {}
 

@@ -3,7 +3,8 @@
 - agent: GRPO z-scores of returns within each environment's no-hint plays of the round (hint
   plays measure regret only); a crashed episode gets ``reward.failed_episode_reward``; one
   sample per episode, or one per assistant turn (``train.sample_granularity=turn``, for
-  thinking models) with the episode's advantage on each;
+  thinking models) with the episode's advantage on each; ``thinking_cut/agent`` counts the
+  turns (hinted plays too) whose reply ended inside an unclosed ``<think>``;
 - designer: the samples due now, rewarded by ``reward.signal`` with the round's ``reward.*``
   constants (so a schedule entry moves them) over the environment's plays, centred per skill,
   upweighted, importance-corrected later by the trainer (their behaviour logprobs were stored at
@@ -20,6 +21,7 @@ from spadekit.advantages import (Sample, agent_advantages, designer_advantages, 
                                  per_turn_samples)
 from spadekit.rewards import EmaTracker, EnvStats, RewardParams, designer_signal
 from spadekit.rollout import Trajectory
+from spadekit.thinking import ends_inside_thinking
 
 __all__ = ["agent_samples", "designer_samples", "env_stats", "round_win_rate", "update_ema"]
 
@@ -52,6 +54,9 @@ def agent_samples(trajs: list[Trajectory], config: Any, metrics: dict) -> list[S
                    agent_win_rate=sum(r > 0 for r in played) / len(played) if played else 0.0,
                    agent_failures=sum(1 for t in trajs if t.failure),
                    sampled_tokens=sum(t.num_sampled for t in trajs),
+                   **{"thinking_cut/agent": sum(
+                       ends_inside_thinking(m.get("content") or "") for t in trajs
+                       for m in t.messages if m.get("role") == "assistant")},
                    agent_samples_per_episode=len(samples) / len(played) if played else 0.0)
     return samples
 

@@ -160,7 +160,8 @@ class SelfPlay:
             self.validator = (RayValidator(self.env_backend, settings) if d.env_backend == "ray"
                               else Validator(self.pool, settings))
             self.engine = RolloutEngine(self.gen_policy or policy, self.env_backend,
-                                        config.rollout)
+                                        config.rollout, chat_template_kwargs=(
+                                            config.chat_template.for_role("agent")))
             self.memory = EnvironmentMemory(self.store, cap=config.memory_size,
                                             duplicate_threshold=config.dedup_threshold)
             from spadekit.corpus import load_corpus
@@ -433,7 +434,9 @@ class SelfPlay:
                            hints_ok=outcome.hints["ok"], hints_leaked=outcome.hints["leaks"],
                            invalid_reasons=outcome.reasons, repaired=outcome.repaired,
                            repair_calls=outcome.repair_calls,
-                           judge_rejected=outcome.judge.get("reject", 0))
+                           judge_rejected=outcome.judge.get("reject", 0),
+                           **{f"thinking_cut/{role}": n
+                              for role, n in outcome.thinking_cut.items()})
         self._bootstrap(step)
         t = time.perf_counter()
         with self._phase(f"round {step}: play"):

@@ -225,7 +225,8 @@ def _producer_selfplay(config: Any, run_dir: Path, policy: Any, designer_policy:
     sp.trainer = _NoTrainer()
     sp.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
     sp.validator = Validator(sp.pool, ValidatorSettings(max_turns=config.env_max_turns))
-    sp.engine = RolloutEngine(policy, sp.pool, config.rollout)
+    sp.engine = RolloutEngine(policy, sp.pool, config.rollout,
+                              chat_template_kwargs=config.chat_template.for_role("agent"))
     sp.memory = EnvironmentMemory(sp.store, cap=config.memory_size,
                                   duplicate_threshold=config.dedup_threshold)
     sp.corpus = load_corpus(config.corpus, seed=config.seed)
@@ -329,11 +330,13 @@ class SGLangRouterPolicy:
         self.stop_token_ids = sorted({vocab[t] for t in END_OF_TURN_TEXTS if t in vocab})
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None) -> list[int]:
+               tools: list[dict] | None = None,
+               chat_template_kwargs: dict | None = None) -> list[int]:
         from spadekit.policy.base import encode_text, render_text
 
         return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools))
+                                                       add_generation_prompt, tools,
+                                                       chat_template_kwargs))
 
     def generate(self, requests: list[Any]) -> list[Any]:
         return list(self._pool.map(self._one, requests))
@@ -345,7 +348,8 @@ class SGLangRouterPolicy:
         from spadekit.policy.base import Generation, PolicyError, cut_at_stop
 
         prompt = (list(req.prompt_ids) if req.prompt_ids is not None
-                  else self.render(req.messages, True, req.tools))
+                  else self.render(req.messages, True, req.tools,
+                                   getattr(req, "chat_template_kwargs", None)))
         p = req.params
         params: dict[str, Any] = {
             "temperature": p.temperature, "top_p": p.top_p, "max_new_tokens": p.max_new_tokens,

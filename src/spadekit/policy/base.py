@@ -66,6 +66,9 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     tools: list[dict[str, Any]] | None = None
     """OpenAI-style tool schemas passed to the chat template (messages requests only)."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Extra chat-template options for this request (messages requests only), e.g.
+    ``{"enable_thinking": False}``; the config's ``chat_template`` section per role."""
 
     def __post_init__(self) -> None:
         if (self.prompt_ids is None) == (self.messages is None):
@@ -106,9 +109,12 @@ class Policy(Protocol):
 
 
 def render_text(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool,
-                tools: list[dict[str, Any]] | None = None) -> str:
-    """The chat template's text for ``messages`` (shared by every backend)."""
-    kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
+                tools: list[dict[str, Any]] | None = None,
+                chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """The chat template's text for ``messages`` (shared by every backend);
+    ``chat_template_kwargs`` become template variables (``enable_thinking`` ...)."""
+    kwargs: dict[str, Any] = {**(chat_template_kwargs or {}), "tokenize": False,
+                              "add_generation_prompt": add_generation_prompt}
     if tools:
         kwargs["tools"] = tools
     return tokenizer.apply_chat_template(messages, **kwargs)

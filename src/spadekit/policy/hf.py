@@ -70,13 +70,16 @@ class HFPolicy:
     # -- Policy API --------------------------------------------------------------------------
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None) -> list[int]:
+               tools: list[dict] | None = None,
+               chat_template_kwargs: dict | None = None) -> list[int]:
         return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools))
+                                                       add_generation_prompt, tools,
+                                                       chat_template_kwargs))
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         prompts = [list(r.prompt_ids) if r.prompt_ids is not None
-                   else self.render(r.messages, True, r.tools) for r in requests]
+                   else self.render(r.messages, True, r.tools, r.chat_template_kwargs)
+                   for r in requests]
         out: list[Generation] = []
         with self._lock:  # one model, one batch at a time
             for start in range(0, len(requests), self.max_batch_size):

@@ -139,12 +139,14 @@ class OpenAIPolicy:
     # -- Policy API --------------------------------------------------------------------------
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None) -> list[int]:
+               tools: list[dict] | None = None,
+               chat_template_kwargs: dict | None = None) -> list[int]:
         if self.tokenizer is None:
             raise CapabilityError(f"{self.name}: render() needs a tokenizer (pass tokenizer= "
                                   "a Hugging Face tokenizer or a local path)")
         return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools))
+                                                       add_generation_prompt, tools,
+                                                       chat_template_kwargs))
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         if self._closed:
@@ -317,7 +319,7 @@ class OpenAIPolicy:
         if req.prompt_ids is not None:
             prompt_ids = [int(t) for t in req.prompt_ids]
         else:
-            prompt_ids = self.render(req.messages, True, req.tools)
+            prompt_ids = self.render(req.messages, True, req.tools, req.chat_template_kwargs)
         if not prompt_ids:
             raise PolicyError("empty prompt")
         if not f.completions:
@@ -344,6 +346,8 @@ class OpenAIPolicy:
                                 **_sampling_fields(req.params), "logprobs": True}
         if req.tools:
             body["tools"] = req.tools
+        if req.chat_template_kwargs:  # vLLM's / SGLang's name for template options
+            body["chat_template_kwargs"] = dict(req.chat_template_kwargs)
         if self.features.extras:
             body.update(VLLM_EXTRAS)
         data = self._request("POST", "/chat/completions", body)

@@ -35,16 +35,18 @@ class ScriptedPolicy:
         self.calls = 0
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None) -> list[int]:
+               tools: list[dict] | None = None,
+               chat_template_kwargs: dict | None = None) -> list[int]:
         return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools))
+                                                       add_generation_prompt, tools,
+                                                       chat_template_kwargs))
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         out = []
         answers = []
         for req in requests:
             prompt = list(req.prompt_ids) if req.prompt_ids is not None else self.render(
-                req.messages, True, req.tools)
+                req.messages, True, req.tools, req.chat_template_kwargs)
             text = self.respond(prompt, self.tokenizer.decode(prompt) if self.decode_prompt
                                 else "")
             answers.append((req, prompt) + cut_at_stop(text, req.params.stop))

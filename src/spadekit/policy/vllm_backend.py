@@ -121,9 +121,11 @@ class VLLMPolicy:
     # -- Policy API --------------------------------------------------------------------------
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None) -> list[int]:
+               tools: list[dict] | None = None,
+               chat_template_kwargs: dict | None = None) -> list[int]:
         return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools))
+                                                       add_generation_prompt, tools,
+                                                       chat_template_kwargs))
 
     def sampling_params(self, p: SamplingParams) -> Any:
         """The ``vllm.SamplingParams`` for one request."""
@@ -143,7 +145,8 @@ class VLLMPolicy:
         if not requests:
             return []
         prompts = [list(r.prompt_ids) if r.prompt_ids is not None
-                   else self.render(r.messages, True, r.tools) for r in requests]
+                   else self.render(r.messages, True, r.tools, r.chat_template_kwargs)
+                   for r in requests]
         if any(not p for p in prompts):
             raise PolicyError("empty prompt")
         inputs = [{"prompt_token_ids": p} for p in prompts]  # a vllm TokensPrompt
