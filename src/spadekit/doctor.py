@@ -1,7 +1,9 @@
 """``spadekit doctor``: what this machine offers spadekit, gathered without side effects.
 
-Sandbox isolation (tier, each layer, what a real worker applied), dependency versions (read from
-package metadata, nothing is imported), system tools, and models available offline.
+Sandbox isolation (tier, each layer, what a real worker applied), and per tier the limits a real
+worker at that tier was measured to have (scratch size, CPU quota and idle stopping, IPC denial);
+dependency versions (read from package metadata, nothing is imported), system tools, and models
+available offline.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def _version(dist: str) -> str | None:
 
 def collect() -> dict:
     from spadekit.sandbox.config import SandboxConfig
-    from spadekit.sandbox.isolation import detect
+    from spadekit.sandbox.isolation import detect, tier_limits
 
     out: dict = {"spadekit": __version__, "python": sys.version.split()[0],
                  "platform": platform.platform(), "user": "root" if os.geteuid() == 0 else
@@ -39,6 +41,10 @@ def collect() -> dict:
         out["sandbox"] = report.to_dict()
     except SpadekitError as exc:
         out["sandbox"] = {"tier": None, "safe_for_untrusted_code": False, "error": exc.message}
+    try:
+        out["sandbox"]["tiers"] = tier_limits(SandboxConfig(allow_unsafe=True))
+    except SpadekitError as exc:
+        out["sandbox"]["tiers"] = {"error": exc.message}
     out["packages"] = {name: _version(name) for name in PACKAGES}
     bwrap = shutil.which("bwrap")
     bw_version = None
@@ -85,6 +91,7 @@ def render(report: dict, console) -> None:
     for attempt in sb.get("attempts", []):
         mark = "[green]ok[/green]" if attempt["ok"] else "[yellow]skipped[/yellow]"
         console.print(f"  tier {attempt['tier']}: {mark} {attempt['why']}")
+    _render_tiers(sb.get("tiers", {}), console)
     deps = Table(title="packages")
     deps.add_column("package")
     deps.add_column("version")
@@ -95,3 +102,35 @@ def render(report: dict, console) -> None:
                   f"CPUs: {report['system']['cpus']}")
     for name, status in report["models"].items():
         console.print(f"model {name}: {status}")
+
+
+def _render_tiers(tiers: dict, console) -> None:
+    """One row per tier: the limits a real worker at that tier was measured to have."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    if "error" in tiers:
+        console.print(f"[red]per-tier limits: {escape(str(tiers['error']))}[/red]")
+        return
+    table = Table(title="limits per tier (measured in a worker)")
+    for col in ("tier", "scratch", "CPU", "IPC"):
+        table.add_column(col)
+    for tier, info in tiers.items():
+        if not info.get("available"):
+            table.add_row(tier, "[dim]tier unavailable: " + escape(str(info.get("why"))) + "[/dim]",
+                          "", "")
+            continue
+        scr, cpu, ipc = info["scratch"], info["cpu"], info["ipc"]
+        scratch = (f"{scr['limit_mb']} MiB ({scr['how']}; measured {scr['measured_mb']} MiB)"
+                   if scr["limit_mb"] else f"[yellow]{scr['how']}[/yellow]")
+        quota = (f"{cpu['quota_cpus']:g} CPU ({cpu['controller']})" if cpu["quota_cpus"]
+                 else f"[yellow]no quota: {cpu['controller']}[/yellow]")
+        idle = (f"; idle workers stopped after {cpu['idle_stop_ms']:g} ms"
+                if cpu["idle_stop_ms"] else "; [yellow]idle workers keep running[/yellow]")
+        calls = ", ".join(f"{k} {ipc[k]}" for k in ("msgget", "semget", "shmget", "mq_open"))
+        ipc_text = (("IPC namespace; " if ipc["namespace"] else "host IPC; ") + calls +
+                    f"; /dev/shm {ipc['dev_shm']}")
+        table.add_row(tier, escape(scratch) if scr["limit_mb"] else scratch,
+                      escape(quota + idle) if cpu["quota_cpus"] else quota + idle,
+                      escape(ipc_text))
+    console.print(table)

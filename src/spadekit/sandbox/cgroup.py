@@ -1,7 +1,8 @@
-"""Per-worker cgroups (v1 ``pids`` + ``memory`` controllers, or a v2 subtree with both).
+"""Per-worker cgroups (v1 ``pids`` + ``memory`` controllers, or a v2 subtree with both), plus
+the CPU controller (v1 ``cpu``, v2 ``cpu``) where the host has it.
 
-A cgroup gives each worker a reliable memory cap and task limit, and a handle to kill everything
-the worker owns. All operations are best effort and never raise into the caller: a host that does
+A cgroup gives each worker a reliable memory cap and task limit, a CPU quota, and a handle to
+kill everything the worker owns. All operations are best effort and never raise into the caller: a host that does
 not allow cgroups simply runs without this layer (the isolation report says so). Leaked directories
 from a killed trainer are swept on the next start (their names carry the owner's pid).
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 PREFIX = "spadekit"
+CPU_PERIOD_US = 100_000
 
 
 def detect() -> tuple[str | None, str]:
@@ -45,35 +47,70 @@ def detect() -> tuple[str | None, str]:
     return None, "no cgroup filesystem found"
 
 
+def detect_cpu(mode: str | None) -> tuple[bool, str]:
+    """Whether per-worker cgroups can carry a CPU quota, given ``detect()``'s mode."""
+    if mode is None:
+        return False, "no per-worker cgroups"
+    if mode == "v1":
+        cpu = ROOT / "cpu"
+        if not (cpu / "cgroup.procs").exists() or not (cpu / "cpu.cfs_quota_us").exists():
+            return False, "cgroup v1 without the cpu controller"
+        try:
+            (cpu / PREFIX).mkdir(exist_ok=True)
+        except OSError as exc:
+            return False, f"cgroup v1 cpu controller not writable: {exc}"
+        return True, "cgroup v1 cpu.cfs_quota_us"
+    if "cpu" not in (ROOT / "cgroup.controllers").read_text().split():
+        return False, "cgroup v2 without the cpu controller"
+    try:
+        for d in (ROOT, ROOT / PREFIX):
+            (d / "cgroup.subtree_control").write_text("+cpu")
+    except OSError as exc:
+        return False, f"cgroup v2 cpu controller not delegable: {exc}"
+    return True, "cgroup v2 cpu.max"
+
+
 class WorkerCgroup:
     """The cgroup of one worker; ``create`` returns None where cgroups are not usable."""
 
-    def __init__(self, mode: str, name: str) -> None:
+    def __init__(self, mode: str, name: str, cpu: bool = False) -> None:
         self.mode = mode
         self.name = name
+        self.cpu = cpu
         if mode == "v1":
             self.dirs = [ROOT / "pids" / PREFIX / name, ROOT / "memory" / PREFIX / name]
+            if cpu:
+                self.dirs.append(ROOT / "cpu" / PREFIX / name)
         else:
             self.dirs = [ROOT / PREFIX / name]
 
     @classmethod
-    def create(cls, mode: str | None, name: str, memory_mb: int, max_tasks: int):
+    def create(cls, mode: str | None, name: str, memory_mb: int, max_tasks: int,
+               cpu_quota: float | None = None):
+        """A new cgroup, or None; ``cpu_quota`` (CPUs) is applied only where ``detect_cpu``
+        found the controller (pass None otherwise)."""
         if mode is None:
             return None
-        cg = cls(mode, name)
+        cg = cls(mode, name, cpu=cpu_quota is not None)
         try:
             for d in cg.dirs:
                 d.mkdir()
             limit = str(memory_mb * 1024 * 1024)
+            quota = None if cpu_quota is None else max(1000, int(cpu_quota * CPU_PERIOD_US))
             if mode == "v1":
                 (cg.dirs[0] / "pids.max").write_text(str(max_tasks))
                 (cg.dirs[1] / "memory.limit_in_bytes").write_text(limit)
+                if quota is not None:
+                    (cg.dirs[2] / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                    (cg.dirs[2] / "cpu.cfs_quota_us").write_text(str(quota))
             else:
                 (cg.dirs[0] / "pids.max").write_text(str(max_tasks))
                 (cg.dirs[0] / "memory.max").write_text(limit)
                 swap = cg.dirs[0] / "memory.swap.max"
                 if swap.exists():
                     swap.write_text("0")
+                if quota is not None:
+                    (cg.dirs[0] / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
         except OSError:
             cg.remove()
             return None
@@ -131,7 +168,8 @@ def sweep_stale(mode: str | None) -> int:
     """Remove cgroups left by spadekit processes that no longer exist; returns how many."""
     if mode is None:
         return 0
-    parents = [ROOT / "pids" / PREFIX, ROOT / "memory" / PREFIX] if mode == "v1" else [ROOT / PREFIX]
+    parents = ([ROOT / "pids" / PREFIX, ROOT / "memory" / PREFIX, ROOT / "cpu" / PREFIX]
+               if mode == "v1" else [ROOT / PREFIX])
     removed = 0
     for parent in parents:
         if not parent.is_dir():

@@ -7,6 +7,7 @@ self-play config tree embeds this dataclass under ``sandbox``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from spadekit.errors import ConfigError
@@ -38,6 +39,18 @@ class SandboxConfig:
     max_file_size_mb: int = 16
     max_processes: int = 64
     """RLIMIT_NPROC for the per-worker uid and cgroup ``pids.max`` (threads count)."""
+    scratch_mb: int = 64
+    """Size of each worker's writable scratch space (its working directory, and ``/tmp`` on the
+    strong tier): a private tmpfs of this size (bwrap ``--size`` on the strong tier; a tmpfs
+    mounted on the scratch directory on the standard tier when running as root). Elsewhere only
+    ``max_file_size_mb`` per file applies; ``spadekit doctor`` says which holds. tmpfs pages
+    count against the worker's memory cgroup where there is one."""
+    cpu_quota: float = 1.0
+    """CPUs each worker may use while it runs (cgroup CPU controller: v1 ``cpu.cfs_quota_us``
+    or v2 ``cpu.max``), where per-worker cgroups are usable."""
+    idle_stop_ms: float = 20.0
+    """A worker that has had no request for this long is stopped (SIGSTOP) until its next
+    request, so threads a program left running burn no CPU between requests; 0 disables."""
     max_program_chars: int = 1_000_000
     max_reply_bytes: int = 1 << 20
     max_observation_chars: int = 65536
@@ -73,6 +86,13 @@ class SandboxConfig:
                                 "_processes")) and not (isinstance(value, (int, float))
                                                         and value > 0):
                 raise ConfigError(f"sandbox.{f.name} must be a positive number, got {value!r}")
+        if not (isinstance(self.cpu_quota, (int, float)) and math.isfinite(self.cpu_quota)
+                and self.cpu_quota > 0):
+            raise ConfigError(f"sandbox.cpu_quota must be a positive number of CPUs, got "
+                              f"{self.cpu_quota!r}")
+        if not (isinstance(self.idle_stop_ms, (int, float)) and self.idle_stop_ms >= 0):
+            raise ConfigError(f"sandbox.idle_stop_ms must be >= 0 (0 disables), got "
+                              f"{self.idle_stop_ms!r}")
 
     def replace(self, **changes) -> "SandboxConfig":
         return dataclasses.replace(self, **changes)

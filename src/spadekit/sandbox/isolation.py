@@ -2,11 +2,16 @@
 
 Tiers (research/sandbox.md, section 4):
 
-- ``strong``: bubblewrap namespaces (no network, private filesystem view, own pid namespace)
-  + seccomp + Landlock (by kernel ABI) + rlimits, a per-worker unprivileged uid when running as
-  root (user namespaces otherwise), and a per-worker cgroup where the host allows one.
-- ``standard``: no namespaces, but seccomp + Landlock + rlimits (+ per-worker uid as root).
-  Passed the whole attack matrix in the measurements; containment rests on seccomp's no-fork.
+- ``strong``: bubblewrap namespaces (no network, private filesystem view, own pid and IPC
+  namespaces, a size-limited tmpfs as scratch, read-only ``/dev``) + seccomp + Landlock (by
+  kernel ABI) + rlimits, a per-worker unprivileged uid when running as root (user namespaces
+  otherwise), and a per-worker cgroup (pids, memory, CPU quota) where the host allows one.
+- ``standard``: no namespaces, but seccomp (which also denies SysV and POSIX-mq IPC, host-wide
+  here) + Landlock (no access to ``/dev/shm``) + rlimits (+ per-worker uid and a tmpfs scratch
+  mount as root). Passed the whole attack matrix in the measurements; containment rests on
+  seccomp's no-fork.
+
+On every tier a worker idle for ``idle_stop_ms`` is stopped until its next request.
 - ``weak``: rlimits and a new session only. Refused for untrusted code unless
   ``allow_unsafe`` is set, because the program could read files and use the network.
 
@@ -17,6 +22,7 @@ if that fails it falls back to the next tier and records why. The result is cach
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import stat
@@ -28,8 +34,9 @@ from dataclasses import asdict, dataclass, field
 from spadekit.errors import InsecureSandboxError, SandboxError, SandboxStartError
 from spadekit.sandbox import cgroup
 from spadekit.sandbox.config import TIERS, SandboxConfig
-from spadekit.sandbox.launch import Plan, sweep_stale_dirs
-from spadekit.sandbox.seccomp_filter import SeccompUnavailable, compile_filter
+from spadekit.sandbox.launch import (UIDS, Plan, mount_tmpfs, sweep_stale_dirs, uid_lock_dir,
+                                     unmount)
+from spadekit.sandbox.seccomp_filter import IPC, SeccompUnavailable, compile_filter
 
 MINIMUM_SAFE_TIER = "standard"
 
@@ -131,9 +138,22 @@ def probe_layers(config: SandboxConfig) -> dict[str, Layer]:
     layers: dict[str, Layer] = {}
     layers["uid"] = Layer("uid", root, "per-worker unprivileged uids (running as root)" if root
                           else "runs as the current user (not root)")
+    if root:
+        try:
+            layers["uid"].detail += f"; allocated host-wide (lock files in {uid_lock_dir()})"
+        except SandboxError as exc:  # spawning will refuse too: never run workers as root
+            layers["uid"].detail += f"; NOT allocatable: {exc.message}"
     bwrap = shutil.which("bwrap")
     if bwrap:
-        ok, detail = _bwrap_works(bwrap, config.uid_base + 9999 if root else None)
+        try:
+            probe_uid = UIDS.take(config.uid_base) if root else None
+        except SandboxError as exc:
+            ok, detail = False, exc.message
+        else:
+            try:
+                ok, detail = _bwrap_works(bwrap, probe_uid)
+            finally:
+                UIDS.give(probe_uid)
         layers["namespaces"] = Layer("namespaces", ok, detail)
     else:
         layers["namespaces"] = Layer("namespaces", False, "bubblewrap not installed "
@@ -150,10 +170,39 @@ def probe_layers(config: SandboxConfig) -> dict[str, Layer]:
     mode, detail = cgroup.detect() if config.use_cgroups else (None, "disabled by config")
     layers["cgroup"] = Layer("cgroup", mode is not None, detail if mode is None else
                              f"{mode}: {detail}")
+    cpu_ok, cpu_detail = cgroup.detect_cpu(mode)
+    layers["cpu"] = Layer("cpu", cpu_ok, (f"{cpu_detail}: {config.cpu_quota:g} CPU per worker"
+                                          if cpu_ok else cpu_detail))
+    layers["idle_stop"] = Layer("idle_stop", config.idle_stop_ms > 0 and hasattr(os, "pidfd_open"),
+                                f"SIGSTOP after {config.idle_stop_ms:g} ms without a request"
+                                if config.idle_stop_ms > 0 else "disabled by config")
+    layers["scratch_mount"] = Layer("scratch_mount", *_can_mount_tmpfs(root))
+    layers["ipc"] = Layer("ipc", layers["seccomp"].available,
+                          "seccomp denies SysV message queues, semaphores, shared memory and "
+                          f"POSIX message queues ({len(IPC)} syscall names)"
+                          if layers["seccomp"].available else "seccomp unavailable")
     layers["rlimits"] = Layer("rlimits", True, f"AS {config.memory_mb} MiB, CPU "
                               f"{config.cpu_seconds}s, NOFILE {config.max_open_files}, NPROC "
                               f"{config.max_processes}, FSIZE {config.max_file_size_mb} MiB")
     return layers
+
+
+def _can_mount_tmpfs(root: bool) -> tuple[bool, str]:
+    """Whether this process can mount a tmpfs (the standard tier's scratch limit)."""
+    if not root:
+        return False, "not root: scratch limited per file only (RLIMIT_FSIZE)"
+    import tempfile
+
+    probe = tempfile.mkdtemp(prefix="spadekit-mountprobe-")
+    try:
+        mount_tmpfs(probe, 1, None)
+    except OSError as exc:
+        return False, f"cannot mount a tmpfs ({exc.strerror}): scratch limited per file only"
+    else:
+        unmount(probe)
+        return True, "tmpfs mounted on each worker's scratch directory"
+    finally:
+        os.rmdir(probe)
 
 
 def plan_for(tier: str, layers: dict[str, Layer], config: SandboxConfig) -> Plan | str:
@@ -161,6 +210,8 @@ def plan_for(tier: str, layers: dict[str, Layer], config: SandboxConfig) -> Plan
     root = layers["uid"].available
     seccomp = compile_filter() if layers["seccomp"].available else None
     cg_mode = cgroup.detect()[0] if layers["cgroup"].available else None
+    cg_cpu = cg_mode is not None and layers["cpu"].available
+    tmpfs = layers["scratch_mount"].available
     python = os.path.realpath(config.python or sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
     if root and tier in ("strong", "standard"):
@@ -175,15 +226,16 @@ def plan_for(tier: str, layers: dict[str, Layer], config: SandboxConfig) -> Plan
             return "missing " + ", ".join(missing)
         return Plan("strong", bwrap=shutil.which("bwrap"), per_worker_uid=root,
                     landlock=layers["landlock"].available, seccomp_bpf=seccomp,
-                    cgroup_mode=cg_mode, python=python, python_prefix=prefix)
+                    cgroup_mode=cg_mode, cgroup_cpu=cg_cpu, python=python, python_prefix=prefix)
     if tier == "standard":
         missing = [n for n in ("seccomp", "landlock") if not layers[n].available]
         if missing:
             return "missing " + ", ".join(missing)
         return Plan("standard", per_worker_uid=root, landlock=True, seccomp_bpf=seccomp,
-                    cgroup_mode=cg_mode, python=python, python_prefix=prefix)
-    return Plan("weak", per_worker_uid=False, cgroup_mode=cg_mode, python=python,
-                python_prefix=prefix)
+                    cgroup_mode=cg_mode, cgroup_cpu=cg_cpu, scratch_tmpfs=tmpfs, python=python,
+                    python_prefix=prefix)
+    return Plan("weak", per_worker_uid=False, cgroup_mode=cg_mode, cgroup_cpu=cg_cpu,
+                scratch_tmpfs=tmpfs, python=python, python_prefix=prefix)
 
 
 _CACHE: dict[tuple, tuple[IsolationReport, Plan]] = {}
@@ -197,7 +249,8 @@ def detect(config: SandboxConfig | None = None) -> tuple[IsolationReport, Plan]:
     from spadekit.sandbox.sandbox import Sandbox
 
     config = config or SandboxConfig()
-    key = (config.tier, config.use_cgroups, config.python, config.uid_base, config.allow_unsafe)
+    key = (config.tier, config.use_cgroups, config.python, config.uid_base, config.allow_unsafe,
+           config.cpu_quota, config.idle_stop_ms)
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
@@ -235,3 +288,79 @@ def detect(config: SandboxConfig | None = None) -> tuple[IsolationReport, Plan]:
                 "(--unsafe) to accept the risk.", attempts=report.attempts)
         _CACHE[key] = (report, chosen)
         return report, chosen
+
+
+LIMITS_PROBE = '''
+import ctypes, errno, json, os
+class LimitsProbeEnv:
+    def reset(self, seed=None, options=None):
+        return "probe", {}
+    def step(self, action):
+        libc = ctypes.CDLL(None, use_errno=True)
+        def call(fn, *args):
+            ret = fn(*args)
+            return "allowed" if ret != -1 else "denied (%s)" % errno.errorcode.get(ctypes.get_errno(), "?")
+        out = {"msgget": call(libc.msgget, 0, 0o1600), "semget": call(libc.semget, 0, 1, 0o1600),
+               "shmget": call(libc.shmget, 0, 4096, 0o1600)}
+        try:
+            rt = ctypes.CDLL("librt.so.1", use_errno=True)
+            rt.mq_open.restype = ctypes.c_int
+            out["mq_open"] = call(rt.mq_open, b"/spadekit-doctor", os.O_CREAT | os.O_RDWR, 0o600, None)
+        except OSError as exc:
+            out["mq_open"] = "no librt: %s" % exc
+        try:
+            os.close(os.open("/dev/shm/spadekit-doctor", os.O_CREAT | os.O_RDWR, 0o600))
+            os.unlink("/dev/shm/spadekit-doctor")
+            out["dev_shm"] = "writable"
+        except OSError as exc:
+            out["dev_shm"] = "not writable (%s)" % errno.errorcode.get(exc.errno, "?")
+        st = os.statvfs(".")
+        out["scratch_mb"] = st.f_blocks * st.f_frsize / 1048576
+        return json.dumps(out), 0.0, True, False, {}
+'''
+
+
+def tier_limits(config: SandboxConfig | None = None) -> dict[str, dict]:
+    """For each tier that can run untrusted code (``strong``, ``standard``): whether it works
+    here and, from a real worker at that tier, its scratch size limit, CPU controls and IPC
+    denial (each probed inside the worker, not inferred from the plan)."""
+    from spadekit.sandbox.sandbox import Sandbox
+
+    config = config or SandboxConfig()
+    layers = probe_layers(config)
+    out: dict[str, dict] = {}
+    for tier in ("strong", "standard"):
+        plan = plan_for(tier, layers, config)
+        if isinstance(plan, str):
+            out[tier] = {"available": False, "why": plan}
+            continue
+        try:
+            with Sandbox.start(config, plan) as sb:
+                sb.load(LIMITS_PROBE, "limits_probe.py")
+                env = sb.new_env()
+                env.reset()
+                seen = json.loads(env.step("probe")[0])
+        except (SandboxError, ValueError) as exc:
+            out[tier] = {"available": False, "why": getattr(exc, "message", str(exc))}
+            continue
+        if plan.bwrap:
+            how = "private tmpfs, bwrap --size (also /tmp)"
+        elif plan.scratch_tmpfs:
+            how = "tmpfs mounted on the scratch directory"
+        else:
+            how = f"none: only RLIMIT_FSIZE {config.max_file_size_mb} MiB per file"
+        limited = bool(plan.bwrap or plan.scratch_tmpfs)
+        out[tier] = {
+            "available": True,
+            "scratch": {"limit_mb": config.scratch_mb if limited else None, "how": how,
+                        "measured_mb": round(float(seen.get("scratch_mb", 0)), 1)},
+            "cpu": {"quota_cpus": config.cpu_quota if plan.cgroup_cpu else None,
+                    "controller": layers["cpu"].detail if plan.cgroup_cpu else "none (" +
+                    layers["cpu"].detail + ")",
+                    "idle_stop_ms": config.idle_stop_ms if layers["idle_stop"].available
+                    else None},
+            "ipc": {"namespace": plan.bwrap is not None,
+                    **{k: str(seen.get(k)) for k in ("msgget", "semget", "shmget", "mq_open",
+                                                     "dev_shm")}},
+        }
+    return out

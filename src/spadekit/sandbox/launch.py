@@ -1,22 +1,32 @@
-"""Start one isolated worker process: command line, uid, scratch dir, cgroup, boot config.
+"""Start one isolated worker process: command line, uid, scratch space, cgroup, boot config.
 
 A ``Plan`` says which layers to use (it comes from ``spadekit.sandbox.isolation``);
 ``spawn(config, plan)`` returns a ``WorkerProcess`` that has sent its ``hello`` and waits for a
 program. Nothing untrusted has run at that point, which is what makes warm pools safe.
+
+Per-worker uids are allocated host-wide (lock files in a root-owned directory, plus a check that
+no process runs as the uid). Scratch space is a size-limited tmpfs where the tier allows one.
+A worker with no request for ``idle_stop_ms`` is stopped (SIGSTOP, through a pidfd) and
+continued when its next request comes, so threads a program left running cost no CPU between
+requests.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
+import fcntl
 import functools
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +50,8 @@ class Plan:
     landlock: bool = False
     seccomp_bpf: bytes | None = None
     cgroup_mode: str | None = None
+    cgroup_cpu: bool = False  # the cgroups carry a CPU quota
+    scratch_tmpfs: bool = False  # outside bwrap: mount a tmpfs on the scratch dir (needs root)
     python: str = field(default_factory=lambda: os.path.realpath(sys.executable))
     python_prefix: str = field(default_factory=lambda: os.path.realpath(sys.base_prefix))
 
@@ -72,26 +84,82 @@ def runtime_lib() -> str:
     return root
 
 
+UID_RANGE = 100_000
+"""Per-worker uids are ``uid_base + k`` for ``k`` below this."""
+
+
+def uid_lock_dir() -> str:
+    """The root-owned directory of per-uid lock files, shared by every spadekit process on the
+    host (created on first use). Raises ``SandboxStartError`` if it is not safe to trust."""
+    base = "/run" if os.path.isdir("/run") and os.access("/run", os.W_OK) else \
+        tempfile.gettempdir()
+    path = os.path.join(base, "spadekit-uids")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise SandboxStartError(f"cannot create the uid lock directory {path}: {exc}") from exc
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise SandboxStartError(f"{path} must be a directory owned by root and writable only "
+                                "by root (it decides which uids workers run as)")
+    return path
+
+
+def uids_in_use(low: int, high: int) -> set[int]:
+    """Uids in ``[low, high)`` that some process on the host (zombies included) runs as: real,
+    effective, saved or filesystem uid, read from /proc/PID/status (a process that made itself
+    non-dumpable shows as root in ``stat`` of /proc/PID, but not there)."""
+    found: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"Uid:"):
+                        found.update(u for u in map(int, line.split()[1:]) if low <= u < high)
+                        break
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 class _UidAllocator:
+    """Hands out per-worker uids that no other live worker on the host has. A uid is ours while
+    this process holds an exclusive ``flock`` on its lock file in ``uid_lock_dir()`` (the kernel
+    drops the lock when the process dies, however it dies), and it is handed out only if no
+    process runs as it (a worker that outlived a killed trainer). Thread-safe; ``flock`` locks
+    belong to an open file, so two pools in one process exclude each other too."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.live: set[int] = set()
-        self.next = 0
+        self.held: dict[int, int] = {}  # uid -> fd of its locked file
 
     def take(self, base: int) -> int:
         with self.lock:
-            start = base + (os.getpid() % 100) * 10000
-            for _ in range(10000):
-                uid = start + self.next % 10000
-                self.next += 1
-                if uid not in self.live:
-                    self.live.add(uid)
-                    return uid
-        raise SandboxStartError("no free per-worker uid (10000 live workers in one process?)")
+            folder = uid_lock_dir()
+            busy = uids_in_use(base, base + UID_RANGE)
+            for uid in range(base, base + UID_RANGE):
+                if uid in self.held or uid in busy:
+                    continue
+                fd = os.open(os.path.join(folder, str(uid)),
+                             os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:  # another process holds it
+                    os.close(fd)
+                    continue
+                self.held[uid] = fd
+                return uid
+        raise SandboxStartError(f"no free per-worker uid in [{base}, {base + UID_RANGE})")
 
     def give(self, uid: int | None) -> None:
         with self.lock:
-            self.live.discard(uid)
+            fd = self.held.pop(uid, None)
+        if fd is not None:
+            os.close(fd)
 
 
 UIDS = _UidAllocator()
@@ -101,7 +169,8 @@ _COUNTER = iter(range(1 << 62))
 class WorkerProcess:
     """A started worker: the process handle plus everything that must be cleaned up with it."""
 
-    def __init__(self, proc: subprocess.Popen, scratch: str, uid: int | None, cgroup, plan: Plan):
+    def __init__(self, proc: subprocess.Popen, scratch: str, uid: int | None, cgroup, plan: Plan,
+                 idle_stop_s: float = 0.0, scratch_mounted: bool = False):
         self.proc = proc
         self.scratch = scratch
         self.uid = uid
@@ -110,6 +179,15 @@ class WorkerProcess:
         self.host_pids: set[int] = {proc.pid}
         self.hello: dict = {}
         self.closed = False
+        self.idle_stop_s = idle_stop_s
+        self.scratch_mounted = scratch_mounted
+        self.busy = False
+        self.stopped = False
+        self.idle_since = time.monotonic()
+        self.stops = 0  # how many times the worker was stopped while idle
+        self._state = threading.Lock()
+        self._pidfds: list[int] = []
+        self._watched = False
 
     def adopt_tree(self) -> None:
         """Record the worker's process tree and move it into its cgroup. Called right after the
@@ -117,12 +195,53 @@ class WorkerProcess:
         self.host_pids |= descendants(self.proc.pid)
         if self.cgroup is not None:
             self.cgroup.add(sorted(self.host_pids))
+        if self.idle_stop_s > 0:
+            for pid in sorted(self.host_pids):
+                try:  # a pidfd names the process itself: no signal can reach a reused pid
+                    self._pidfds.append(os.pidfd_open(pid))
+                except (OSError, AttributeError):
+                    pass
+
+    # -- idle stopping: ``wake`` before each request, ``rest`` after it (Sandbox.request) -------
+
+    def wake(self) -> None:
+        with self._state:
+            self.busy = True
+            if self.stopped and not self.closed:
+                self._signal(signal.SIGCONT)
+                self.stopped = False
+
+    def rest(self) -> None:
+        self.idle_since = time.monotonic()
+        self.busy = False
+        if not self._watched and self._pidfds:
+            self._watched = True
+            IDLE.watch(self)
+
+    def stop_if_idle(self, now: float) -> bool:
+        """Stop the worker if it has been idle long enough; False once it is closed."""
+        with self._state:
+            if self.closed:
+                return False
+            if not self.busy and not self.stopped and now - self.idle_since >= self.idle_stop_s:
+                self._signal(signal.SIGSTOP)
+                self.stopped = True
+                self.stops += 1
+            return True
+
+    def _signal(self, sig: int) -> None:
+        for fd in self._pidfds:
+            try:
+                signal.pidfd_send_signal(fd, sig)
+            except OSError:
+                pass
 
     def kill(self) -> None:
-        """SIGKILL everything the worker owns and free its uid, cgroup and scratch dir."""
-        if self.closed:
-            return
-        self.closed = True
+        """SIGKILL everything the worker owns and free its uid, cgroup and scratch space."""
+        with self._state:
+            if self.closed:
+                return
+            self.closed = True
         pids = set(self.host_pids)
         if self.cgroup is not None:
             pids |= self.cgroup.pids()
@@ -145,11 +264,80 @@ class WorkerProcess:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        for fd in self._pidfds:
+            os.close(fd)
+        self._pidfds = []
         if self.cgroup is not None:
             self.cgroup.kill()
             self.cgroup.remove()
+        if self.scratch_mounted:
+            unmount(self.scratch)
         shutil.rmtree(self.scratch, ignore_errors=True)
         UIDS.give(self.uid)
+
+
+class _IdleStopper:
+    """One daemon thread per process that stops workers idle for their ``idle_stop_s``. It polls
+    at half the shortest idle time while it watches workers and sleeps when it watches none."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.workers: set[WorkerProcess] = set()
+        self.thread: threading.Thread | None = None
+
+    def watch(self, worker: WorkerProcess) -> None:
+        with self.cond:
+            self.workers.add(worker)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, daemon=True,
+                                               name="spadekit-sandbox-idle-stop")
+                self.thread.start()
+            self.cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.workers:
+                    self.cond.wait()
+                workers = list(self.workers)
+            now = time.monotonic()
+            gone = [w for w in workers if not w.stop_if_idle(now)]
+            with self.cond:
+                self.workers.difference_update(gone)
+            time.sleep(max(0.002, min(w.idle_stop_s for w in workers) / 2))
+
+
+IDLE = _IdleStopper()
+
+MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                           ctypes.c_char_p]
+    libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    return libc
+
+
+_LIBC = None
+
+
+def mount_tmpfs(path: str, size_mb: int, uid: int | None) -> None:
+    """Mount a tmpfs of ``size_mb`` MiB on ``path`` (root only), owned by ``uid``, mode 0700."""
+    global _LIBC
+    _LIBC = _LIBC or _libc()
+    opts = f"size={size_mb}m,mode=0700" + (f",uid={uid},gid={uid}" if uid is not None else "")
+    if _LIBC.mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV,
+                   opts.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mounting a tmpfs on {path}: {os.strerror(err)}")
+
+
+def unmount(path: str) -> None:
+    global _LIBC
+    _LIBC = _LIBC or _libc()
+    _LIBC.umount2(os.fsencode(path), MNT_DETACH)
 
 
 def descendants(pid: int) -> set[int]:
@@ -235,12 +423,16 @@ def sweep_stale_dirs() -> int:
         if parts[1] not in ("sbx", "rt") or not parts[2].isdigit():
             continue
         if not Path(f"/proc/{parts[2]}").exists():
+            if os.path.ismount(path):  # a standard-tier scratch tmpfs
+                unmount(str(path))
             shutil.rmtree(path, ignore_errors=True)
             removed += 1
     return removed
 
 
-def bwrap_argv(plan: Plan, scratch: str, env: dict[str, str]) -> list[str]:
+def bwrap_argv(plan: Plan, scratch_mb: int, env: dict[str, str]) -> list[str]:
+    """The bwrap command line. Scratch is a private tmpfs of ``scratch_mb`` MiB, and ``/tmp``
+    points into it (one budget for both); ``/dev`` is read-only, so ``/dev/shm`` is too."""
     argv = [plan.bwrap, "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--ro-bind", "/usr", "/usr"]
@@ -258,8 +450,9 @@ def bwrap_argv(plan: Plan, scratch: str, env: dict[str, str]) -> list[str]:
     if not pydir.startswith(("/usr/", plan.python_prefix)):
         argv += ["--ro-bind", pydir, pydir]
     argv += ["--ro-bind", runtime_lib(), INNER_LIB,
-             "--tmpfs", "/tmp", "--bind", scratch, INNER_SCRATCH,
-             "--proc", "/proc", "--dev", "/dev", "--clearenv"]
+             "--size", str(scratch_mb * 1024 * 1024), "--tmpfs", INNER_SCRATCH,
+             "--symlink", INNER_SCRATCH, "/tmp",
+             "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev", "--clearenv"]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     return argv + ["--chdir", INNER_SCRATCH]
@@ -279,16 +472,21 @@ def spawn(config: SandboxConfig, plan: Plan) -> WorkerProcess:
     scratch = tempfile.mkdtemp(prefix=f"spadekit-sbx-{os.getpid()}-{serial}-")
     group = None
     proc = None
+    mounted = False
+    inside = plan.bwrap is not None
     try:
         if uid is not None:
             os.chown(scratch, uid, uid)
         os.chmod(scratch, 0o700)
+        if plan.scratch_tmpfs and not inside:
+            mount_tmpfs(scratch, config.scratch_mb, uid)
+            mounted = True
         group = cg.WorkerCgroup.create(plan.cgroup_mode, f"{os.getpid()}-{serial}",
-                                       config.memory_mb, config.max_processes)
-        inside = plan.bwrap is not None
+                                       config.memory_mb, config.max_processes,
+                                       config.cpu_quota if plan.cgroup_cpu else None)
         py = [plan.python, "-I", "-S", "-B"]
         if inside:
-            argv = bwrap_argv(plan, scratch, child_env(config, INNER_SCRATCH)) + py + [
+            argv = bwrap_argv(plan, config.scratch_mb, child_env(config, INNER_SCRATCH)) + py + [
                 f"{INNER_LIB}/{WORKER_REL}"]
             env = {"PATH": "/usr/bin:/bin"}
         else:
@@ -300,12 +498,15 @@ def spawn(config: SandboxConfig, plan: Plan) -> WorkerProcess:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=env, cwd=scratch, close_fds=True,
                                 start_new_session=True, **kwargs)
-        worker = WorkerProcess(proc, scratch, uid, group, plan)
+        worker = WorkerProcess(proc, scratch, uid, group, plan, config.idle_stop_ms / 1000.0,
+                               mounted)
     except Exception as exc:
         if proc is not None:
             proc.kill()
         if group is not None:
             group.remove()
+        if mounted:
+            unmount(scratch)
         shutil.rmtree(scratch, ignore_errors=True)
         UIDS.give(uid)
         raise SandboxStartError(f"could not start a sandbox worker: {exc}") from exc

@@ -168,8 +168,12 @@ class Sandbox:
             deadline = timeout if timeout is not None else self.deadline(op)
             data = self._encode(rid, op, payload)
             end = time.monotonic() + deadline
-            self._send(data, op, deadline, end)
-            return self._receive(rid, op, deadline, end)
+            self.worker.wake()  # continue a worker stopped while idle (launch.py)
+            try:
+                self._send(data, op, deadline, end)
+                return self._receive(rid, op, deadline, end)
+            finally:
+                self.worker.rest()
 
     def deadline(self, op: str) -> float:
         return self._deadlines.get(op, self.config.call_timeout)

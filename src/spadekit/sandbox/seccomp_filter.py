@@ -11,6 +11,12 @@ Policy (default allow, deny the dangerous classes measured in research/sandbox.m
 - no signals to anyone (``kill``, ``tkill``, ``tgkill``, ``rt_sigqueueinfo``, ...);
 - no kernel-surface syscalls: ptrace, mount family, namespaces, bpf, perf, io_uring, keys,
   modules, kexec, reboot, swap, syslog, acct, handle-based open, uid/gid changes, mknod, personality;
+- no inter-process communication outside the pipe to the parent: SysV message queues,
+  semaphores and shared memory (and the ``ipc`` multiplexer on architectures that have it), and
+  POSIX message queues. On the ``standard`` tier (no IPC namespace) these objects are host-wide:
+  one program could read what another program's worker left, and they outlive both workers.
+  POSIX shared memory is a file under ``/dev/shm``, which Landlock (and on the strong tier a
+  read-only, private ``/dev``) keeps out of reach instead;
 - ``ioctl`` TIOCSTI/TIOCLINUX (terminal injection), with a masked compare.
 """
 
@@ -24,6 +30,15 @@ import tempfile
 CLONE_THREAD = 0x00010000
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
+
+IPC = (
+    "msgget", "msgsnd", "msgrcv", "msgctl",
+    "semget", "semop", "semtimedop", "semtimedop_time64", "semctl",
+    "shmget", "shmat", "shmdt", "shmctl", "ipc",
+    "mq_open", "mq_unlink", "mq_timedsend", "mq_timedsend_time64", "mq_timedreceive",
+    "mq_timedreceive_time64", "mq_notify", "mq_getsetattr",
+)
+"""SysV and POSIX-message-queue IPC (names an architecture lacks are skipped)."""
 
 DENY_EPERM = (
     "fork", "vfork", "execve", "execveat",
@@ -40,7 +55,7 @@ DENY_EPERM = (
     "mknodat", "personality", "quotactl", "lookup_dcookie", "vhangup", "settimeofday",
     "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "iopl",
     "ioperm", "uselib", "nfsservctl", "fanotify_init",
-)
+) + IPC
 
 
 class SeccompUnavailable(RuntimeError):
