@@ -119,7 +119,8 @@ def test_correct_solution_is_replayed_for_every_seed(pool):
     expect(report, True, "done", "ok")
     assert report.details["solution"] == "replayed"
     turns = report.details["solution_turns"]
-    assert len(turns) == len(seeds)
+    assert report.details["seeds"]["solution"][:len(seeds)] == list(seeds)
+    assert len(turns) == len(seeds) + 1  # and one seed drawn for this validation
     assert all(1 <= t <= 10 for t in turns)  # binary search over 900 numbers
 
 
@@ -172,7 +173,12 @@ class RiddleEnv:
 def test_game_won_by_any_boxed_answer_fails(validator):
     report = validator.validate(ANY_BOX_WINS)
     expect(report, False, "not_trivially_won", "trivially_won")
-    assert report.message == "garbage actions reached reward 1.0 (seed 0, garbage action 1)"
+    seed = report.details["garbage_seed"]
+    assert seed == report.details["reference_episode"]["seed"]  # the first garbage episode
+    won_by = report.details["garbage_actions"]
+    assert "\\boxed{" in won_by[-1] and all("\\boxed{" not in a for a in won_by[:-1])
+    assert report.message.startswith(f"garbage actions reached reward 1.0 (seed {seed}, "
+                                     f"garbage action {len(won_by)}: ")
     assert report.details["solution"] == "absent"
 
 

@@ -7,11 +7,28 @@ holds what each stage found (timings, class name, max_turns, solution length, ho
 
 A program that hangs gets reason ``timeout`` (the designer reward turns that into -0.5 and a
 blacklist entry); anything else invalid gets its own code and is never played.
+
+Validation cannot be recognised by a program: every validation draws a ``validation_seed`` (from
+the caller's seed, or at random) and from it every reset seed and every garbage action
+(``spadekit.probes``); ``details`` records the seed and what was drawn, so
+``validate(program, seed=report.details["validation_seed"])`` repeats a validation exactly. Each
+check runs on a fresh instance, so one check's state cannot tell the next. The interface probe
+also sends the actions the program itself advertises in its observations (and, for tool use,
+calls every tool it lists with missing and ill-typed arguments), so a crash reachable by a
+suggested action is found here. The turn cap is the program's ``max_turns`` clamped to the
+configured cap (a value below 1, or not an int, counts as none: the configured cap applies, as
+the sandbox and the runner do), so the garbage episodes always run, each until the program ends
+it or the cap; garbage must never reach reward 1.0. Every reset and step is
+timed: a program whose calls turn slow (``slow_steps`` calls over ``slow_step_s``) is refused
+with reason ``slow``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
+import statistics
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -19,21 +36,24 @@ from typing import Any
 
 from spadekit.envs.extract import ExtractionError, extract_program
 from spadekit.envs.program import EnvProgram
-from spadekit.errors import EnvRaised, InvalidResult, SandboxError
+from spadekit.errors import ConfigError, EnvRaised, InvalidResult, SandboxError
+from spadekit.probes import (ANSWER, GAME_EDGE_PROBES, TOOL_EDGE_PROBES, advertised_actions,
+                             garbage_actions, merge_advertised, mutate, tool_probes)
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
-from spadekit.envs import pyparse
+from spadekit.envs import pyparse, refstyle
+
+__all__ = ["ANSWER", "DEFAULT_SEEDS", "GAME_PROBES", "STAGES", "TOOL_PROBES", "ValidationReport",
+           "Validator", "ValidatorSettings", "garbage_actions", "to_program", "turn_cap"]
 
 STAGES = ("extract", "syntax", "load", "interface", "tools", "determinism", "solution",
           "not_trivially_won", "ends")
 
-GAME_PROBES = ("\\boxed{1}", "\\boxed{test}", "\\boxed{42}", "", "hello",
-               "\\boxed{}", "}{\\boxed{{", "\\boxed{" + "9" * 300 + "}")
-TOOL_PROBES = ('<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>',
-               "<tool_call>not json</tool_call>", "hello", "\\boxed{1}", "",
-               '<tool_call>{"name": 3}</tool_call>')
-ANSWER = "<answer>done</answer>"
+GAME_PROBES = GAME_EDGE_PROBES
+TOOL_PROBES = TOOL_EDGE_PROBES
 DEFAULT_SEEDS = (0, 1, 2)
+SEED_SPACE = 2 ** 31
+"""Drawn reset seeds are in ``range(SEED_SPACE)``; validation seeds are 63-bit."""
 
 
 @dataclass
@@ -55,12 +75,48 @@ class ValidationReport:
 
 @dataclass(frozen=True)
 class ValidatorSettings:
+    """How programs are checked.
+
+    - ``max_turns``: passed to the constructor, and the turn cap: a program's own smaller
+      ``max_turns`` is used, a larger one is clamped to this, one below 1 is ignored.
+    - ``seeds``: fixed seeds for the solution replay and the tool-use structural check (SPEC
+      point 3 uses 0, 1, 2); ``drawn_seeds`` more are drawn per validation and checked too.
+    - ``total_timeout``: budget in seconds for one program's whole validation.
+    - ``garbage_episodes``: episodes of drawn garbage (each on a fresh instance, a drawn seed,
+      played until the program ends it or the turn cap); none may reach reward 1.0, and the
+      first is replayed on another fresh instance for the determinism check.
+    - ``slow_step_s`` / ``slow_steps``: a program with ``slow_steps`` resets or steps slower than
+      ``slow_step_s`` seconds each is refused (reason ``slow``), well before the per-call
+      deadline or the total budget run out.
+    """
+
     max_turns: int = 12
-    """Passed to the constructor; also the runner's cap for programs without ``max_turns``."""
     seeds: tuple[int, ...] = DEFAULT_SEEDS
-    """Seeds for solution replay, garbage play and the tool-use structural check."""
     total_timeout: float = 60.0
-    """Budget for one program's whole validation."""
+    drawn_seeds: int = 1
+    garbage_episodes: int = 2
+    slow_step_s: float = 0.5
+    slow_steps: int = 3
+
+    def __post_init__(self) -> None:
+        def whole(name: str, value: Any, low: int) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"ValidatorSettings.{name} must be an int >= {low}, got "
+                                  f"{value!r}")
+
+        whole("max_turns", self.max_turns, 1)
+        whole("drawn_seeds", self.drawn_seeds, 0)
+        whole("garbage_episodes", self.garbage_episodes, 1)
+        whole("slow_steps", self.slow_steps, 1)
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+            raise ConfigError(f"ValidatorSettings.seeds must be ints, got {self.seeds!r}")
+        if not self.seeds and not self.drawn_seeds:
+            raise ConfigError("ValidatorSettings needs at least one fixed or drawn seed")
+        for name in ("total_timeout", "slow_step_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"ValidatorSettings.{name} must be a number > 0, got "
+                                  f"{value!r}")
 
 
 class _Fail(Exception):
@@ -75,14 +131,27 @@ def to_program(source: str | EnvProgram) -> EnvProgram:
     return source if isinstance(source, EnvProgram) else extract_program(source).to_program()
 
 
+def turn_cap(declared: Any, cap: int) -> int:
+    """The turns one episode of a program gets: its own ``max_turns`` when that is an int from
+    1 to ``cap``, else ``cap`` (absent, not an int, ``<= 0`` or larger than ``cap``)."""
+    if isinstance(declared, bool) or not isinstance(declared, int) or not 1 <= declared <= cap:
+        return cap
+    return declared
+
+
 class Validator:
-    """Validates programs against the contract; owns a pool unless one is given."""
+    """Validates programs against the contract; owns a pool unless one is given.
+
+    ``seed`` fixes the sequence of validation seeds (one drawn per ``validate`` call that is not
+    given its own ``seed=``); without it they are drawn from the system's randomness."""
 
     def __init__(self, pool: SandboxPool | None = None,
-                 settings: ValidatorSettings | None = None) -> None:
+                 settings: ValidatorSettings | None = None, seed: int | None = None) -> None:
         self._own_pool = pool is None
         self.pool = pool or SandboxPool(warm=2)
         self.settings = settings or ValidatorSettings()
+        self._seeds = random.SystemRandom() if seed is None else random.Random(seed)
+        self._seeds_lock = threading.Lock()
 
     def close(self) -> None:
         if self._own_pool:
@@ -94,16 +163,27 @@ class Validator:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def validate_many(self, sources: list[str | EnvProgram], workers: int = 2
-                      ) -> list[ValidationReport]:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
-            return list(ex.map(self.validate, sources))
+    def draw_seed(self) -> int:
+        """The next validation seed."""
+        with self._seeds_lock:
+            return self._seeds.getrandbits(63)
 
-    def validate(self, source: str | EnvProgram) -> ValidationReport:
-        details: dict[str, Any] = {"timings_ms": {}}
+    def validate_many(self, sources: list[str | EnvProgram], workers: int = 2,
+                      seeds: list[int] | None = None) -> list[ValidationReport]:
+        """Validate in parallel; the validation seeds are drawn in order before any starts."""
+        seeds = list(seeds) if seeds is not None else [self.draw_seed() for _ in sources]
+        if len(seeds) != len(sources):
+            raise ConfigError(f"{len(seeds)} seeds for {len(sources)} programs")
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+            return list(ex.map(lambda pair: self.validate(*pair), zip(sources, seeds)))
+
+    def validate(self, source: str | EnvProgram, seed: int | None = None) -> ValidationReport:
+        validation_seed = self.draw_seed() if seed is None else seed
+        details: dict[str, Any] = {"validation_seed": validation_seed, "timings_ms": {}}
         program: EnvProgram | None = None
         stage = "extract"
         sb: Sandbox | None = None
+        run: _Runner | None = None
         clock = time.monotonic()
         try:
             try:
@@ -128,20 +208,22 @@ class Validator:
             details.update(class_name=sb.program["class_name"],
                            has_solution=sb.program["has_solution"],
                            has_tools=sb.program["has_tools"])
-            env = _checked(stage, lambda: sb.new_env(max_turns=self.settings.max_turns))
-            details["max_turns"] = env.max_turns
-            details["timings_ms"]["load"] = _ms(t)
             tooluse = program.domain == "tooluse" or (program.domain is None
                                                       and sb.program["has_tools"])
+            run = _Runner(self.settings, sb, random.Random(validation_seed), clock, tooluse,
+                          details)
+            env, cap = run.fresh("load")
+            details["max_turns"] = cap
+            details["timings_ms"]["load"] = _ms(t)
             details["domain"] = "tooluse" if tooluse else "games"
-            run = _Runner(self, env, clock)
+            run.first = env
             for stage, fn in (("interface", run.interface), ("tools", run.tools),
                               ("determinism", run.determinism), ("solution", run.solution),
                               ("not_trivially_won", run.not_trivially_won), ("ends", run.ends)):
                 if stage == "tools" and not tooluse:
                     continue
                 t = time.monotonic()
-                details.update(fn(tooluse) or {})
+                details.update(fn() or {})
                 details["timings_ms"][stage] = _ms(t)
             if program.class_name != details["class_name"]:
                 program = dataclasses.replace(program, class_name=details["class_name"])
@@ -151,6 +233,11 @@ class Validator:
             return ValidationReport(False, fail.stage, fail.reason, fail.message, details,
                                     program)
         finally:
+            if run is not None:
+                details["step_ms"] = run.timing()
+            if program is not None and self.pool.config.compat:  # what it relies on
+                details["compat"] = sorted(set(refstyle.static_features(program.code)) |
+                                           (sb.compat_used if sb is not None else set()))
             if sb is not None:
                 if sb.alive:
                     details["output_tail"] = sb.output_tail()[-2000:]
@@ -174,101 +261,204 @@ def _checked(stage: str, fn):
         raise _Fail(stage, exc.reason, exc.message, **_err(exc)) from None
 
 
-class _Runner:
-    """The probes of one validation, sharing one environment instance."""
+def _ending(episode: dict) -> str:
+    if episode["terminated"] or episode["truncated"]:
+        how = "terminated" if episode["terminated"] else "truncated"
+        return f"{how} after {len(episode['rewards'])} steps"
+    return (f"runner_cap: the program did not end the episode within {episode['cap']} steps; "
+            "the runner's own cap applies")
 
-    def __init__(self, validator: Validator, env: RemoteEnv, clock: float) -> None:
-        self.env = env
-        self.settings = validator.settings
-        self.clock = clock
-        self.cap = env.max_turns or self.settings.max_turns
+
+class _Runner:
+    """The checks of one validation: one sandbox, a fresh instance per check, every seed and
+    garbage action drawn from ``rng`` (seeded with the validation seed)."""
+
+    def __init__(self, settings: ValidatorSettings, sb: Sandbox, rng: random.Random,
+                 clock: float, tooluse: bool, details: dict[str, Any]) -> None:
+        self.settings, self.sb, self.rng, self.clock = settings, sb, rng, clock
+        self.tooluse, self.details = tooluse, details
+        self.first: RemoteEnv | None = None
+        self.seeds: dict[str, Any] = details.setdefault("seeds", {})
+        self.advertised: list[str] = []
+        self.schemas: list = []
+        self.episodes: list[dict] = []
+        self.times: list[float] = []
+        self.slow = 0
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def draw(self) -> int:
+        return self.rng.randrange(SEED_SPACE)
+
+    def fresh(self, stage: str) -> tuple[RemoteEnv, int]:
+        """A new instance of the program and its turn cap."""
+        if self.first is not None:  # the load stage's instance goes to the interface probe
+            env, self.first = self.first, None
+        else:
+            env = _checked(stage, lambda: self.sb.new_env(max_turns=self.settings.max_turns))
+        declared = env.max_turns  # the sandbox clamps it too; this holds for any sandbox
+        cap = turn_cap(declared, self.settings.max_turns)
+        if declared is not None and declared != cap:
+            self.details["max_turns_declared"] = declared
+        return env, cap
 
     def _budget(self, stage: str) -> None:
         if time.monotonic() - self.clock > self.settings.total_timeout:
             raise _Fail(stage, "timeout", f"validation exceeded its total budget of "
                         f"{self.settings.total_timeout:g}s")
 
-    def _reset(self, stage: str, seed: int) -> str:
-        obs, _info = _checked(stage, lambda: self.env.reset(seed=seed))
+    def _timed(self, stage: str, what: str, fn):
+        self._budget(stage)
+        t = time.perf_counter()
+        out = _checked(stage, fn)
+        dt = time.perf_counter() - t
+        self.times.append(dt)
+        if dt > self.settings.slow_step_s:
+            self.slow += 1
+            if self.slow >= self.settings.slow_steps:
+                raise _Fail(stage, "slow", f"{self.slow} calls took longer than "
+                            f"{self.settings.slow_step_s:g}s (the last, {what}, {dt:.2f}s): "
+                            "the program is too slow to play", slow_calls=self.slow)
+        return out
+
+    def timing(self) -> dict[str, Any]:
+        """Reset and step latencies seen (a baseline for the training-time watch)."""
+        if not self.times:
+            return {"calls": 0}
+        ordered = sorted(self.times)
+        return {"calls": len(ordered), "p50": round(statistics.median(ordered) * 1e3, 3),
+                "p90": round(ordered[int(0.9 * (len(ordered) - 1))] * 1e3, 3),
+                "max": round(ordered[-1] * 1e3, 3), "slow": self.slow}
+
+    def _reset(self, stage: str, env: RemoteEnv, seed: int) -> str:
+        obs, _info = self._timed(stage, f"reset(seed={seed})", lambda: env.reset(seed=seed))
         if not obs.strip():
             raise _Fail(stage, "empty_observation", f"reset(seed={seed}) returned an empty "
                         "observation")
         return obs
 
-    def _play(self, stage: str, seed: int, actions) -> list[tuple]:
+    def _step(self, stage: str, env: RemoteEnv, action: str) -> tuple:
+        try:
+            return self._timed(stage, "step", lambda: env.step(action))
+        except _Fail as fail:
+            fail.details.setdefault("action", action[:200])
+            raise
+
+    def _play(self, stage: str, env: RemoteEnv, seed: int, actions: list[str]) -> list[tuple]:
         """Reset with ``seed`` and play ``actions`` until the episode ends; returns the reset
         observation and the step tuples (without info)."""
-        trace = [(self._reset(stage, seed),)]
+        trace = [(self._reset(stage, env, seed),)]
         for action in actions:
-            self._budget(stage)
-            obs, reward, term, trunc, _ = _checked(stage, lambda a=action: self.env.step(a))
+            obs, reward, term, trunc, _ = self._step(stage, env, action)
             trace.append((obs, reward, term, trunc))
             if term or trunc:
                 break
         return trace
 
-    def _probe(self, stage: str, seed: int, actions) -> list[tuple]:
-        """Send every action, starting a new episode (next seed) whenever one ends, so that an
-        environment that ends early still meets every probe. Returns the step tuples."""
-        steps: list[tuple] = []
-        self._reset(stage, seed)
-        live = True
+    def _probe(self, stage: str, env: RemoteEnv, seed: int, actions: list[str],
+               live: bool) -> tuple[int, list[str], bool]:
+        """Send every action, starting a new episode (next seed) whenever one ends (and first,
+        unless ``live``), so that an environment that ends early still meets every probe.
+        Returns the last seed used, the observations seen and whether the episode is live."""
+        seen: list[str] = []
         for action in actions:
             if not live:
                 seed += 1
-                self._reset(stage, seed)
-            self._budget(stage)
-            obs, reward, term, trunc, _ = _checked(stage, lambda a=action: self.env.step(a))
-            steps.append((seed, obs, reward, term, trunc))
+                seen.append(self._reset(stage, env, seed))
+            obs, _reward, term, trunc, _ = self._step(stage, env, action)
+            seen.append(obs)
             live = not (term or trunc)
-        return steps
+        return seed, seen, live
 
-    def interface(self, tooluse: bool) -> dict:
-        self._probe("interface", 42, TOOL_PROBES if tooluse else GAME_PROBES)
-        self._reset("interface", 123)
+    # -- checks --------------------------------------------------------------------------
+
+    def interface(self) -> dict:
+        """SPEC's probe with drawn seeds: reset, the edge probes, every action the program
+        advertises (and those with their numbers put out of range), then reset again."""
+        env, _cap = self.fresh("interface")
+        first, again = self.draw(), self.draw()
+        self.seeds["interface"] = [first, again]
+        self.details["advertised"] = self.advertised  # filled in as they are found
+        obs = self._reset("interface", env, first)
+        todo = list(TOOL_PROBES if self.tooluse else GAME_PROBES)
+        seed, seen, live = first, [obs], True
+        for _round in range(2):  # the second round: actions advertised by step observations
+            added = merge_advertised(self.advertised, (
+                a for o in seen for a in advertised_actions(o, self.tooluse)))
+            todo += added + [m for m in (mutate(a, self.rng) for a in added) if m]
+            if not todo:
+                break
+            seed, seen, live = self._probe("interface", env, seed, todo, live)
+            todo = []
+        self._reset("interface", env, again)
         return {}
 
-    def tools(self, tooluse: bool) -> dict:
+    def tools(self) -> dict:
         names: list[str] = []
-        for seed in self.settings.seeds:
-            self._reset("tools", seed)
-            schemas = _checked("tools", self.env.tools)
+        seeds = list(self.settings.seeds) + [self.draw() for _ in range(self.settings.drawn_seeds)]
+        self.seeds["tools"] = seeds
+        for seed in seeds:
+            env, _cap = self.fresh("tools")
+            self._reset("tools", env, seed)
+            schemas = _checked("tools", env.tools)
             problem = _schema_problem(schemas)
             if problem:
                 raise _Fail("tools", "bad_tools", f"tools() after reset(seed={seed}): {problem}")
             names = [s["function"]["name"] for s in schemas]
-            _o, reward, _te, _tr, _i = _checked("tools", lambda: self.env.step(ANSWER))
+            self.schemas = schemas
+            _o, reward, _te, _tr, _i = self._step("tools", env, ANSWER)
             if reward >= 1.0:
                 raise _Fail("tools", "criteria_trivial", f"answering at once after reset(seed="
                             f"{seed}) already scores 1.0: the success criteria check nothing")
+        env, _cap = self.fresh("tools")
+        seed = self.draw()
+        self.seeds["tool_probes"] = seed
+        self._reset("tools", env, seed)
+        self._probe("tools", env, seed, tool_probes(self.schemas, self.rng), True)
         return {"tools": names}
 
-    def _actions(self, tooluse: bool, seed: int) -> list[str]:
-        probes = list(TOOL_PROBES if tooluse else GAME_PROBES)
-        return [probes[(i + seed) % len(probes)] for i in range(self.cap)]
+    def _garbage_episode(self, stage: str) -> dict:
+        """A fresh instance plays drawn garbage from a drawn seed until it ends or the cap."""
+        env, cap = self.fresh(stage)
+        seed, action_seed = self.draw(), self.draw()
+        actions = garbage_actions(action_seed, cap, self.tooluse, self.advertised, self.schemas)
+        trace = self._play(stage, env, seed, actions)
+        steps = trace[1:]
+        last = steps[-1]
+        return {"seed": seed, "action_seed": action_seed, "cap": cap,
+                "actions": actions[:len(steps)], "rewards": [s[1] for s in steps],
+                "terminated": last[2], "truncated": last[3], "trace": trace}
 
-    def determinism(self, tooluse: bool) -> dict:
-        seed = self.settings.seeds[0] + 7
-        actions = self._actions(tooluse, seed)[:6]
-        first = self._play("determinism", seed, actions)
-        second = self._play("determinism", seed, actions)
+    def determinism(self) -> dict:
+        episode = self._garbage_episode("determinism")
+        env, _cap = self.fresh("determinism")
+        first, second = episode["trace"], self._play("determinism", env, episode["seed"],
+                                                     episode["actions"])
         if first != second:
             at = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b) \
                 if len(first) == len(second) else min(len(first), len(second))
             raise _Fail("determinism", "nondeterministic", "the same seed and actions gave a "
-                        f"different {'reset observation' if at == 0 else f'step {at} result'}; "
-                        "use random.Random(seed) for all randomness", first_difference=at)
-        return {}
+                        f"different {'reset observation' if at == 0 else f'step {at} result'} "
+                        "on a new instance; use random.Random(seed) for all randomness",
+                        first_difference=at)
+        self.episodes.append(episode)
+        return {"reference_episode": {k: episode[k] for k in
+                                      ("seed", "actions", "rewards", "terminated", "truncated")}}
 
-    def solution(self, tooluse: bool) -> dict:
-        if not self.env.sandbox.program.get("has_solution"):
+    def solution(self) -> dict:
+        if not self.sb.program.get("has_solution"):
             return {"solution": "absent"}
+        seeds = list(self.settings.seeds) + [self.draw() for _ in range(self.settings.drawn_seeds)]
+        self.seeds["solution"] = seeds
         turns = []
-        for seed in self.settings.seeds:
-            self._reset("solution", seed)
+        for seed in seeds:
+            env, cap = self.fresh("solution")
+            self._reset("solution", env, seed)
             try:
-                actions = self.env.solution()
+                actions = env.solution()
             except InvalidResult as exc:
+                if exc.reason == "not_replayable":  # a reference-style prose solution
+                    return {"solution": "not_replayable", "solution_note": exc.message}
                 raise _Fail("solution", "solution_fails", exc.message) from None
             except EnvRaised as exc:
                 if exc.exc_type == "NotImplementedError":
@@ -279,10 +469,10 @@ class _Runner:
                 raise _Fail("solution", "solution_fails" if exc.reason == "env_raised"
                             else exc.reason, f"solution() failed: {exc.message}",
                             **_err(exc)) from None
-            if len(actions) > self.cap:
+            if len(actions) > cap:
                 raise _Fail("solution", "solution_fails", f"solution() for seed {seed} has "
-                            f"{len(actions)} actions, more than max_turns={self.cap}")
-            trace = self._play("solution", seed, actions)
+                            f"{len(actions)} actions, more than max_turns={cap}")
+            trace = self._play("solution", env, seed, actions)
             last = trace[-1]
             if len(last) < 4 or last[1] < 1.0 or not last[2]:
                 got = "no steps" if len(last) < 4 else (f"reward {last[1]:g}, terminated="
@@ -293,26 +483,24 @@ class _Runner:
             turns.append(len(trace) - 1)
         return {"solution": "replayed", "solution_turns": turns}
 
-    def not_trivially_won(self, tooluse: bool) -> dict:
+    def not_trivially_won(self) -> dict:
+        while len(self.episodes) < self.settings.garbage_episodes:
+            self.episodes.append(self._garbage_episode("not_trivially_won"))
+        self.seeds["garbage"] = [e["seed"] for e in self.episodes]
         best = 0.0
-        for seed in self.settings.seeds[:2]:
-            for i, (played, _obs, reward, _te, _tr) in enumerate(
-                    self._probe("not_trivially_won", seed, self._actions(tooluse, seed))):
+        for episode in self.episodes:
+            for i, reward in enumerate(episode["rewards"]):
                 best = max(best, reward)
                 if reward >= 1.0:
                     raise _Fail("not_trivially_won", "trivially_won", f"garbage actions reached "
-                                f"reward 1.0 (seed {played}, garbage action {i + 1})")
-        return {"garbage_best_reward": best}
+                                f"reward 1.0 (seed {episode['seed']}, garbage action {i + 1}: "
+                                f"{episode['actions'][i][:80]!r})", garbage_seed=episode["seed"],
+                                garbage_actions=episode["actions"][:i + 1])
+        return {"garbage_best_reward": best,
+                "garbage_steps": sum(len(e["rewards"]) for e in self.episodes)}
 
-    def ends(self, tooluse: bool) -> dict:
-        seed = self.settings.seeds[-1]
-        trace = self._play("ends", seed, self._actions(tooluse, seed))
-        last = trace[-1]
-        if len(last) == 4 and (last[2] or last[3]):
-            how = "terminated" if last[2] else "truncated"
-            return {"ends": f"{how} after {len(trace) - 1} steps"}
-        return {"ends": f"runner_cap: the program did not end the episode within {self.cap} "
-                        "steps; the runner's own cap applies"}
+    def ends(self) -> dict:
+        return {"ends": _ending(self.episodes[0])}
 
 
 def _schema_problem(schemas: list) -> str | None:
