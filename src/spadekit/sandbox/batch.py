@@ -7,6 +7,8 @@ in parallel, requests to one worker queue in order. Every request still gets its
 (``step_timeout`` counted from when its predecessor in the same worker finished) and its own
 typed result: an environment that raises fails that request only; a worker that hangs, dies or
 breaks the protocol fails its pending requests and is killed, and the other workers go on.
+Replies are checked exactly as ``Sandbox.request`` checks them (schema, one reply per request,
+a silent pipe between batches); every value out of here is a result or a ``SandboxError``.
 """
 
 from __future__ import annotations
@@ -40,11 +42,18 @@ def request_many(calls: list[Call]) -> list[Any]:
             sb = boxes[key]
             try:
                 sb._check_open()
+                sb.check_quiet(calls[idx[0]][1])
                 live[key] = _Flight(sb, [(i, calls[i][1], calls[i][2]) for i in idx])
             except SandboxError as exc:
                 for i in idx:
                     results[i] = exc
-        _pump(live, results)
+        for fl in live.values():  # continue workers stopped while idle (launch.py), as
+            fl.sb.worker.wake()  # Sandbox.request does
+        try:
+            _pump(live, results)
+        finally:
+            for fl in live.values():
+                fl.sb.worker.rest()
     return results
 
 
@@ -71,9 +80,14 @@ def start_many(specs: list[tuple[Sandbox, int | None, int | None, dict | None]])
     created = request_many([(sb, "create", {"kwargs": {} if mt is None else {"max_turns": mt}})
                             for sb, mt, _seed, _opt in specs])
     envs: list[Any] = []
-    for (sb, _mt, _seed, _opt), info in zip(specs, created):
-        envs.append(info if isinstance(info, SandboxError)
-                    else RemoteEnv(sb, info["instance"], info.get("max_turns")))
+    for (sb, mt, _seed, _opt), info in zip(specs, created):
+        if isinstance(info, SandboxError):
+            envs.append(info)
+            continue
+        try:
+            envs.append(sb.created(info, mt))
+        except SandboxError as exc:
+            envs.append(exc)
     todo = [i for i, e in enumerate(envs) if isinstance(e, RemoteEnv)]
     raw = request_many([(envs[i].sandbox, "reset", {"instance": envs[i].instance,
                                                     "seed": specs[i][2], "options": specs[i][3]})
@@ -185,3 +199,5 @@ def _read(fl: _Flight, results: list[Any]) -> None:
                 return
         if fl.pending:
             fl.deadline = time.monotonic() + sb.deadline(fl.pending[0][2])
+        elif sb._buf:  # bytes after the last reply due: a reply nobody asked for
+            results[index] = sb.violation(f"more than one reply to {op}", op)

@@ -6,6 +6,12 @@ every result with the same checks the worker ran, and turns every failure into a
 ``spadekit.errors.SandboxError``. A timeout, a dead worker or a protocol violation kills the
 worker and its whole process tree; later calls raise ``SandboxClosed``.
 
+Replies are untrusted (the program runs inside the worker and can forge them): every line is
+checked against its schema (``spadekit.sandbox.replies``) before anything reads it, a reset or
+step result that the worker itself should have refused is a forgery too, and so is a second
+reply to one request. Each of these is a ``ProtocolViolation`` that kills the worker; nothing
+but a ``SandboxError`` leaves this module.
+
 ``RemoteEnv`` is one environment instance inside a sandbox with the Gymnasium-style API
 (``reset(seed=, options=)`` and the 5-tuple ``step``), plus ``solution()`` and ``tools()``.
 """
@@ -26,8 +32,10 @@ import time
 from typing import Any
 
 from spadekit.errors import (ERROR_TYPES, EnvRaised, InvalidResult, ProgramLoadError,
-                             ProtocolViolation, SandboxClosed, SandboxError, SandboxStartError,
-                             SandboxTimeout, WorkerDied)
+                             ProtocolViolation, ResourceLimit, SandboxClosed, SandboxError,
+                             SandboxStartError, SandboxTimeout, WorkerDied)
+from spadekit.envs import refstyle
+from spadekit.sandbox import replies
 from spadekit.sandbox import worker as checks
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.sandbox.launch import Plan, WorkerProcess, spawn
@@ -93,6 +101,7 @@ class Sandbox:
         self.failure: SandboxError | None = None
         self.program: dict | None = None
         self.layers: dict = {}
+        self.compat_used: set[str] = set()  # run-time compatibility features (envs.refstyle)
         self.started_at = time.monotonic()
         self._deadlines = {op: config.deadline(op) for op in ("load", "create", "reset", "step")}
 
@@ -105,11 +114,12 @@ class Sandbox:
         sb = cls(worker, config)
         try:
             hello = sb._receive(0, "start", config.start_timeout)
+            hello = sb._checked(replies.check_hello, hello, "start")
         except SandboxError as exc:
             sb.close()
             raise SandboxStartError(f"sandbox worker did not start: {exc.message}",
                                     tier=plan.tier, cause=exc.to_dict()) from exc
-        sb.layers = hello.get("layers", {})
+        sb.layers = hello["layers"]
         worker.hello = hello
         worker.adopt_tree()
         return sb
@@ -148,15 +158,34 @@ class Sandbox:
             raise ProgramLoadError(f"the program has {len(code)} characters (limit "
                                    f"{self.config.max_program_chars})", reason="syntax")
         info = self.request("load", {"code": code, "filename": os.path.basename(filename)})
-        self.program = info
-        return info
+        self.program = self._checked(replies.check_load, info, "load")
+        return self.program
 
     def new_env(self, max_turns: int | None = None, **kwargs: Any) -> "RemoteEnv":
-        """Construct one instance of the program's Env class (``max_turns=`` first, then no args)."""
+        """Construct one instance of the program's Env class (``max_turns=`` first, then no args).
+        ``max_turns`` is also the cap: the instance's ``max_turns`` is what the program reports,
+        clamped to it (see ``replies.check_create``)."""
         if max_turns is not None:
             kwargs["max_turns"] = max_turns
-        info = self.request("create", {"kwargs": kwargs})
-        return RemoteEnv(self, info["instance"], info.get("max_turns"))
+        return self.created(self.request("create", {"kwargs": kwargs}), max_turns)
+
+    def created(self, info: Any, cap: int | None) -> "RemoteEnv":
+        """The ``RemoteEnv`` of a raw create reply (checked; ``max_turns`` clamped to ``cap``)."""
+        instance, turns = self._checked(replies.check_create, info, "create", cap)
+        return RemoteEnv(self, instance, turns)
+
+    def _checked(self, check, value: Any, op: str, *args: Any) -> Any:
+        """``check(value, *args)``; a ``BadReply`` kills the worker as a ``ProtocolViolation``."""
+        try:
+            return check(value, *args)
+        except replies.BadReply as exc:
+            raise self.violation(f"bad {op} reply: {exc}", op) from None
+        except Exception as exc:  # a gap in a check must not let a foreign exception out
+            raise self.violation(f"bad {op} reply ({type(exc).__name__})", op) from None
+
+    def violation(self, message: str, op: str) -> ProtocolViolation:
+        """Record a ``ProtocolViolation`` (the worker is killed) and return it for raising."""
+        return self._fail(ProtocolViolation(message + "; worker killed", op=op))
 
     # -- protocol --------------------------------------------------------------------------
 
@@ -164,6 +193,7 @@ class Sandbox:
         """Send one request and return its result, or raise a typed ``SandboxError``."""
         with self._lock:
             self._check_open()
+            self.check_quiet(op)
             rid = next(self._ids)
             deadline = timeout if timeout is not None else self.deadline(op)
             data = self._encode(rid, op, payload)
@@ -174,6 +204,13 @@ class Sandbox:
                 return self._receive(rid, op, deadline, end)
             finally:
                 self.worker.rest()
+
+    def check_quiet(self, op: str) -> None:
+        """Between requests the reply pipe is silent: bytes waiting there (a reply nobody asked
+        for, sent late or from a thread of the program) are a forgery."""
+        if self._buf or any(ev & select.POLLIN for _fd, ev in self._poll.poll(0)):
+            raise self.violation(f"the worker wrote to the protocol pipe before {op} was sent",
+                                 op)
 
     def deadline(self, op: str) -> float:
         return self._deadlines.get(op, self.config.call_timeout)
@@ -235,7 +272,10 @@ class Sandbox:
             if nl >= 0:
                 line = bytes(self._buf[:nl])
                 del self._buf[:nl + 1]
-                return self._decode(line, rid, op)
+                value = self._decode(line, rid, op)
+                if self._buf:
+                    raise self.violation(f"more than one reply to {op}", op)
+                return value
             if len(self._buf) > limit:
                 raise self._fail(self._oversized(op))
             left = end - time.monotonic()
@@ -282,40 +322,38 @@ class Sandbox:
                           stderr_tail=tail, op=op)
 
     def _decode(self, line: bytes, rid: int, op: str) -> Any:
+        """One reply line -> the result, or the typed error it reports; a line that breaks the
+        reply schema kills the worker (``ProtocolViolation``)."""
         try:
-            msg = json.loads(line)
-        except ValueError:
-            raise self._fail(ProtocolViolation(f"reply to {op} is not JSON; worker killed",
-                                               op=op)) from None
-        if not isinstance(msg, dict) or msg.get("id") != rid or not isinstance(msg.get("ok"), bool):
-            raise self._fail(ProtocolViolation(f"unexpected reply to {op} (wrong id or shape); "
-                                               "worker killed", op=op))
-        if msg["ok"]:
-            return msg.get("result")
-        err = msg.get("error")
-        if not isinstance(err, dict):
-            raise self._fail(ProtocolViolation(f"malformed error reply to {op}", op=op))
+            ok, value = replies.envelope(replies.decode_line(line), rid)
+            if ok:
+                return value
+            err = replies.check_error(value)
+        except replies.BadReply as exc:
+            raise self.violation(f"bad reply to {op}: {exc}", op) from None
+        except Exception as exc:  # a gap in a check must not let a foreign exception out
+            raise self.violation(f"bad reply to {op} ({type(exc).__name__})", op) from None
         raise self._error(err, op)
 
     def _error(self, err: dict, op: str) -> SandboxError:
-        kind = ERROR_TYPES.get(str(err.get("type")))
-        message = str(err.get("message", ""))[:4000]
-        extra = {k: v for k, v in err.items() if k not in ("type", "message")}
-        if kind is None:
-            if err.get("type") == "SandboxStartError":
-                return SandboxStartError(message)
-            return self._fail(ProtocolViolation(f"unknown error type from worker during {op}: "
-                                                f"{err.get('type')!r}", op=op))
-        if kind is EnvRaised:
-            return EnvRaised(message, exc_type=str(extra.get("exc_type", "Exception"))[:200],
-                             traceback=str(extra.get("traceback", ""))[:8000], op=op)
-        if kind is ProgramLoadError or kind is InvalidResult:
-            return kind(message, reason=str(extra.pop("reason", "load_error"))[:64],
-                        **{k: v for k, v in extra.items() if k in ("line", "traceback")}, op=op)
-        if kind is ProtocolViolation:
-            return self._fail(ProtocolViolation(message, op=op))
-        return kind(message, kind=str(extra.get("kind", ""))[:32],
-                    traceback=str(extra.get("traceback", ""))[:8000], op=op)
+        """The typed error of a checked error object (``replies.check_error``)."""
+        kind = err["type"]
+        message = err["message"]
+        if kind == "SandboxStartError":
+            if op != "start":
+                return self.violation(f"a start error in reply to {op}", op)
+            return SandboxStartError(message)
+        if kind == "ProtocolViolation":
+            return self.violation(message, op)
+        if kind == "EnvRaised":
+            return EnvRaised(message, exc_type=err.get("exc_type", "Exception"),
+                             traceback=err.get("traceback", ""), op=op)
+        if kind in ("ProgramLoadError", "InvalidResult"):
+            extra = {k: err[k] for k in ("line", "traceback") if k in err}
+            default = "load_error" if kind == "ProgramLoadError" else "bad_result"
+            return ERROR_TYPES[kind](message, reason=err.get("reason", default), **extra, op=op)
+        return ResourceLimit(message, kind=err.get("kind", ""),
+                             traceback=err.get("traceback", ""), op=op)
 
     # -- asyncio ---------------------------------------------------------------------------
 
@@ -337,11 +375,13 @@ class RemoteEnv:
         return self.checked_reset(raw)
 
     def checked_reset(self, raw: Any) -> tuple[str, dict]:
-        """Re-validate a raw reset reply from the worker."""
-        value, err = checks.check_reset(tuple(raw) if isinstance(raw, list) else raw,
+        """Re-validate a raw reset reply with the worker's own checks: the worker refuses such
+        results itself, so one arriving as a success is forged (``ProtocolViolation``)."""
+        value, err = checks.check_reset(tuple(raw) if type(raw) is list else raw,
                                         self.sandbox.config.max_observation_chars)
         if err:
-            raise InvalidResult(err["message"], reason=err["reason"], op="reset")
+            raise self.sandbox.violation(f"forged reset result ({err['reason']}: "
+                                         f"{err['message']})", "reset")
         return value[0], value[1]
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
@@ -351,23 +391,31 @@ class RemoteEnv:
         return self.checked_step(raw)
 
     def checked_step(self, raw: Any) -> tuple[str, float, bool, bool, dict]:
-        """Re-validate a raw step reply from the worker (never trust the child)."""
-        value, err = checks.check_step(tuple(raw) if isinstance(raw, list) else raw,
+        """Re-validate a raw step reply from the worker (never trust the child): one the worker
+        should have refused is forged (``ProtocolViolation``)."""
+        value, err = checks.check_step(tuple(raw) if type(raw) is list else raw,
                                        self.sandbox.config.max_observation_chars)
         if err:
-            raise InvalidResult(err["message"], reason=err["reason"], op="step")
+            raise self.sandbox.violation(f"forged step result ({err['reason']}: "
+                                         f"{err['message']})", "step")
         return value[0], value[1], value[2], value[3], value[4]
 
     def solution(self) -> list[str]:
         value = self.sandbox.request("call", {"instance": self.instance, "method": "solution"})
+        if isinstance(value, str) and self.sandbox.config.compat:  # a reference-style string
+            tools = self.tools() if (self.sandbox.program or {}).get("has_tools") else []
+            value = refstyle.solution_of(value, tools, self.sandbox.compat_used)
         if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
             raise InvalidResult("solution() must return a list of action strings",
                                 reason="bad_solution", op="solution")
         return value
 
     def tools(self) -> list[dict]:
-        return self.checked_tools(self.sandbox.request("call", {"instance": self.instance,
-                                                                "method": "tools"}))
+        raw = self.sandbox.request("call", {"instance": self.instance, "method": "tools"})
+        if self.sandbox.config.compat:  # flat, nested or _tools-dict schemas, normalised once
+            where = f"program {(self.sandbox.program or {}).get('class_name', '?')}"
+            raw = refstyle.tools_of(raw, where, self.sandbox.compat_used)
+        return self.checked_tools(raw)
 
     @staticmethod
     def checked_tools(value: Any) -> list[dict]:

@@ -13,6 +13,10 @@ Run as a script (``python -I -S -B worker.py``), standard library only. Bootstra
    checked again by the parent; every exception becomes a structured error reply, and the worker
    stays alive (``SystemExit`` included).
 
+Replies stay inside the parent's schema (``spadekit.sandbox.replies``): valid Unicode (a lone
+surrogate in an observation is an ``InvalidResult``), bounded depth and error sizes. A reply
+the parent refuses was therefore forged by the program, never sent by this code.
+
 The parent enforces wall-clock deadlines and kills this process (and its namespace/cgroup) on
 timeout; nothing here relies on signals or alarms, which environment code could swallow.
 """
@@ -170,14 +174,21 @@ def apply_seccomp(bpf_hex):
 
 
 _ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+# Limits of the parent's reply schema (spadekit.sandbox.replies, which refuses replies nested
+# deeper than 32 levels): info and method results nest at most RESULT_DEPTH levels as they are.
+RESULT_DEPTH = 16
+ERROR_FIELD_CHARS = {"message": 4000, "traceback": 8000, "exc_type": 200, "reason": 64,
+                     "kind": 32, "type": 64}
+MAX_NAME_CHARS = 200
 
 
 def send(obj):
     """Write one reply line. Values that JSON cannot carry (sets, objects, NaN inside ``info``,
-    deep nesting) are made JSON-safe by ``sanitize`` only when plain encoding fails, which
-    keeps the common path fast."""
+    deep nesting, lone surrogates) are made safe by ``sanitize`` only when needed."""
     try:
         data = _ENCODER.encode(obj).encode() + b"\n"
+        if b"\\ud" in data and not plain(obj, 64):
+            data = _ENCODER.encode(sanitize(obj, -64)).encode() + b"\n"
     except Exception:
         try:
             data = _ENCODER.encode(sanitize(obj)).encode() + b"\n"
@@ -225,21 +236,79 @@ def invalid(reason, message):
 
 
 def sanitize(value, depth=0):
-    """Make ``info`` JSON-safe: keep JSON types, stringify the rest, bound depth and size."""
+    """Make ``info`` JSON-safe: keep JSON types, stringify the rest, bound depth and size,
+    replace lone surrogates. (``depth`` below 0 gives room for deeper values: ``send`` uses it
+    to only mend text in replies that are already well formed.)"""
     if depth > 8:
         return "<too deep>"
-    if value is None or isinstance(value, (bool, int, str)):
+    if isinstance(value, str):
+        return mend_text(value)
+    if value is None or isinstance(value, (bool, int)):
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2 ** 63:
             return str(value)
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, dict):
-        return {str(k)[:200]: sanitize(v, depth + 1) for k, v in list(value.items())[:1000]}
+        return {mend_text(str(k)[:200]): sanitize(v, depth + 1)
+                for k, v in list(value.items())[:1000]}
     if isinstance(value, (list, tuple, set, frozenset)):
         return [sanitize(v, depth + 1) for v in list(value)[:1000]]
     text = repr(value)
-    return text[:1000]
+    return mend_text(text[:1000])
+
+
+def valid_text(text):
+    """True when ``text`` can be encoded as UTF-8 (it holds no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def mend_text(text):
+    """``text`` with each lone surrogate replaced by U+FFFD."""
+    return text if valid_text(text) else text.encode("utf-8", "surrogatepass").decode(
+        "utf-8", "replace")
+
+
+def plain(value, limit=RESULT_DEPTH):
+    """True when ``value`` can be sent as is: JSON types only, finite floats, string keys,
+    valid text, at most ``limit`` levels deep. Otherwise ``sanitize`` it first."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if not valid_text(item):
+                return False
+        elif kind is dict or kind is list or kind is tuple:
+            if depth >= limit or (kind is dict and not all(type(k) is str and valid_text(k)
+                                                            for k in item)):
+                return False
+            stack.extend((sub, depth + 1) for sub in (item.values() if kind is dict else item))
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif not (item is None or kind is bool or kind is int):
+            return False
+    return True
+
+
+def bounded_error(err):
+    """An error reply's fields cut to the parent's sizes, text mended."""
+    out = {}
+    for key, value in err.items():
+        limit = ERROR_FIELD_CHARS.get(key)
+        if limit is not None:
+            text = mend_text(value if isinstance(value, str) else str(value))
+            out[key] = text if len(text) <= limit else text[:limit - 3] + "..."
+        elif key == "line":
+            out[key] = value if type(value) is int else None
+    return out
 
 
 def check_obs(obs, where, cap):
@@ -248,6 +317,9 @@ def check_obs(obs, where, cap):
     if len(obs) > cap:
         return invalid("observation_too_large",
                        "observation has %d characters (limit %d)" % (len(obs), cap))
+    if not valid_text(obs):
+        return invalid("bad_text", "observation is not valid Unicode (it holds a lone "
+                       "surrogate)")
     return None
 
 
@@ -311,7 +383,11 @@ def op_load(req):
     module = type(sys)("spadekit_env_program")
     module.__file__ = filename
     sys.modules["spadekit_env_program"] = module
+    compat = STATE["cfg"].get("compat")
     try:
+        if compat:  # reference-contract names the program mentions (spadekit.envs.compat)
+            from spadekit.envs.compat import prepare
+            prepare(module.__dict__, compiled)
         exec(compiled, module.__dict__)
     except BaseException as exc:
         err = error_from_exception(exc)
@@ -330,12 +406,17 @@ def op_load(req):
         return {"type": "ProgramLoadError", "reason": "multiple_env_classes",
                 "message": "the program defines %d Env classes (%s); exactly one is required"
                 % (len(declared), ", ".join(declared))}
+    if len(declared[0]) > MAX_NAME_CHARS or not valid_text(declared[0]):
+        return {"type": "ProgramLoadError", "reason": "no_env_class", "message": "the Env "
+                "class name is over %d characters or not valid Unicode" % MAX_NAME_CHARS}
     cls = module.__dict__[declared[0]]
     STATE["module"], STATE["cls"] = module, cls
     return {"result": {"class_name": declared[0],
                        "has_solution": _overrides(cls, "solution"),
-                       "has_tools": callable(getattr(cls, "tools", None)),
-                       "doc": (cls.__doc__ or "").strip()[:500]}}
+                       "has_tools": callable(getattr(cls, "tools", None)) or bool(
+                           compat and callable(getattr(cls, "get_tools", None))),
+                       "doc": mend_text(cls.__doc__.strip()[:500] if isinstance(
+                           cls.__doc__, str) else "")}}
 
 
 def _overrides(cls, name):
@@ -393,14 +474,19 @@ def _instance(req):
 def op_reset(req):
     env = _instance(req)
     kwargs = {"seed": req.get("seed")}
+    compat = STATE["cfg"].get("compat")
     if req.get("options") is not None:
         kwargs["options"] = req["options"]
+        if compat:  # a reference-style reset(seed=None) takes no options
+            from spadekit.envs.compat import accepts_keyword
+            if not accepts_keyword(env.reset, "options"):
+                del kwargs["options"]
     try:
         result = env.reset(**kwargs)
     except BaseException as exc:
         return error_from_exception(exc)
     value, err = check_reset(result, STATE["cfg"].get("max_observation_chars", 65536))
-    return err or {"result": value}
+    return err or _result(value, 1)
 
 
 def op_step(req):
@@ -410,7 +496,14 @@ def op_step(req):
     except BaseException as exc:
         return error_from_exception(exc)
     value, err = check_step(result, STATE["cfg"].get("max_observation_chars", 65536))
-    return err or {"result": value}
+    return err or _result(value, 4)
+
+
+def _result(value, at):
+    """The reply of a checked reset/step result, its ``info`` (at index ``at``) made plain."""
+    if not plain(value[at]):
+        value[at] = sanitize(value[at])
+    return {"result": value}
 
 
 CALLABLE = {"solution", "tools", "render", "close"}
@@ -422,6 +515,8 @@ def op_call(req):
     if name not in CALLABLE and not name.startswith("get_"):
         return invalid("bad_result", "method %r may not be called through the sandbox" % name)
     fn = getattr(env, name, None)
+    if name == "tools" and not callable(fn) and STATE["cfg"].get("compat"):
+        fn = getattr(env, "get_tools", None)  # the reference's name for it
     if fn is None or not callable(fn):
         return {"type": "EnvRaised", "exc_type": "AttributeError",
                 "message": "AttributeError: environment has no method %r" % name, "traceback": ""}
@@ -429,7 +524,7 @@ def op_call(req):
         value = fn(*req.get("args", []))
     except BaseException as exc:
         return error_from_exception(exc)
-    return {"result": value}
+    return {"result": value if plain(value) else sanitize(value)}
 
 
 def op_drop(req):
@@ -467,7 +562,7 @@ def serve(reader):
         if "result" in reply:
             send({"id": req.get("id"), "ok": True, "result": reply["result"]})
         else:
-            send({"id": req.get("id"), "ok": False, "error": reply})
+            send({"id": req.get("id"), "ok": False, "error": bounded_error(reply)})
 
 
 def main():
@@ -504,6 +599,9 @@ def main():
         os.chdir(cfg["chdir"])
     for path in reversed(cfg.get("sys_path", [])):
         sys.path.insert(0, path)
+    if cfg.get("packages"):  # allowlisted third-party packages only (spadekit.sandbox.packages)
+        from spadekit.envs.compat import install_finder
+        install_finder(cfg["packages"]["roots"], cfg["packages"]["dists"])
     sys.setrecursionlimit(int(cfg.get("recursion_limit", 2000)))
     preloaded = []
     for name in cfg.get("preload", []):  # warm the import cache before any program arrives

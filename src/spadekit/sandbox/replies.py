@@ -1,0 +1,220 @@
+"""The schema of every reply a sandbox worker sends, checked before anything else reads it.
+
+The environment program runs inside the worker, so it can replace the worker's ``send`` or
+write to the protocol pipe itself: every reply line is untrusted bytes. ``decode_line`` turns one
+line into a value that is safe to hand on, or raises ``BadReply``; ``Sandbox`` turns that into a
+``ProtocolViolation`` and kills the worker. The checks, cheapest first:
+
+- nesting depth at most ``MAX_DEPTH``, measured on the raw bytes *before* parsing (so a line of
+  100 000 ``[`` never reaches the recursive JSON parser), and only when the line has more
+  brackets than that at all (a step reply has three);
+- strict UTF-8, then JSON with ``NaN``/``Infinity`` refused and floats that overflow to
+  infinity (``1e999``) refused while parsing;
+- no lone surrogates in any string or key (the worker emits ASCII JSON, so this walk runs only
+  when a line carries ``\\u`` escapes or raw non-ASCII bytes);
+- the envelope: exactly ``{"id", "ok", "result"}`` or ``{"id", "ok", "error"}`` with the id of
+  the request (an int, not ``true``);
+- per message type: ``check_hello``, ``check_load``, ``check_create``, ``check_error``; reset and
+  step results are checked by the worker's own ``check_reset``/``check_step`` in ``RemoteEnv``.
+
+Sizes are bounded by ``SandboxConfig.max_reply_bytes`` (the whole line) and per field here.
+A well-behaved worker never sends anything these checks refuse: it applies the same limits to
+what programs return (see ``worker.py``), so a refusal means the worker is not to be trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+MAX_DEPTH = 32
+"""Deepest nesting of arrays/objects in one reply line (envelope included). The worker cuts
+``info`` and method results deeper than 16 levels, so honest replies stay far below this."""
+
+TURNS_CEILING = 1000
+"""Upper bound of a program's ``max_turns`` when the caller passes no cap of its own."""
+
+MAX_NAME_CHARS = 200
+MAX_DOC_CHARS = 500
+MAX_ERROR_FIELD_CHARS = {"message": 4000, "traceback": 8000, "exc_type": 200, "reason": 64,
+                         "kind": 32, "type": 64}
+ERROR_KINDS = frozenset({"EnvRaised", "ProgramLoadError", "ResourceLimit", "InvalidResult",
+                         "ProtocolViolation", "SandboxStartError"})
+
+
+class BadReply(ValueError):
+    """A reply broke its schema; the message says how (never echoes the hostile bytes)."""
+
+
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_PAIR = re.compile(rb"[\[{][\]}]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _depth_ok(line: bytes) -> bool:
+    """True when ``line`` nests arrays/objects at most ``MAX_DEPTH`` deep. Strings are removed
+    first (an unterminated one runs to the end of the line: linear, no backtracking), then every
+    pass deletes the innermost bracket pairs; a line that is not empty after ``MAX_DEPTH``
+    passes is too deep or unbalanced, and either way not a reply."""
+    brackets = _STRING.sub(b"", line).translate(None, _NOT_BRACKETS)
+    for _ in range(MAX_DEPTH):
+        if not brackets:
+            return True
+        reduced = _PAIR.sub(b"", brackets)
+        if len(reduced) == len(brackets):
+            return False  # unbalanced: nothing left to peel
+        brackets = reduced
+    return not brackets
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadReply(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadReply("a number overflows to infinity")
+    return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def decode_line(line: bytes) -> Any:
+    """One reply line -> its JSON value, or ``BadReply``. Never raises anything else."""
+    try:
+        if (line.count(b"[") + line.count(b"{") > MAX_DEPTH) and not _depth_ok(line):
+            raise BadReply(f"nested deeper than {MAX_DEPTH} levels")
+        text = line.decode("utf-8")  # strict: no invalid bytes, no encoded surrogates
+        value = _DECODER.decode(text)
+        if "\\u" in text or not text.isascii():
+            _check_strings(value)
+        return value
+    except BadReply:
+        raise
+    except (ValueError, RecursionError, MemoryError, OverflowError, TypeError) as exc:
+        raise BadReply(f"not a JSON reply ({type(exc).__name__})") from None
+
+
+def valid_text(text: str) -> bool:
+    """True when ``text`` is encodable as UTF-8 (no lone surrogates)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_strings(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is str:
+            if not valid_text(item):
+                raise BadReply("a string holds a lone surrogate (not valid Unicode)")
+        elif type(item) is dict:
+            for key, sub in item.items():
+                if not valid_text(key):
+                    raise BadReply("a key holds a lone surrogate (not valid Unicode)")
+                stack.append(sub)
+        elif type(item) is list:
+            stack.extend(item)
+
+
+def envelope(msg: Any, rid: int) -> tuple[bool, Any]:
+    """``(ok, result-or-error)`` of a decoded reply to request ``rid``, or ``BadReply``."""
+    if type(msg) is not dict or len(msg) != 3:
+        raise BadReply("a reply must be an object with exactly id, ok and result/error")
+    got = msg.get("id")
+    if type(got) is not int or got != rid:
+        raise BadReply("the reply's id is not the request's")
+    ok = msg.get("ok")
+    if ok is True and "result" in msg:
+        return True, msg["result"]
+    if ok is False and "error" in msg:
+        return False, msg["error"]
+    raise BadReply("a reply needs ok: true with result, or ok: false with error")
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _text(value: Any, limit: int, what: str, allow_empty: bool = True) -> str:
+    if type(value) is not str or len(value) > limit or (not allow_empty and not value):
+        raise BadReply(f"{what} must be a string of at most {limit} characters")
+    return value
+
+
+def check_error(err: Any) -> dict:
+    """An error object: a known ``type``, string fields within their sizes, ``line`` an int."""
+    if type(err) is not dict:
+        raise BadReply("an error reply must carry an object")
+    kind = err.get("type")
+    if type(kind) is not str or kind not in ERROR_KINDS:
+        raise BadReply("unknown error type")
+    out: dict = {}
+    for key, value in err.items():
+        if key in MAX_ERROR_FIELD_CHARS:
+            out[key] = _text(value, MAX_ERROR_FIELD_CHARS[key], f"error field {key}")
+        elif key == "line":
+            if value is not None and not _is_int(value):
+                raise BadReply("error field line must be an int or null")
+            out[key] = value
+        else:
+            raise BadReply("unknown error field")
+    out.setdefault("message", "")
+    return out
+
+
+def check_hello(result: Any) -> dict:
+    if type(result) is not dict or result.get("ready") is not True:
+        raise BadReply("the worker's hello must be {ready: true, layers: {...}}")
+    layers = result.get("layers", {})
+    if type(layers) is not dict:
+        raise BadReply("the worker's layers must be an object")
+    return {"ready": True, "layers": layers}
+
+
+def check_load(result: Any) -> dict:
+    """``{class_name, has_solution, has_tools, doc}`` with exactly those types."""
+    if type(result) is not dict or set(result) != {"class_name", "has_solution", "has_tools",
+                                                   "doc"}:
+        raise BadReply("a load reply must be {class_name, has_solution, has_tools, doc}")
+    name = _text(result["class_name"], MAX_NAME_CHARS, "class_name", allow_empty=False)
+    if not name.endswith("Env"):
+        raise BadReply("class_name must end in 'Env'")
+    if type(result["has_solution"]) is not bool or type(result["has_tools"]) is not bool:
+        raise BadReply("has_solution and has_tools must be booleans")
+    return {"class_name": name, "has_solution": result["has_solution"],
+            "has_tools": result["has_tools"],
+            "doc": _text(result["doc"], MAX_DOC_CHARS, "doc")}
+
+
+def check_create(result: Any, cap: int | None) -> tuple[int, int | None]:
+    """``(instance, max_turns)`` of a create reply. ``max_turns`` must be an int or null (never a
+    bool or a string); a positive one is clamped to ``cap`` (``TURNS_CEILING`` without one), a
+    value below 1 states no usable cap and becomes ``None`` (the caller's own cap applies)."""
+    if type(result) is not dict or set(result) != {"instance", "max_turns"}:
+        raise BadReply("a create reply must be {instance, max_turns}")
+    instance, turns = result["instance"], result["max_turns"]
+    if not _is_int(instance) or not 0 < instance < 2 ** 53:
+        raise BadReply("instance must be a positive int")
+    if turns is None:
+        return instance, None
+    if not _is_int(turns):
+        raise BadReply("max_turns must be an int or null")
+    return instance, clamp_turns(turns, cap)
+
+
+def clamp_turns(turns: int, cap: int | None) -> int | None:
+    """A program's ``max_turns`` within ``[1, cap]``; ``None`` when it is below 1."""
+    if turns < 1:
+        return None
+    limit = cap if cap is not None and cap >= 1 else TURNS_CEILING
+    return min(turns, limit)
