@@ -385,8 +385,9 @@ def budgets(config: "SelfPlayConfig") -> dict[str, Any]:
     a bootstrap is set), the no-hint plays of each (``plays_per_env``), the agent samples, the
     hinted plays of a new environment and the designer's loss weight
     ``min(n_agent / n_designer * regen_interval, cap)`` (agent samples counted as episodes:
-    with ``train.sample_granularity=turn`` the loop counts turns, a larger weight). Fewer valid environments mean more
-    plays each under ``agent_samples_per_round`` (the total stays put). ``env_max_turns`` is the
+    with ``train.sample_granularity=turn`` the loop counts turns, a larger weight). Fewer
+    valid environments mean more plays each under ``agent_samples_per_round`` (the total stays
+    put). ``env_max_turns`` is the
     episode cap of the designer's prompt, the validator and play."""
     from spadekit.advantages import designer_weight
 
