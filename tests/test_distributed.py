@@ -27,6 +27,10 @@ from spadekit.train.distributed import resolve_strategy, shard_indices  # noqa: 
 
 WORLD = 2
 TOL = 1e-6
+REL = 1e-5
+"""Relative tolerance of statistics accumulated over a whole batch (loss, grad_norm, ...): one
+process and several ranks sum in a different order, and float32 sums of n terms differ by up to
+about sqrt(n) * 6e-8 relative (grad_norm 3.384102919 vs 3.384101748 was seen: 3.5e-7)."""
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
@@ -167,6 +171,10 @@ def runs(tmp_path_factory):
     return {"out": out, "ranks": ranks, "single": single}
 
 
+def max_abs(a: dict) -> float:
+    return max(float(v.abs().max()) for v in a.values())
+
+
 def max_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys()
     return max(float((a[k] - b[k]).abs().max()) for k in a)
@@ -183,13 +191,14 @@ def test_gradients_and_update_equal_one_process(runs, name):
         assert got["strategy"] == ("fsdp" if name.startswith("fsdp") else "ddp")
         dg, dp = max_diff(got["grads"], one["grads"]), max_diff(got["params"], one["params"])
         print(f"{name}: max |grad diff| {dg:.2e}, max |param diff| {dp:.2e}")
-        assert dg < TOL and dp < TOL
+        # elementwise sums over the batch's tokens: the error scales with the values summed
+        assert dg < TOL * max(1.0, max_abs(one["grads"])) and dp < TOL
         for key in ("num_samples", "num_samples_trained", "num_tokens", "skipped_zero_advantage",
                     "num_importance_weighted", "optimizer_steps", "step"):
             assert got["step"][key] == one["step"][key], key
         for key in ("loss", "pg_loss", "grad_norm", "clip_frac", "tis_mean", "tis_capped_frac",
                     "ratio_mean") + (("kl",) if "kl" in name else ()):
-            assert got["step"][key] == pytest.approx(one["step"][key], abs=1e-6), key
+            assert got["step"][key] == pytest.approx(one["step"][key], rel=REL, abs=TOL), key
     assert one["step"]["grad_clipped"] == 1.0  # the global norm was clipped
     if name == "lora":
         assert all("lora_" in k for k in one["grads"])
@@ -202,7 +211,7 @@ def test_fsdp_generation_with_gathered_weights(runs):
     for r, rank in enumerate(runs["ranks"]):
         got = rank["fsdp"]["logprobs"]
         assert len(got) == 1 + r
-        assert got[0] == pytest.approx(want, abs=1e-5)
+        assert got[0] == pytest.approx(want, rel=REL, abs=1e-5)
 
 
 @pytest.mark.parametrize("name", ["ddp", "fsdp"])

@@ -136,8 +136,13 @@ def test_invalid_and_hanging_designs_get_fixed_rewards_and_blacklist(tmp_path):
         assert m0["valid"] == 0 and m0["invalid_reasons"] == {"timeout": 1, "no_env_class": 1}
         assert len(sp.store.blacklisted()) == 1
         rejected = sp.store.rejected()
-        assert sorted(r["reason"] for r in rejected) == ["no_env_class", "no_env_class",
-                                                         "timeout", "timeout"]
+        # round 1 writes the same hanging program again: the blacklist is read first, so it is
+        # not validated (no second timeout) and earns the hang penalty again
+        assert sorted(r["reason"] for r in rejected) == ["blacklisted", "no_env_class",
+                                                         "no_env_class", "timeout"]
+        assert [r["step"] for r in rejected if r["reason"] == "blacklisted"] == [1]
+        assert (m0["blacklist_skipped"], m1["blacklist_skipped"]) == (0, 1)
+        assert m1["invalid_reasons"] == {"blacklisted": 1, "no_env_class": 1}
         assert {r["step"] for r in rejected} == {0, 1}
         assert any("while True" in r["text"] for r in rejected)
         # due designer samples carry -0.5 (hang) and 0 (invalid)

@@ -164,7 +164,8 @@ def test_gradient_is_independent_of_microbatching(loss_type):
     assert results[2][0]["num_microbatches"] == len(samples)
     for stats, g in results[1:]:
         assert_close(g, results[0][1])
-        assert stats["loss"] == pytest.approx(results[0][0]["loss"], abs=1e-6)
+        # other micro-batch splits sum in another order: relative, float32 accumulation
+        assert stats["loss"] == pytest.approx(results[0][0]["loss"], rel=1e-5, abs=1e-6)
     # ... and equals the plain full-batch computation (full logits, attention mask, one loss)
     model = tiny_model(seed=2)
     assert_close(results[1][1], reference_gradient(model, samples, TrainConfig(

@@ -20,6 +20,7 @@ from spadekit.errors import ConfigError
 from spadekit.rollout import RolloutConfig
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.train.config import TrainConfig
+from spadekit.watch import WatchConfig
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -244,8 +245,10 @@ class SelfPlayConfig:
     """Rounds an environment stays in the pool; also the designer update delay k."""
     skills_per_epoch: int = 3
     env_max_turns: int = 12
-    """The episode cap stated in the designer's contract and used by the validator (SPEC: 12;
-    paper cap 25). ``rollout.max_turns`` is the runner's cap during play and may be smaller."""
+    """The episode cap (SPEC: 12; paper cap 25). One number, ``turn_cap`` = ``min(env_max_turns,
+    rollout.max_turns)``, is stated in the designer's contract, given to the validator and to
+    every played program's constructor, and caps each play (a program's own smaller
+    ``max_turns`` is respected): ``rollout.max_turns`` is a ceiling that clamps it."""
     bootstrap: str | None = "library"
     """Environments the agent plays while the designer is still weak: ``library`` (the
     reference environments of the active skills), a pool directory, or None."""
@@ -284,11 +287,22 @@ class SelfPlayConfig:
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     eval: EvalLoopConfig = field(default_factory=EvalLoopConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    """Pooled programs watched during training: spot checks with garbage actions, step times;
+    a program that hangs, slows down, is won by garbage or turns nondeterministic is retired
+    and its designer sample gets -0.5 (``spadekit.watch``)."""
+
+    @property
+    def turn_cap(self) -> int:
+        """The one episode cap of the designer prompt, the validator and play:
+        ``min(env_max_turns, rollout.max_turns)``."""
+        return min(self.env_max_turns, self.rollout.max_turns)
 
     def __post_init__(self) -> None:
         if self.setting not in ("games", "tooluse"):
             raise ConfigError(f"setting must be games or tooluse, got {self.setting!r}")
-        for name in ("rounds", "envs_per_round", "regen_interval", "skills_per_epoch"):
+        for name in ("rounds", "envs_per_round", "regen_interval", "skills_per_epoch",
+                     "env_max_turns"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         if (self.num_generations is None) == (self.agent_samples_per_round is None):
@@ -388,7 +402,7 @@ def budgets(config: "SelfPlayConfig") -> dict[str, Any]:
     with ``train.sample_granularity=turn`` the loop counts turns, a larger weight). Fewer
     valid environments mean more plays each under ``agent_samples_per_round`` (the total stays
     put). ``env_max_turns`` is the
-    episode cap of the designer's prompt, the validator and play."""
+    episode cap of the designer's prompt, the validator and play (``turn_cap``)."""
     from spadekit.advantages import designer_weight
 
     bootstrap = config.bootstrap_per_round if config.bootstrap else 0
@@ -408,7 +422,7 @@ def budgets(config: "SelfPlayConfig") -> dict[str, Any]:
         "designer_samples_per_regen": designed,
         "designer_weight": weight,
         "designer_weight_cap": config.reward.designer_weight_cap,
-        "env_max_turns": config.env_max_turns,
+        "env_max_turns": config.turn_cap,  # min(env_max_turns, rollout.max_turns)
         "rollout_max_turns": config.rollout.max_turns,
         "agent_max_new_tokens": config.rollout.max_new_tokens,
         "designer_max_new_tokens": config.designer.max_new_tokens,

@@ -7,6 +7,10 @@ turned away; valid programs get a hint (a second call of the same policy reading
 designer's own ``HINT:`` line) that must not spell out the solution. Every designer sample (its
 prompt, sampled ids and behaviour logprobs) goes to the delay buffer, due ``regen_interval``
 rounds later; invalid ones carry their fixed reward (0, or -0.5 and a blacklist entry for a hang).
+The blacklist is read before validation: a blacklisted program (a hang in validation or a program
+retired during training, ``spadekit.watch``) is not validated again and earns -0.5 again (reason
+``blacklisted``). Each valid program gets an admission probe (``spadekit.watch``: one garbage
+episode, kept in its validation details) that the training-time spot checks replay.
 
 Optional extras (``DesignerConfig``):
 
@@ -44,11 +48,12 @@ from spadekit.judge import build_judge_messages, judge_enabled, parse_judgement
 from spadekit.memory import EnvironmentMemory
 from spadekit.policy.base import GenerationRequest, Policy, SamplingParams
 from spadekit.repair import build_repair_messages
-from spadekit.rewards import designer_reward_for_failure
+from spadekit.rewards import FailureReward, designer_reward_for_failure
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.store import RunStore
 from spadekit.thinking import count_thinking_cut
-from spadekit.validate import ValidationReport, Validator
+from spadekit.validate import ValidationReport, Validator, to_program
+from spadekit.watch import RETIRE_PENALTY, admission_probe
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +78,8 @@ class DesignOutcome:
     repaired: int = 0
     """Programs pooled only after repair turns (not counted in ``valid``)."""
     repair_calls: int = 0
+    blacklisted: int = 0
+    """Outputs (first attempts and repairs) whose program was blacklisted: never validated."""
     judge: dict[str, int] = field(default_factory=lambda: {"accept": 0, "reject": 0,
                                                            "no_verdict": 0})
     timings: dict[str, float] = field(default_factory=dict)
@@ -102,6 +109,7 @@ class DesignPhase:
         if int(config.designer.repair_attempts) < 0:
             raise ConfigError("designer.repair_attempts must be >= 0")
         self._judge_counts: dict[str, int] = DesignOutcome().judge
+        self.blacklist_skipped = 0
         self.hint_policy = self._load_hint_policy()
 
     def _load_hint_policy(self) -> Policy:
@@ -124,6 +132,7 @@ class DesignPhase:
         cfg, dcfg = self.config, self.config.designer
         out = DesignOutcome()
         self._judge_counts = out.judge
+        self.blacklist_skipped = 0
         phase = phase or (lambda _text: contextlib.nullcontext())
         clock = time.perf_counter()
         skills = active_skills(cfg.setting, cfg.skills_per_epoch, step // cfg.regen_interval)
@@ -135,7 +144,7 @@ class DesignPhase:
             negative = self.memory.negative_seed(skill, rng)
             neg = None if negative is None else (negative[0].code, negative[1])
             messages = build_designer_messages(cfg.setting, skill, doc.text if doc else None,
-                                               positives, neg, cfg.env_max_turns,
+                                               positives, neg, cfg.turn_cap,
                                                doc_words=dcfg.max_words)
             plan.append({"skill": skill, "doc_id": getattr(doc, "id", None),
                          "parents": [p.sha256 for p in positives]})
@@ -160,7 +169,8 @@ class DesignPhase:
             item["sample"] = {"sample_id": uuid.uuid4().hex, "prompt_len": len(gen.prompt_ids),
                               "token_ids": gen.prompt_ids + gen.token_ids,
                               "loss_mask": [0] * len(gen.prompt_ids) + [1] * len(gen.token_ids),
-                              "logprobs": None if gen.logprobs is None else
+                              "logprobs": None if gen.logprobs is None or len(
+                                  gen.logprobs) != len(gen.token_ids) else
                               [0.0] * len(gen.prompt_ids) + list(gen.logprobs),
                               "generated_step": step, "due_step": step + cfg.regen_interval,
                               "skill": item["skill"]}
@@ -186,6 +196,13 @@ class DesignPhase:
         with phase(f"round {step}: hint ({len(valid_items)} valid)"):
             self._hints(valid_items, out, step, rng)
         out.timings["hint"] = time.perf_counter() - clock
+        if valid_items:  # the behaviour spot checks replay and the step time the watch compares
+            clock = time.perf_counter()
+            probes = admission_probe(self.pool, [it[1] for it in valid_items], cfg.turn_cap, rng,
+                                     cfg.setting == "tooluse")
+            for (_item, _program, report, _hint), probe in zip(valid_items, probes):
+                report.details["admission"] = probe.record()
+            out.timings["admission"] = time.perf_counter() - clock
         for item, program, report, hint in valid_items:
             repaired = item.get("repaired")
             lineage = {"doc_id": item["doc_id"]}
@@ -208,15 +225,22 @@ class DesignPhase:
             item["sample"]["env_sha"] = sha
             item["sample"]["meta"] = {"reason": "ok"}
             self.store.push_delayed(item["sample"])
+        out.blacklisted = self.blacklist_skipped
         return out
 
     def _check(self, texts: list[str], seen: set[str], rng: random.Random
                ) -> list[tuple[str, ValidationReport]]:
         """``(reason, report)`` per output: the sandbox stages, the near-duplicate check (memory,
         store and this round's earlier programs in ``seen``) and the judge when it is on."""
-        reports = self.validator.validate_many(texts, workers=2)
+        known = [self._blacklisted(text) for text in texts]
+        todo = [text for text, hit in zip(texts, known) if hit is None]
+        validated = iter(self.validator.validate_many(todo, workers=2) if todo else [])
+        reports = [hit if hit is not None else next(validated) for hit in known]
         out = []
         for report in reports:
+            if report.reason == "blacklisted":
+                out.append(("blacklisted", report))
+                continue
             reason, program = report.reason, report.program
             if report.ok and program is not None:
                 dup, closest, sim = self.memory.is_near_duplicate(program.code)
@@ -241,6 +265,22 @@ class DesignPhase:
                     details={**out[i][1].details, "judge_reply": raw[-2000:]}, program=program)
                 out[i] = ("judge_rejected", report)
         return out
+
+    def _blacklisted(self, text: str) -> ValidationReport | None:
+        """A failed report for an output whose program is blacklisted (it is not validated
+        again), else None. Outputs without an extractable program go to the validator."""
+        try:
+            program = to_program(text)
+        except ExtractionError:
+            return None
+        reason = self.store.blacklist_reason(program.sha256)
+        if reason is None:
+            return None
+        self.blacklist_skipped += 1
+        return ValidationReport(ok=False, stage="blacklist", reason="blacklisted",
+                                message=f"program {program.short_id} is blacklisted ({reason}); "
+                                "not validated again", details={"blacklist_reason": reason},
+                                program=program)
 
     def _judge(self, codes: list[str], rng: random.Random) -> list[tuple[str, str, str]]:
         """``(verdict, reason, reply)`` per program; no verdict or a failed call: accept."""
@@ -273,6 +313,8 @@ class DesignPhase:
         designer reward."""
         program = report.program
         failure = designer_reward_for_failure(reason)
+        if reason == "blacklisted":  # a known hang or hack: the penalty it was blacklisted with
+            failure = FailureReward(RETIRE_PENALTY, False)
         if failure.blacklist and program is not None:
             self.store.blacklist(program.sha256, reason, step)
         self.store.record_rejected(
@@ -320,7 +362,7 @@ class DesignPhase:
     def _hints(self, items: list, out: DesignOutcome, step: int, rng: random.Random) -> None:
         """Fill each valid item's hint in place (index 3); a leaking hint is rejected."""
         dcfg = self.config.designer
-        actions = {i: solution_actions(self.pool, it[1].code, self.config.env_max_turns)
+        actions = {i: solution_actions(self.pool, it[1].code, self.config.turn_cap)
                    for i, it in enumerate(items)}
         todo = list(range(len(items)))
         if dcfg.hint_mode == "designer":

@@ -5,10 +5,15 @@ then every environment steps in its sandbox, concurrently. A trajectory keeps th
 ids and their behaviour logprobs; observation tokens are appended through the chat template's
 incremental rendering (``spadekit.chat``), and ``loss_mask`` marks sampled tokens only.
 
-Episodes end when the program terminates or truncates, at ``max_turns`` (the runner's cap), when
-the context would overflow (truncated, ``stop_reason="context"``), or when the environment fails
-(a typed failure on that episode only; the batch goes on). Return per SPEC point 4: the last
-reward if terminated, else 0. Hints go on the first observation only: ``"{obs}\\n\\nHINT: {hint}"``.
+Episodes end when the program terminates or truncates, at the episode's turn cap, when the
+context would overflow (truncated, ``stop_reason="context"``), or when the environment fails (a
+typed failure on that episode only; the batch goes on). Turn cap: the program is constructed with
+``EpisodeSpec.max_turns`` (else ``RolloutConfig.max_turns``) and plays at most that many turns, or
+its own smaller ``max_turns`` (``Trajectory.max_turns``). Return per SPEC point 4: the last reward
+if terminated, else 0. Hints go on the first observation only: ``"{obs}\\n\\nHINT: {hint}"``.
+A turn sampled without logprobs makes ``Trajectory.logprobs`` None (never zeros, which would turn
+an importance weight into ``p_old``). ``TurnRecord.step_s`` is the episode's own step time where
+the backend measures it (``spadekit.sandbox.batch``), else the turn's mean.
 
 Where environments run is behind a small seam, ``EnvBackend``: a run opens one ``EnvSession``,
 which starts the episodes of untrusted programs (``start``) and steps them (``step``) and frees
@@ -30,13 +35,12 @@ from typing import Any, Callable, Iterator
 
 from spadekit.chat import ChatRenderer
 from spadekit.envs.program import EnvProgram
-from spadekit.errors import EnvRaised, InvalidResult, SandboxError
+from spadekit.errors import SandboxError
+from spadekit.local_env import LocalEnv
 from spadekit.play import episode_return, with_hint
 from spadekit.policy.base import GenerationRequest, Policy, SamplingParams, encode_texts
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.batch import request_many, start_many, step_many
-from spadekit.sandbox import worker as checks
-from spadekit.sandbox.config import SandboxConfig
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 from spadekit.thinking import split_thinking
 
@@ -55,6 +59,8 @@ END_OF_TURN_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|
 @dataclass(frozen=True)
 class RolloutConfig:
     max_turns: int = 12
+    """Turn cap of episodes whose ``EpisodeSpec.max_turns`` is None. Self-play gives every
+    episode ``SelfPlayConfig.turn_cap`` = ``min(env_max_turns, rollout.max_turns)``."""
     max_new_tokens: int = 256
     """Per assistant turn."""
     max_context_tokens: int = 4096
@@ -92,10 +98,17 @@ class EpisodeSpec:
     optionally ``tools()``) that is stepped in this process, without a sandbox."""
     system: str | None = None
     """This episode's system prompt (default: the config's, else the setting's built-in one)."""
+    max_turns: int | None = None
+    """This episode's turn cap, given to the program's constructor (``max_turns=``) and the most
+    turns it plays (fewer if the program reports a smaller ``max_turns``); None: the config's."""
 
     def __post_init__(self) -> None:
         if (self.program is None) == (self.env_factory is None):
             raise ValueError("an EpisodeSpec needs exactly one of program and env_factory")
+        if self.max_turns is not None and (isinstance(self.max_turns, bool) or not isinstance(
+                self.max_turns, int) or self.max_turns < 1):
+            raise ValueError(f"EpisodeSpec.max_turns must be a positive int or None, got "
+                             f"{self.max_turns!r}")
 
     @property
     def env_key(self) -> str:
@@ -125,8 +138,9 @@ class Trajectory:
     spec: EpisodeSpec
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    """Behaviour logprobs at sampled positions, 0.0 elsewhere (aligned with token_ids)."""
+    logprobs: list[float] | None = field(default_factory=list)
+    """Behaviour logprobs at sampled positions, 0.0 elsewhere (aligned with token_ids); None
+    once a sampled turn came without logprobs (the sample then has no behaviour logprobs)."""
     messages: list[dict[str, str]] = field(default_factory=list)
     turns: list[TurnRecord] = field(default_factory=list)
     prompt_len: int = 0
@@ -137,6 +151,8 @@ class Trajectory:
     failure: dict[str, Any] | None = None
     episode_return: float = 0.0
     tools: list[dict] | None = None
+    max_turns: int = 0
+    """The turn cap this episode was played under (0 until it started)."""
     _env: Any = field(default=None, repr=False)
     """A backend's episode handle (``RemoteEnv`` locally), a ``LocalEnv``, or None when over."""
     _index: int = field(default=0, repr=False)
@@ -158,7 +174,8 @@ class Trajectory:
                 "turns": [asdict(t) for t in self.turns], "prompt_len": self.prompt_len,
                 "terminated": self.terminated, "truncated": self.truncated,
                 "stop_reason": self.stop_reason, "failure": self.failure,
-                "episode_return": self.episode_return, "num_sampled": self.num_sampled}
+                "episode_return": self.episode_return, "num_sampled": self.num_sampled,
+                "max_turns": self.max_turns}
 
 
 StartItem = tuple[str, str, int | None, int]
@@ -177,6 +194,9 @@ class EnvSession(ABC):
     def start(self, items: list[StartItem]) -> list[Started | SandboxError]:
         """Load each distinct program once (one sandbox per program), create one instance per
         item and reset it with its seed; results in item order."""
+
+    step_seconds: list[float] | None = None
+    """After ``step``: each item's own step time where the backend measures it, else None."""
 
     @abstractmethod
     def step(self, pairs: list[tuple[Any, str]]) -> list[StepResult | SandboxError]:
@@ -283,7 +303,10 @@ class LocalPoolSession(EnvSession):
         return out
 
     def step(self, pairs: list[tuple[Any, str]]) -> list[StepResult | SandboxError]:
-        return step_many(pairs)
+        seconds: list[float] = []
+        results = step_many(pairs, seconds)
+        self.step_seconds = seconds
+        return results
 
     def release(self) -> None:
         try:
@@ -332,8 +355,11 @@ class RolloutEngine:
 
     def run(self, specs: list[EpisodeSpec]) -> list[Trajectory]:
         t0 = time.perf_counter()
-        self.stats = {"model_s": 0.0, "env_s": 0.0, "sampled_tokens": 0, "turns": 0}
+        self.stats = {"model_s": 0.0, "env_s": 0.0, "sampled_tokens": 0, "turns": 0,
+                      "trajectories_without_logprobs": 0}
         trajs = [Trajectory(spec=s, _index=i) for i, s in enumerate(specs)]
+        for tr in trajs:
+            tr.max_turns = self._cap(tr)
         if self.backend is None and any(s.program is not None for s in specs):
             raise ValueError("episodes of untrusted programs need a SandboxPool or an EnvBackend")
         with self._session() as session:
@@ -361,7 +387,7 @@ class RolloutEngine:
         live = [t for t in trajs if t.spec.program is not None]
         t = time.perf_counter()
         started: list[Any] = session.start(
-            [(tr.spec.program.sha256, tr.spec.program.code, self.config.max_turns, tr.spec.seed)
+            [(tr.spec.program.sha256, tr.spec.program.code, self._cap(tr), tr.spec.seed)
              for tr in live]
         ) if live else []
         for tr in local:
@@ -378,6 +404,9 @@ class RolloutEngine:
                 continue
             env, obs, _info, tools = result
             tr._env, tr.tools = env, tools
+            own = getattr(env.env if isinstance(env, LocalEnv) else env, "max_turns", None)
+            if isinstance(own, int) and not isinstance(own, bool) and own >= 1:
+                tr.max_turns = min(tr.max_turns, own)  # the program's own smaller cap holds
             setting = "tooluse" if tools else "games"
             system = tr.spec.system or self.config.system_prompt or (
                 TOOLUSE_SYSTEM if tools else GAMES_SYSTEM)
@@ -423,8 +452,12 @@ class RolloutEngine:
         for tr, gen in zip(ready, gens):
             tr.token_ids += gen.token_ids
             tr.loss_mask += [1] * len(gen.token_ids)
-            tr.logprobs += list(gen.logprobs) if gen.logprobs is not None else \
-                [0.0] * len(gen.token_ids)
+            if gen.logprobs is None or len(gen.logprobs) != len(gen.token_ids):
+                if tr.logprobs is not None:  # never filled in: the sample loses them all
+                    self.stats["trajectories_without_logprobs"] += 1
+                tr.logprobs = None
+            elif tr.logprobs is not None:
+                tr.logprobs += list(gen.logprobs)
             tr.messages.append({"role": "assistant", "content": gen.text})
             tr._sampled_end = bool(gen.token_ids) and gen.token_ids[-1] in self._stop_ids
             self.stats["sampled_tokens"] += len(gen.token_ids)
@@ -437,16 +470,25 @@ class RolloutEngine:
         t = time.perf_counter()
         remote = [i for i, tr in enumerate(ready) if not isinstance(tr._env, LocalEnv)]
         results: list[Any] = [None] * len(ready)
+        own_s: list[float | None] = [None] * len(ready)
         if remote:
+            session.step_seconds = None
             for i, result in zip(remote, session.step([(ready[i]._env, actions[i])
                                                        for i in remote])):
                 results[i] = result
+            measured = session.step_seconds
+            if measured is not None and len(measured) == len(remote):
+                for i, sec in zip(remote, measured):
+                    own_s[i] = sec
         for i, tr in enumerate(ready):
             if isinstance(tr._env, LocalEnv):
+                t_local = time.perf_counter()
                 results[i] = tr._env.step(actions[i])
-        step_s = (time.perf_counter() - t) / len(ready)
+                own_s[i] = time.perf_counter() - t_local
+        mean_s = (time.perf_counter() - t) / len(ready)
         pending: list[tuple[Trajectory, str]] = []
-        for tr, gen, result, action, n_thought in zip(ready, gens, results, actions, thought):
+        for tr, gen, result, action, n_thought, sec in zip(ready, gens, results, actions, thought,
+                                                           own_s):
             if isinstance(result, SandboxError):
                 self._fail(tr, result, "env_error")
                 continue
@@ -454,12 +496,12 @@ class RolloutEngine:
             record = TurnRecord(action=action, observation=obs, reward=reward, terminated=term,
                                 truncated=trunc, new_tokens=len(gen.token_ids),
                                 finish_reason=gen.finish_reason, generate_s=gen_s / len(ready),
-                                step_s=step_s, thinking_chars=n_thought)
+                                step_s=mean_s if sec is None else sec, thinking_chars=n_thought)
             tr.turns.append(record)
             self.stats["turns"] += 1
             if term or trunc:
                 self._end(tr, "terminated" if term else "truncated", term, trunc)
-            elif len(tr.turns) >= cfg.max_turns:
+            elif len(tr.turns) >= tr.max_turns:
                 self._end(tr, "max_turns", truncated=True)
             else:
                 text, exact = self.renderer.observation_text(
@@ -472,8 +514,13 @@ class RolloutEngine:
                                                           [p[1] for p in pending])):
             tr.token_ids += ids
             tr.loss_mask += [0] * len(ids)
-            tr.logprobs += [0.0] * len(ids)
+            if tr.logprobs is not None:
+                tr.logprobs += [0.0] * len(ids)
         self.stats["env_s"] += time.perf_counter() - t
+
+    def _cap(self, tr: Trajectory) -> int:
+        """The cap an episode is constructed with: its spec's, else the config's."""
+        return tr.spec.max_turns if tr.spec.max_turns is not None else self.config.max_turns
 
     # -- endings --------------------------------------------------------------------------
 
@@ -487,7 +534,8 @@ class RolloutEngine:
             closing = self.renderer.closing_ids(tr._sampled_end)
             tr.token_ids += closing
             tr.loss_mask += [0] * len(closing)
-            tr.logprobs += [0.0] * len(closing)
+            if tr.logprobs is not None:
+                tr.logprobs += [0.0] * len(closing)
         self._drop(tr)
 
     def _fail(self, tr: Trajectory, exc: Exception, reason: str) -> None:
@@ -501,54 +549,6 @@ class RolloutEngine:
     def _drop(tr: Trajectory) -> None:
         # the instance dies with its sandbox at the end of the run; no round trip to drop it
         tr._env = None
-
-
-class LocalEnv:
-    """An in-process environment behind the same checks as a sandboxed one: whatever it raises
-    or returns out of contract becomes a typed ``SandboxError`` for that episode only."""
-
-    max_observation_chars = SandboxConfig.max_observation_chars
-
-    def __init__(self, factory: Callable[[], Any]):
-        self.factory = factory
-        self.env: Any = None
-
-    def reset(self, seed: int) -> tuple[str, dict] | SandboxError:
-        try:
-            self.env = self.factory()
-            value, err = checks.check_reset(self.env.reset(seed=seed), self.max_observation_chars)
-            if err:
-                return InvalidResult(err["message"], reason=err["reason"], op="reset")
-            return value[0], value[1]
-        except Exception as exc:
-            return _raised(exc)
-
-    def tools(self) -> list[dict] | None | SandboxError:
-        method = getattr(self.env, "tools", None)
-        if not callable(method):
-            return None
-        try:
-            return RemoteEnv.checked_tools(method()) or None
-        except Exception as exc:
-            return _raised(exc)
-
-    def step(self, action: str) -> tuple | SandboxError:
-        try:
-            value, err = checks.check_step(self.env.step(action), self.max_observation_chars)
-            if err:
-                return InvalidResult(err["message"], reason=err["reason"], op="step")
-            return tuple(value[:5])
-        except Exception as exc:
-            return _raised(exc)
-
-
-def _raised(exc: Exception) -> SandboxError:
-    import traceback
-
-    if isinstance(exc, SandboxError):
-        return exc
-    return EnvRaised(f"{type(exc).__name__}: {exc}"[:2000], exc_type=type(exc).__name__,
-                     traceback="".join(traceback.format_exception(exc))[-4000:])
 
 
 def _seed(base: int, episode_seed: int, key: int, turn: int) -> int:

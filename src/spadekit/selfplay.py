@@ -9,7 +9,9 @@ One round (``step``), all of it inside one database transaction (``RunStore.roun
    (``ceil(agent_samples_per_round / pooled environments)``, 8 at the paper's 192 / 24, or a
    fixed ``num_generations``), and each new designer environment ``hint_generations`` times with
    the hint (16 in the paper); regret compares those hinted plays with the same round's no-hint
-   plays (matched timing, SPEC point 5);
+   plays (matched timing, SPEC point 5); every play is capped at ``config.turn_cap``; then
+   ``spadekit.watch`` retires programs that hung, slowed down or were gamed in play or in its
+   garbage spot checks (designer -0.5), and their plays are not trained on;
 4. agent samples: GRPO z-scores within each environment's no-hint plays of this round;
    designer samples due now (generated ``regen_interval`` rounds ago): the configured designer
    signal (default 0.4 * regret_norm + 0.6 * plateau(lifetime win rate)), centred per skill,
@@ -47,10 +49,10 @@ from spadekit.store import RunStore
 from spadekit.policy.loading import quiet_transformers
 from spadekit.round_samples import agent_samples, designer_samples, update_ema
 from spadekit.loop_dist import PeerFailed, control_group, generation_context, join_launch, meet
+from spadekit.watch import PoolWatch
 from spadekit.validate import Validator, ValidatorSettings
 
 __all__ = ["PeerFailed", "ResumeError", "SelfPlay"]
-
 
 
 class ResumeError(SpadekitError):
@@ -154,14 +156,16 @@ class SelfPlay:
             self.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
             from spadekit.integrations.ray_envs import RayValidator, make_env_backend
 
-            d, settings = config.distributed, ValidatorSettings(max_turns=config.env_max_turns)
+            d, settings = config.distributed, ValidatorSettings(max_turns=config.turn_cap)
             self.env_backend = make_env_backend(d.env_backend, config.sandbox, pool=self.pool,
                                                 num_workers=d.env_workers, address=d.ray_address)
             self.validator = (RayValidator(self.env_backend, settings) if d.env_backend == "ray"
                               else Validator(self.pool, settings))
-            self.engine = RolloutEngine(self.gen_policy or policy, self.env_backend,
-                                        config.rollout, chat_template_kwargs=(
-                                            config.chat_template.for_role("agent")))
+            # one turn cap for the designer's prompt, the validator and play (defect 2)
+            self.engine = RolloutEngine(
+                self.gen_policy or policy, self.env_backend, dataclasses.replace(
+                    config.rollout, max_turns=config.turn_cap),
+                chat_template_kwargs=config.chat_template.for_role("agent"))
             self.memory = EnvironmentMemory(self.store, cap=config.memory_size,
                                             duplicate_threshold=config.dedup_threshold)
             from spadekit.corpus import load_corpus
@@ -172,6 +176,8 @@ class SelfPlay:
             self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
                                       self.store, self.memory if config.use_memory
                                       else SeedlessMemory(self.memory), self.corpus)
+            self.watch = PoolWatch(config.watch, self.store, self.memory, self.pool,
+                                   config.turn_cap, config.setting == "tooluse")
             self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
             last = self.store.latest_complete_step()
             if last is None:
@@ -435,6 +441,7 @@ class SelfPlay:
                            invalid_reasons=outcome.reasons, repaired=outcome.repaired,
                            repair_calls=outcome.repair_calls,
                            judge_rejected=outcome.judge.get("reject", 0),
+                           blacklist_skipped=outcome.blacklisted,
                            **{f"thinking_cut/{role}": n
                               for role, n in outcome.thinking_cut.items()})
         self._bootstrap(step)
@@ -442,7 +449,12 @@ class SelfPlay:
         with self._phase(f"round {step}: play"):
             trajs = self._play(step)
         timings["play"] = time.perf_counter() - t
-        return trajs
+        t = time.perf_counter()  # hangs, slow steps, spot checks: retire, and train on none
+        retired, watched = self.watch.after_play(step, trajs, self.rng)
+        timings["watch"] = time.perf_counter() - t
+        kept = [tr for tr in trajs if tr.spec.tag["env"] not in retired]
+        metrics.update(watched, **{"watch/episodes_dropped": len(trajs) - len(kept)})
+        return kept
 
     def _play_curriculum(self, step: int) -> list[Trajectory]:
         """A baseline's round: the curriculum picks the plays; no designer, no hints."""
@@ -499,19 +511,20 @@ class SelfPlay:
         entries = [e for e in library.list_library() if e.setting == cfg.setting]
         chosen = [e for e in entries if e.skill in skills] or entries
         self.rng.shuffle(chosen)
-        for entry in chosen[:cfg.bootstrap_per_round]:
-            program = library.program(entry)
-            if not self.store.has_environment(program.sha256):
-                self.store.add_environment(program, step=step, lineage={"bootstrap": True})
-            self.store.set_status(program.sha256, "pooled", step)
-            self._bootstrap_created[program.sha256] = step
+        self._pool_bootstrap([library.program(e) for e in chosen[:cfg.bootstrap_per_round]],
+                             step)
 
     def _bootstrap_pool_dir(self, step: int) -> None:
         from spadekit.generate import load_pool
 
         programs = load_pool(self.config.bootstrap)
         self.rng.shuffle(programs)
-        for program in programs[:self.config.bootstrap_per_round]:
+        self._pool_bootstrap(programs[:self.config.bootstrap_per_round], step)
+
+    def _pool_bootstrap(self, programs: list[EnvProgram], step: int) -> None:
+        for program in programs:
+            if self.store.is_blacklisted(program.sha256):  # retired by the watch: never again
+                continue
             if not self.store.has_environment(program.sha256):
                 self.store.add_environment(program, step=step, lineage={"bootstrap": True})
             self.store.set_status(program.sha256, "pooled", step)

@@ -420,6 +420,20 @@ class RunStore:
     def delayed_count(self) -> int:
         return int(self.query("SELECT COUNT(*) FROM delay_buffer")[0][0])
 
+    def fix_delayed_reward(self, env_sha: str, reward: float, reason: str) -> int:
+        """Give the queued designer samples of ``env_sha`` the fixed reward ``reward`` (their
+        ``meta["fixed_reward"]``, with ``reason``) instead of the signal computed when due;
+        returns how many were queued (0 once trained, or for an environment without one)."""
+        value = finite(reward, "fixed reward")
+        with self.transaction():
+            rows = self._sql("SELECT id, meta FROM delay_buffer WHERE env_sha = ?",
+                             (env_sha,)).fetchall()
+            for row in rows:
+                meta = {**loads(row["meta"], {}), "fixed_reward": value, "reason": str(reason)}
+                self._sql("UPDATE delay_buffer SET meta = ? WHERE id = ?",
+                          (dumps(meta, "meta"), row["id"]))
+        return len(rows)
+
     # -- blacklist and hints --------------------------------------------------------------------
 
     def blacklist(self, sha: str, reason: str, step: int | None = None) -> None:
@@ -454,7 +468,12 @@ class RunStore:
         return out
 
     def is_blacklisted(self, sha: str) -> bool:
-        return bool(self.query("SELECT 1 FROM blacklist WHERE sha256 = ?", (sha,)))
+        return self.blacklist_reason(sha) is not None
+
+    def blacklist_reason(self, sha: str) -> str | None:
+        """Why ``sha`` was blacklisted (the first reason), or None when it is not."""
+        rows = self.query("SELECT reason FROM blacklist WHERE sha256 = ?", (sha,))
+        return rows[0][0] if rows else None
 
     def blacklisted(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.query("SELECT * FROM blacklist ORDER BY created_at")]

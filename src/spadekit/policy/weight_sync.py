@@ -71,6 +71,7 @@ import time
 import uuid
 from typing import Any, Iterable, Iterator, Mapping
 
+from spadekit.errors import ConfigError
 from spadekit.policy.base import PolicyError
 
 WEIGHTS_PATH = "/v1/spadekit/weights"
@@ -185,14 +186,21 @@ def _merged(layer: Any, weight: Any, name: str) -> Any:
 
 def generation_policy(spec: str, trained: Any, *, seed: int = 0) -> Any:
     """The generation engine named by ``spec`` for a run that trains ``trained``: loaded, and
-    checked to accept weight pushes (``load_weights``) and to share the trained model's
-    vocabulary (token ids pass between them unchanged). ``WeightSyncError`` otherwise."""
+    checked to return logprobs (``ConfigError`` naming the engine otherwise: importance weights
+    need them), to accept weight pushes (``load_weights``) and to share the trained model's
+    vocabulary (token ids pass between them unchanged); ``WeightSyncError`` otherwise."""
     from spadekit.policy.registry import load_policy
 
     options: dict[str, Any] = {"seed": seed}
     if spec.startswith("openai:"):  # a server sends token ids: decode them with ours
         options["tokenizer"] = trained.tokenizer
     policy = load_policy(spec, **options)
+    if "logprobs" not in getattr(policy, "capabilities", ()):
+        raise ConfigError(
+            f"generation_model {spec!r} ({getattr(policy, 'name', type(policy).__name__)}) "
+            "returns no logprobs of its sampled tokens: training needs them for the importance "
+            "weights of its samples; use an engine that returns logprobs (vllm:, hf:, tiny, or "
+            "a server that gives logprobs)")
     if not callable(getattr(policy, "load_weights", None)):
         raise WeightSyncError(f"generation_model {spec!r} ({type(policy).__name__}) cannot take "
                               "weight updates (no load_weights): use vllm:, hf:, tiny, or an "

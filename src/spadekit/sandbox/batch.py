@@ -26,9 +26,14 @@ from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 Call = tuple[Sandbox, str, dict]
 
 
-def request_many(calls: list[Call]) -> list[Any]:
-    """Results in call order; each is the reply's result or the ``SandboxError`` instance."""
+def request_many(calls: list[Call], seconds: list[float] | None = None) -> list[Any]:
+    """Results in call order; each is the reply's result or the ``SandboxError`` instance.
+    ``seconds`` (a list, filled in call order): each request's service time, from when its
+    worker finished the request before it (or the batch started) to its reply; 0.0 for a
+    request that failed without a reply."""
     results: list[Any] = [None] * len(calls)
+    if seconds is not None:
+        seconds[:] = [0.0] * len(calls)
     groups: dict[int, list[int]] = {}
     boxes: dict[int, Sandbox] = {}
     for i, (sb, _op, _payload) in enumerate(calls):
@@ -43,7 +48,7 @@ def request_many(calls: list[Call]) -> list[Any]:
             try:
                 sb._check_open()
                 sb.check_quiet(calls[idx[0]][1])
-                live[key] = _Flight(sb, [(i, calls[i][1], calls[i][2]) for i in idx])
+                live[key] = _Flight(sb, [(i, calls[i][1], calls[i][2]) for i in idx], seconds)
             except SandboxError as exc:
                 for i in idx:
                     results[i] = exc
@@ -57,11 +62,12 @@ def request_many(calls: list[Call]) -> list[Any]:
     return results
 
 
-def step_many(pairs: list[tuple[RemoteEnv, str]]) -> list[Any]:
+def step_many(pairs: list[tuple[RemoteEnv, str]],
+              seconds: list[float] | None = None) -> list[Any]:
     """``RemoteEnv.step`` for many environments at once; each result is the checked 5-tuple or
-    the ``SandboxError`` instance."""
+    the ``SandboxError`` instance (``seconds``: as in ``request_many``)."""
     raw = request_many([(env.sandbox, "step", {"instance": env.instance, "action": action})
-                        for env, action in pairs])
+                        for env, action in pairs], seconds)
     out = []
     for (env, _action), value in zip(pairs, raw):
         if isinstance(value, SandboxError):
@@ -108,8 +114,11 @@ def start_many(specs: list[tuple[Sandbox, int | None, int | None, dict | None]])
 class _Flight:
     """The requests of one worker in this batch: bytes still to write, replies still due."""
 
-    def __init__(self, sb: Sandbox, items: list[tuple[int, str, dict]]) -> None:
+    def __init__(self, sb: Sandbox, items: list[tuple[int, str, dict]],
+                 seconds: list[float] | None = None) -> None:
         self.sb = sb
+        self.seconds = seconds
+        self.since = time.monotonic()  # when the request now due started being served
         self.pending: deque[tuple[int, int, str]] = deque()
         chunks = []
         for index, op, payload in items:
@@ -190,6 +199,9 @@ def _read(fl: _Flight, results: list[Any]) -> None:
         line = bytes(sb._buf[:nl])
         del sb._buf[:nl + 1]
         index, rid, op = fl.pending.popleft()
+        if fl.seconds is not None:
+            now = time.monotonic()
+            fl.seconds[index], fl.since = now - fl.since, now
         try:
             results[index] = sb._decode(line, rid, op)
         except SandboxError as exc:

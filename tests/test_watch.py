@@ -1,0 +1,205 @@
+"""Programs that behave only while validated are retired during training (``spadekit.watch``):
+a hang in play (issue 12 defect 5), garbage that wins, a replay that differs from admission and
+steps that turn slow (issue 13). Real sandboxes, a real run database, the real tiny agent."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from spadekit.envs.program import EnvProgram
+from spadekit.errors import ConfigError
+from spadekit.policy.registry import load_policy
+from spadekit.policy.scripted import ScriptedPolicy
+from spadekit.store import RunStore
+from spadekit.watch import (RETIRE_PENALTY, PoolWatch, ProbeResult, WatchConfig, admission_probe,
+                            run_probes, slow_verdict, spot_check_verdicts)
+
+from test_selfplay import config
+
+# Plays honestly one episode at a time (what validation does), and hangs as soon as two live
+# episodes of it take turns: the shape of play, where one sandbox steps all its episodes.
+INTERLEAVE_HANG = r'''
+import re
+
+class TakeTurnsEnv:
+    """Guess the word; partial credit for letters."""
+
+    last = None
+
+    def __init__(self, max_turns=12, **kwargs):
+        self.max_turns = int(max_turns)
+        self.t = 0
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return "Reply with a word inside \\boxed{}.", {}
+
+    def step(self, action):
+        if self.t > 0 and type(self).last is not self:
+            while True:
+                pass
+        type(self).last = self
+        self.t += 1
+        m = re.findall(r"\\boxed\{([^{}]*)\}", action)
+        if m and m[-1] == "WORD":
+            return "Solved.", 1.0, True, False, {}
+        score = round(0.5 * sum(c.isalpha() for c in action) / max(len(action), 1), 4)
+        return "Scored %.2f." % score, score, False, self.t >= self.max_turns, {}
+
+    def solution(self):
+        return ["\\boxed{WORD}"]
+'''
+HANGERS = [INTERLEAVE_HANG.replace("WORD", w) for w in ("solve", "train")]
+ANYTHING_WINS = r'''
+class AnythingWinsEnv:
+    def __init__(self, max_turns=12, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None, options=None):
+        return "Say anything.", {}
+
+    def step(self, action):
+        return "You win.", 1.0, True, False, {}
+'''
+COIN = r'''
+import random
+
+class CoinEnv:
+    def __init__(self, max_turns=12, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return "Guess.", {}
+
+    def step(self, action):
+        self.t += 1
+        return "Hm.", round(random.random() * 0.9, 6), False, self.t >= self.max_turns, {}
+'''
+HONEST = COIN.replace("CoinEnv", "HonestEnv").replace("import random\n", "").replace(
+    "round(random.random() * 0.9, 6)", "0.25")
+SLOW = HONEST.replace("HonestEnv", "SlowEnv").replace(
+    "        self.t += 1\n", "        self.t += 1\n        n = 0\n"
+    "        for i in range(3_000_000):\n            n += i\n")
+
+
+def test_a_program_that_hangs_only_in_play_is_punished_removed_and_never_validated_again(
+        tmp_path):
+    from spadekit.selfplay import SelfPlay
+
+    policy = load_policy("tiny")
+    calls = {"n": 0}
+
+    def respond(_ids, text):
+        if "You write privileged hints" in text:
+            return "HINT: one short lowercase word."
+        calls["n"] += 1
+        return f"```python\n{HANGERS[(calls['n'] - 1) % 2]}\n```"
+
+    designer = ScriptedPolicy(policy.tokenizer, respond)
+    cfg = config(tmp_path, rounds=3, regen_interval=2, **{"watch.spot_checks": 0})
+    with SelfPlay(cfg, tmp_path / "run", policy=policy, designer_policy=designer) as sp:
+        m0 = sp.round(0)
+        store = sp.store
+        # both validated (validation plays one episode at a time) and both hung in play
+        assert m0["valid"] == 2 and m0["watch/play_timeout"] == 2 and m0["watch/retired"] == 2
+        assert m0["watch/designer_penalised"] == 2 and m0["agent_episodes"] == 0
+        for env in store.environments():
+            assert env["status"] == "blacklisted"
+            assert store.blacklist_reason(env["sha256"]) == "play_timeout"
+            assert env["sha256"] not in sp.memory
+        queued = store.query("SELECT meta FROM delay_buffer")
+        assert len(queued) == 2 and all('"fixed_reward": -0.5' in r[0] for r in queued)
+        assert {e["data"]["reason"] for e in store.events("env_retired")} == {"play_timeout"}
+        sp.next_step = 1
+        m1 = sp.round(1)  # nothing left in the pool: no play of either
+        assert store.query("SELECT COUNT(*) FROM plays WHERE step = 1")[0][0] == 0
+        m2 = sp.round(2)  # the designer's samples of round 0 are due: the hang penalty
+        assert m2["designer_reward"] == pytest.approx(RETIRE_PENALTY)
+        # round 2 designs the same programs again: read from the blacklist, not validated
+        assert m2["blacklist_skipped"] == 2 and m2["invalid_reasons"] == {"blacklisted": 2}
+        assert m2["valid"] == 0 and "timeout" not in m2["invalid_reasons"]
+        assert store.metrics("watch/play_timeout") == [(0, 2.0), (1, 0.0), (2, 0.0)]
+    assert m1["watch/retired"] == 0
+
+
+def _pooled(store: RunStore, code: str, admission: dict | None = None) -> str:
+    program = EnvProgram(code=code)
+    validation = {"ok": True, "details": {} if admission is None else {"admission": admission}}
+    sha = store.add_environment(program, step=0, validation=validation)
+    store.push_delayed({"token_ids": [1, 2], "loss_mask": [0, 1], "logprobs": [0.0, -1.0],
+                        "generated_step": 0, "due_step": 4, "env_sha": sha, "skill": "s",
+                        "meta": {"reason": "ok"}})
+    return sha
+
+
+def test_spot_checks_retire_garbage_wins_and_nondeterminism_and_spare_honest_programs(
+        tmp_path, pool):
+    rng = random.Random(3)
+    (coin_admitted,), (honest_admitted,) = (
+        admission_probe(pool, [EnvProgram(code=c)], 4, rng, tooluse=False) for c in (COIN, HONEST))
+    with RunStore(tmp_path / "run", create=True) as store:
+        wins = _pooled(store, ANYTHING_WINS)
+        coin = _pooled(store, COIN, coin_admitted.record())
+        honest = _pooled(store, HONEST, honest_admitted.record())
+        watch = PoolWatch(WatchConfig(spot_checks=2), store, {}, pool, 4, tooluse=False)
+        retired, metrics = watch.after_play(0, [], rng)
+        assert retired == {wins, coin}
+        assert store.blacklist_reason(wins) == "garbage_wins"
+        assert store.blacklist_reason(coin) == "nondeterministic_in_play"
+        assert store.get_environment(honest)["status"] == "pooled"
+        assert metrics["watch/spot_checked_envs"] == 3 and metrics["watch/retired"] == 2
+        assert metrics["watch/garbage_wins"] == metrics["watch/nondeterministic_in_play"] == 1
+        due = {d["env_sha"]: d["meta"] for d in store.pop_due(4)}
+        assert due[wins]["fixed_reward"] == due[coin]["fixed_reward"] == RETIRE_PENALTY
+        assert "fixed_reward" not in due[honest]
+        # spot checks are not plays: nothing was recorded for training or statistics
+        assert store.query("SELECT COUNT(*) FROM plays")[0][0] == 0
+
+
+def test_a_program_whose_steps_turn_slow_after_admission_is_retired(tmp_path, pool):
+    fast = {"seed": 1, "actions": ["a"], "rewards": [0.25], "ends": [False],
+            "mean_step_s": 0.0005, "error": None}
+    with RunStore(tmp_path / "run", create=True) as store:
+        slow = _pooled(store, SLOW, fast)
+        honest = _pooled(store, HONEST, {**fast, "mean_step_s": 0.0005})
+        watch = PoolWatch(WatchConfig(spot_checks=1, step_time_limit_s=30.0), store, {}, pool,
+                          2, tooluse=False)
+        retired, metrics = watch.after_play(0, [], random.Random(0))
+        assert retired == {slow} and metrics["watch/slow_in_play"] == 1
+        event = store.events("env_retired")[0]["data"]
+        assert event["reason"] == "slow_in_play" and event["details"]["mean_step_s"] > 0.05
+        assert store.get_environment(honest)["status"] == "pooled"
+
+
+def test_probes_run_in_lockstep_with_typed_failures_and_measured_steps(pool):
+    hang = HONEST.replace("HonestEnv", "HangEnv").replace("self.t += 1",
+                                                          "while True:\n            pass")
+    ok, hung = run_probes(pool, [(EnvProgram(code=HONEST), 5, ["a", "b", "c"]),
+                                 (EnvProgram(code=hang), 5, ["a", "b"])], 2)
+    assert ok.rewards == [0.25, 0.25] and ok.ends == [False, True] and ok.actions == ["a", "b"]
+    assert len(ok.step_s) == 2 and all(s >= 0 for s in ok.step_s)
+    assert hung.error is not None and hung.error.reason == "timeout" and hung.rewards == []
+    assert spot_check_verdicts([hung], None, None)[0] == "play_timeout"
+
+
+def test_verdicts_by_hand():
+    admitted = {"seed": 1, "actions": ["x"], "rewards": [0.5], "ends": [True],
+                "mean_step_s": 0.001, "error": None}
+    same = ProbeResult(seed=1, actions=["x"], rewards=[0.5], ends=[True])
+    other = ProbeResult(seed=1, actions=["x"], rewards=[0.5], ends=[False])
+    lucky = ProbeResult(seed=2, actions=["y"], rewards=[0.2, 1.0], ends=[False, True])
+    assert spot_check_verdicts([same], same, admitted) == (None, {})
+    assert spot_check_verdicts([same], other, admitted)[0] == "nondeterministic_in_play"
+    assert spot_check_verdicts([lucky], same, admitted)[0] == "garbage_wins"
+    cfg = WatchConfig(step_time_limit_s=1.0, slow_step_factor=20.0, slow_step_min_s=0.05)
+    assert slow_verdict([0.019, 0.021], admitted, cfg) == (None, {})  # 20x, under the floor
+    assert slow_verdict([0.06], admitted, cfg)[0] == "slow_in_play"  # 60x and over 0.05 s
+    assert slow_verdict([0.06], None, cfg) == (None, {})  # no admission record: limit only
+    assert slow_verdict([1.5], None, cfg)[0] == "slow_in_play"
+    assert slow_verdict([], admitted, cfg) == (None, {})
+    for bad in ({"spot_checks": -1}, {"slow_step_factor": 0}, {"step_time_limit_s": "1"}):
+        with pytest.raises(ConfigError):
+            WatchConfig(**bad)
