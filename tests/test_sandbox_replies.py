@@ -276,7 +276,9 @@ def test_a_well_formed_reply_still_passes(op):
             "create": {"instance": 3, "max_turns": 10 ** 12},
             "reset": ["start \U0001f600", {"k": [1, 2.5, None]}],
             "step": ["obs", 1, True, False, {"a": {"b": "\u00e9"}}],
-            "solution": ["\\boxed{1}"], "tools": [{"type": "function"}], "drop": True}
+            "solution": ["\\boxed{1}"], "tools": [{"type": "function", "function": {
+                "name": "look", "description": "d", "parameters": {"type": "object",
+                                                                   "properties": {}}}}], "drop": True}
     good["step_many"], good["start_many"] = good["step"], good["create"]
     sb, out = drive(op, json.dumps({"id": 1, "ok": True, "result": good[op]}).encode() + b"\n")
     check_outcome(op, sb, out)
@@ -327,3 +329,268 @@ def test_worker_limits_agree_with_the_parent_schema():
     assert worker_mod.ERROR_FIELD_CHARS == replies.MAX_ERROR_FIELD_CHARS
     assert worker_mod.MAX_NAME_CHARS == replies.MAX_NAME_CHARS
     assert worker_mod.RESULT_DEPTH + 4 <= replies.MAX_DEPTH
+
+
+# ---------------------------------------------------------------------------------------------
+# real programs that forge replies from inside the worker
+
+FORGER = '''
+import os, sys, json, threading, time
+_MAIN = sys.modules["__main__"]  # the worker script: its send() writes every reply
+
+
+def forge(make):
+    """The next reply the worker sends is make(request id) instead."""
+    real = _MAIN.send
+
+    def fake(obj):
+        _MAIN.send = real
+        os.write(_MAIN.PROTO_OUT, make(obj.get("id")))
+    _MAIN.send = fake
+
+
+{top}
+
+
+class ForgeEnv:
+    def __init__(self, max_turns=12):
+        self.max_turns = max_turns
+        {init}
+
+    def reset(self, seed=None, options=None):
+        {reset}
+        return "ready", {{}}
+
+    def step(self, action):
+        {step}
+        return "obs", 0.0, False, False, {{}}
+'''
+
+
+def forger(top: str = "pass", init: str = "pass", reset: str = "pass", step: str = "pass") -> str:
+    return FORGER.format(top=top, init=init, reset=reset, step=step)
+
+
+def ok_step(result: str) -> str:
+    return "forge(lambda r: b'{\"id\":%d,\"ok\":true,\"result\":" + result + "}\\n' % r)"
+
+
+FORGED_STEPS = {
+    "wrong id": "forge(lambda r: b'{\"id\":%d,\"ok\":true,\"result\":[\"won\",1.0,true,false,{}]}"
+                "\\n' % (r + 1))",
+    "list instead of object": "forge(lambda r: b'[%d,true,[\"won\",1.0,true,false,{}]]\\n' % r)",
+    "NaN in info": ok_step('[\"won\",1.0,true,false,{\"v\":NaN}]'),
+    "Infinity reward": ok_step('[\"won\",Infinity,true,false,{}]'),
+    "overflowing reward": ok_step('[\"won\",1e999,true,false,{}]'),
+    "reward true": ok_step('[\"won\",true,true,false,{}]'),
+    "reward out of range": ok_step('[\"won\",7,true,false,{}]'),
+    "lone surrogate": ok_step('[\"\\\\ud800 won\",1.0,true,false,{}]'),
+    "lone surrogate in a key": ok_step('[\"won\",1.0,true,false,{\"\\\\udfff\":1}]'),
+    "raw surrogate bytes": ok_step('[\"\\xed\\xa0\\x80\",1.0,true,false,{}]'),
+    "100k-deep nesting": "forge(lambda r: b'{\"id\":%d,\"ok\":true,\"result\":' % r + b'[' * "
+                         "100000 + b']' * 100000 + b'}\\n')",
+    "deep info": "forge(lambda r: b'{\"id\":%d,\"ok\":true,\"result\":[\"o\",1.0,true,false,' % r"
+                 " + b'{\"a\":' * 60 + b'1' + b'}' * 60 + b']}\\n')",
+    "huge observation": "forge(lambda r: b'{\"id\":%d,\"ok\":true,\"result\":[\"' % r + b'x' * "
+                        "900000 + b'\",1.0,true,false,{}]}\\n')",
+    "load reply to a step": ok_step('{\"class_name\":\"XEnv\",\"has_solution\":true,'
+                                    '\"has_tools\":false,\"doc\":\"\"}'),
+    "create reply to a step": ok_step('{\"instance\":1,\"max_turns\":12}'),
+    "garbage bytes": "forge(lambda r: b'\\xff\\xfe\\x00garbage\\n')",
+    "two replies at once": "forge(lambda r: b'{\"id\":%d,\"ok\":true,\"result\":[\"o\",0.0,false,"
+                           "false,{}]}\\n{\"id\":%d,\"ok\":true,\"result\":[\"won\",1.0,true,false,"
+                           "{}]}\\n' % (r, r + 1))",
+    "extra envelope key": "forge(lambda r: b'{\"id\":%d,\"ok\":true,\"result\":[\"o\",0.0,false,"
+                          "false,{}],\"reward\":1}\\n' % r)",
+    "start error": "forge(lambda r: b'{\"id\":%d,\"ok\":false,\"error\":{\"type\":"
+                   "\"SandboxStartError\",\"message\":\"x\"}}\\n' % r)",
+    "unknown error type": "forge(lambda r: b'{\"id\":%d,\"ok\":false,\"error\":{\"type\":"
+                          "\"KeyError\",\"message\":\"x\"}}\\n' % r)",
+    "huge error field": "forge(lambda r: b'{\"id\":%d,\"ok\":false,\"error\":{\"type\":"
+                        "\"EnvRaised\",\"message\":\"x\",\"exc_type\":\"' % r + b'T' * 5000 + "
+                        "b'\"}}\\n')",
+    "error as a list": "forge(lambda r: b'{\"id\":%d,\"ok\":false,\"error\":[1]}\\n' % r)",
+    "write to the pipe directly": "os.write(_MAIN.PROTO_OUT, b'{\"id\":1,\"ok\":true}\\n')",
+}
+
+
+def ticks() -> float:
+    """Now, in clock ticks since boot (the unit of a process's start time)."""
+    with open("/proc/uptime") as fh:
+        return float(fh.read().split()[0]) * os.sysconf("SC_CLK_TCK")
+
+
+def no_survivors(pool, sb, since: float | None = None) -> None:
+    """Close the sandbox, check nothing of it survives, check the pool still works. Processes
+    of its uid started after ``since`` (taken before the attack killed the worker) belong to a
+    later worker that was handed the freed uid."""
+    uid = sb.worker.uid
+    closed_at = ticks() if since is None else since
+    sb.close()
+
+    def left() -> list[int]:  # of the closed worker: its uid may already serve a new one
+        mine = live_processes_of_uid(uid) if uid is not None else []
+        return [p for p in mine if _started(p) <= closed_at] + [
+            p for p in sb.worker.host_pids if _alive(p)]
+
+    deadline = time.monotonic() + 3
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert left() == []
+    assert_pool_works(pool)
+
+
+def _started(pid: int) -> float:
+    """Start time of ``pid`` in clock ticks since boot (infinite when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return float(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return math.inf
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("case", sorted(FORGED_STEPS))
+def test_a_forged_step_reply_is_a_protocol_violation(pool, case):
+    sb = pool.acquire(forger(step=FORGED_STEPS[case]))
+    env = sb.new_env(max_turns=12)
+    env.reset(seed=0)
+    since = ticks()
+    with pytest.raises(ProtocolViolation):
+        env.step("go")
+    assert not sb.alive
+    with pytest.raises(SandboxClosed):
+        env.step("again")
+    no_survivors(pool, sb, since)
+
+
+@pytest.mark.parametrize("case", ["NaN in info", "two replies at once", "100k-deep nesting"])
+def test_a_forged_reply_in_a_batch_fails_that_worker_only(pool, case):
+    bad, good = pool.acquire(forger(step=FORGED_STEPS[case])), pool.acquire(ECHO)
+    try:
+        (bad_env, *_), (good_env, *_) = start_many([(bad, 12, 0, None), (good, 12, 0, None)])
+        since = ticks()
+        out = step_many([(bad_env, "go"), (good_env, "hi")])
+        assert isinstance(out[0], ProtocolViolation) and out[1][0] == "echo:hi"
+        assert not bad.alive and good.alive
+    finally:
+        good.close()
+    no_survivors(pool, bad, since)
+
+
+def test_a_late_reply_from_a_thread_is_caught_at_the_next_request(pool):
+    late = ("threading.Thread(target=lambda: (time.sleep(0.2), os.write(_MAIN.PROTO_OUT, "
+            "b'{\"id\":99,\"ok\":true,\"result\":[\"won\",1.0,true,false,{}]}\\n'))).start()")
+    sb = pool.acquire(forger(step=late))
+    env = sb.new_env()
+    env.reset(seed=0)
+    assert env.step("go")[0] == "obs"  # the real reply came first
+    time.sleep(0.5)
+    since = ticks()
+    # caught as bytes waiting before the request, or (when the idle worker was stopped
+    # before its thread wrote) as a reply with the wrong id
+    with pytest.raises(ProtocolViolation):
+        env.step("go")
+    no_survivors(pool, sb, since)
+
+
+@pytest.mark.parametrize("turns,want", [("10 ** 12", 12), ("-1", None), ("5", 5)])
+def test_an_honest_max_turns_is_clamped(pool, turns, want):
+    sb = pool.acquire(forger(init=f"self.max_turns = {turns}"))
+    assert sb.new_env(max_turns=12).max_turns == want
+    assert sb.alive
+    no_survivors(pool, sb)
+
+
+@pytest.mark.parametrize("value,want", [('"12"', ProtocolViolation), ("true", ProtocolViolation),
+                                        ("12.0", ProtocolViolation), ("1000000000000", 12),
+                                        ("-1", None)])
+def test_a_forged_max_turns_is_refused_or_clamped(pool, value, want):
+    init = ("forge(lambda r: b'{\"id\":%d,\"ok\":true,\"result\":{\"instance\":1,\"max_turns\":"
+            + value + "}}\\n' % r)")
+    sb = pool.acquire(forger(init=init))
+    since = ticks()
+    if want is ProtocolViolation:
+        with pytest.raises(ProtocolViolation):
+            sb.new_env(max_turns=12)
+        assert not sb.alive
+    else:
+        env = sb.new_env(max_turns=12)
+        assert env.max_turns == want
+        assert env.reset(seed=0) == ("ready", {})
+    no_survivors(pool, sb, since)
+
+
+@pytest.mark.parametrize("result", [
+    '{"class_name":"' + "E" * 5000 + 'Env","has_solution":true,"has_tools":false,"doc":""}',
+    '{"class_name":7,"has_solution":true,"has_tools":false,"doc":""}',
+    '{"class_name":"XEnv","has_solution":"yes","has_tools":false,"doc":""}',
+    '["XEnv"]',
+], ids=["long-name", "int-name", "string-flag", "list"])
+def test_a_forged_load_reply_is_a_protocol_violation(pool, result):
+    top = "forge(lambda r: b'{\"id\":%d,\"ok\":true,\"result\":" + result + "}\\n' % r)"
+    with pytest.raises(ProtocolViolation):
+        pool.acquire(forger(top=top))
+    assert_pool_works(pool)
+
+
+def test_a_forged_reset_reply_is_a_protocol_violation(pool):
+    sb = pool.acquire(forger(reset=ok_step('["ready", {"v": NaN}]')))
+    env = sb.new_env()
+    since = ticks()
+    with pytest.raises(ProtocolViolation):
+        env.reset(seed=0)
+    no_survivors(pool, sb, since)
+
+
+HONEST = '''
+class HonestEnv:
+    def __init__(self, max_turns=12):
+        self.max_turns = max_turns
+    def reset(self, seed=None, options=None):
+        return "ready", {}
+    def step(self, action):
+        deep = 1
+        for _ in range(100):
+            deep = [deep]
+        if action == "surrogate":
+            return "bad \\ud800 text", 0.0, False, False, {}
+        if action == "info":
+            return "ok", 0.5, False, False, {"nan": float("nan"), "deep": deep,
+                                              "s\\udc80": "x\\ud800y", "big": 10 ** 30}
+        if action == "raise":
+            raise type("E" * 500 + "rror", (Exception,), {})("boom \\udfff " + "m" * 9000)
+        return "ok", 0.5, False, False, {}
+'''
+
+
+def test_honest_values_outside_the_schema_are_mended_in_the_worker(pool):
+    """What a program may legitimately return stays typed and the worker stays alive: a lone
+    surrogate in an observation is an InvalidResult, odd info is sanitised, a huge exception
+    is cut to the schema's sizes."""
+    sb = pool.acquire(HONEST)
+    env = sb.new_env()
+    env.reset(seed=0)
+    with pytest.raises(InvalidResult) as err:
+        env.step("surrogate")
+    assert err.value.reason == "bad_text" and sb.alive
+    obs, reward, _t, _tr, info = env.step("info")
+    _plain_json(info)
+    assert info["nan"] == "nan" and info["big"] == str(10 ** 30)
+    assert "<too deep>" in json.dumps(info["deep"])
+    mend = worker_mod.mend_text
+    assert info[mend("s\udc80")] == mend("x\ud800y") and "\ufffd" in mend("x\ud800y")
+    with pytest.raises(SandboxError) as raised:
+        env.step("raise")
+    assert raised.value.reason == "env_raised" and sb.alive
+    assert len(raised.value.exc_type) <= 200 and len(raised.value.message) <= 4000
+    assert "\ufffd" in raised.value.message
+    assert env.step("fine")[0] == "ok"
+    no_survivors(pool, sb)
