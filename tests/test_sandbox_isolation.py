@@ -371,6 +371,27 @@ def test_idle_worker_with_a_busy_thread_uses_almost_no_cpu(tier):
 
 
 @tiers
+def test_requests_racing_the_idle_stopper_never_hang(tier):
+    """Requests that arrive just as the worker is being stopped still get their answer: gaps
+    around a 1 ms idle limit, several hundred times (a lost wake-up would be a timeout)."""
+    import random
+
+    pool = SandboxPool(SandboxConfig(tier=tier, idle_stop_ms=1, **TEST_CONFIG), warm=0)
+    try:
+        sb = pool.acquire(ECHO)
+        env = sb.new_env(max_turns=1000)
+        env.reset()
+        rng = random.Random(13)
+        for i in range(300):
+            time.sleep(rng.choice((0.0, 0.0005, 0.001, 0.002, 0.004)))
+            assert env.step(str(i))[0] == f"echo:{i}"
+        assert sb.worker.stops > 10
+        sb.close()
+    finally:
+        pool.close()
+
+
+@tiers
 def test_cpu_quota_caps_a_busy_worker(tier):
     pool = SandboxPool(SandboxConfig(tier=tier, cpu_quota=0.2, **TEST_CONFIG), warm=0)
     try:

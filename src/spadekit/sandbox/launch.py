@@ -164,6 +164,7 @@ class _UidAllocator:
 
 UIDS = _UidAllocator()
 _COUNTER = iter(range(1 << 62))
+_monotonic = time.monotonic
 
 
 class WorkerProcess:
@@ -205,14 +206,18 @@ class WorkerProcess:
     # -- idle stopping: ``wake`` before each request, ``rest`` after it (Sandbox.request) -------
 
     def wake(self) -> None:
-        with self._state:
-            self.busy = True
-            if self.stopped and not self.closed:
-                self._signal(signal.SIGCONT)
+        # Lock-free on the hot path: ``busy`` is set before ``stopped`` is read here, and the
+        # stopper sets ``stopped`` before it reads ``busy`` again, so one of the two sees the
+        # other (the GIL orders these stores).
+        self.busy = True
+        if self.stopped:
+            with self._state:
+                if self.stopped and not self.closed:
+                    self._signal(signal.SIGCONT)
                 self.stopped = False
 
     def rest(self) -> None:
-        self.idle_since = time.monotonic()
+        self.idle_since = _monotonic()
         self.busy = False
         if not self._watched and self._pidfds:
             self._watched = True
@@ -224,9 +229,12 @@ class WorkerProcess:
             if self.closed:
                 return False
             if not self.busy and not self.stopped and now - self.idle_since >= self.idle_stop_s:
-                self._signal(signal.SIGSTOP)
                 self.stopped = True
-                self.stops += 1
+                if self.busy:  # a request began meanwhile: let it run
+                    self.stopped = False
+                else:
+                    self._signal(signal.SIGSTOP)
+                    self.stops += 1
             return True
 
     def _signal(self, sig: int) -> None:
