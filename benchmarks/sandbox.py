@@ -5,11 +5,13 @@
 - isolated step: a real sandbox at the detected tier (p50, p99);
 - cold start (boot a worker) vs warm-pool acquire (take a booted worker and load the program);
 - validator throughput over the reference library, 2 programs at a time;
-- aggregate steps/s with 1 and 2 workers driven from threads.
+- aggregate steps/s with 1 and 2 workers driven from threads;
+- CPU an idle worker burns while a thread its program started spins (share of one CPU over
+  0.5 s without requests), with idle stopping (``idle_stop_ms``) on and off.
 
 Usage: python benchmarks/sandbox.py [--steps N]. The last line is one JSON object.
 Targets (issue 2): isolated step p50 <= 1.3x the bare pipe; warm acquire p50 <= 5 ms;
->= 20 validations/s on 2 cores.
+>= 20 validations/s on 2 cores; an idle worker with a spinning thread near 0 CPU.
 """
 
 from __future__ import annotations
@@ -137,6 +139,47 @@ def pipe_vs_isolated(config, plan, n, block=250):
     return pipe, iso
 
 
+SPINNER = '''
+import threading
+def spin():
+    while True:
+        pass
+class SpinEnv:
+    def reset(self, seed=None, options=None):
+        threading.Thread(target=spin, daemon=True).start()
+        return "spinning", {}
+    def step(self, action):
+        return "ok", 0.0, False, False, {}
+'''
+
+
+def cpu_of(pids) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu_share(config, plan, seconds=0.5) -> float:
+    """Share of one CPU a worker uses between requests while its program's thread spins."""
+    sb = Sandbox.start(config, plan)
+    try:
+        sb.load(SPINNER)
+        env = sb.new_env()
+        env.reset()
+        env.step("x")
+        before = cpu_of(sb.worker.host_pids)
+        time.sleep(seconds)
+        return (cpu_of(sb.worker.host_pids) - before) / seconds
+    finally:
+        sb.close()
+
+
 def starts(pool, n):
     cold = []
     for _ in range(n):
@@ -215,6 +258,8 @@ def main() -> None:
         sps2 = steps_per_s(pool, 2)
     finally:
         pool.close()
+    idle_on = idle_cpu_share(config, plan)
+    idle_off = idle_cpu_share(config.replace(idle_stop_ms=0), plan)
     us = 1e6
     result = {
         "tier": pool.report.tier,
@@ -234,6 +279,8 @@ def main() -> None:
         "invalid_library_programs": bad,
         "steps_per_s_1_worker": round(sps1),
         "steps_per_s_2_workers": round(sps2),
+        "idle_worker_cpu_share": round(idle_on, 3),
+        "idle_worker_cpu_share_without_stopping": round(idle_off, 3),
     }
     for key, value in result.items():
         print(f"{key:34s} {value}")
