@@ -77,6 +77,24 @@ except SandboxError as exc:
 sb.close()
 with pool.acquire(ATTACK.replace("arg = json.loads(action)", "arg = {}")) as sb2:
     res["pool_after"] = sb2.new_env().reset()[0]
+LIMITS = """
+import ctypes, json, os
+class LimitsEnv:
+    def reset(self, seed=None, options=None):
+        libc = ctypes.CDLL(None, use_errno=True)
+        st = os.statvfs(".")
+        return json.dumps({"msgget": [libc.msgget(0, 0o1600), ctypes.get_errno()],
+                           "scratch_mb": st.f_blocks * st.f_frsize / 1048576}), {}
+    def step(self, action):
+        return "ok", 0.0, True, False, {}
+"""
+with pool.acquire(LIMITS) as sb3:
+    env3 = sb3.new_env()
+    res["limits"] = json.loads(env3.reset()[0])
+    import time
+    time.sleep(0.2)
+    res["stopped_while_idle"] = sb3.worker.stops
+    res["after_stop"] = env3.step("x")[0]
 pool.close()
 print(json.dumps(res))
 '''
@@ -138,4 +156,8 @@ def _run_as_nobody(tmp_path: Path) -> None:
     assert res["accepted"] is False
     assert res["hang"] == "SandboxTimeout"
     assert res["pool_after"] == "ready"
+    assert res["limits"]["msgget"] == [-1, 1]  # EPERM: seccomp denies SysV IPC
+    if res["tier"] == "strong":  # bwrap --size: a private tmpfs of sandbox.scratch_mb
+        assert res["limits"]["scratch_mb"] == 64.0
+    assert res["stopped_while_idle"] >= 1 and res["after_stop"] == "ok"
     assert victim.read_text() == "original"
