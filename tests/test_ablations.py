@@ -236,3 +236,49 @@ def test_a_scheduled_plateau_band_changes_the_designer_reward(tmp_path):
                                                  "reward.plateau_ramp=0.5"])
     # 0.5 * clip(0.075 / 0.3) + 0.5 * (1 - 0.1 / 0.5) = 0.125 + 0.4
     assert _designer_reward_at(changed, 8, tmp_path) == pytest.approx(0.525)
+
+
+# -- the paper's budgets and --dry-run (issue 12, defect 3) ----------------------------------
+
+
+@pytest.mark.parametrize(("preset", "weight"), [
+    ("games-4b", 32.0), ("games-30b", 32.0), ("games-8b-thinking", 32.0),
+    ("tooluse-4b", 50.0),   # regeneration every 8: min(192 / 24 * 8, 50) hits the cap
+])
+def test_presets_reproduce_the_paper_budgets(preset, weight, tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from spadekit.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["selfplay", "--preset", preset, "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert (out["agent_samples_per_round"], out["plays_per_env"], out["hint_plays"],
+            out["designer_weight"]) == (192, 8, 16, weight)
+    assert out["env_max_turns"] == out["config"]["env_max_turns"] == 12
+    assert out["config"]["agent_samples_per_round"] == 192
+    assert not any(tmp_path.iterdir())   # no run directory, nothing written
+    text = CliRunner().invoke(app, ["selfplay", "--preset", preset, "--dry-run"])
+    assert text.exit_code == 0 and "plays_per_env" in text.output
+
+
+def test_thinking_presets_fit_their_hints():
+    cfg = load_config("games-30b")
+    assert cfg.model == "hf:Qwen/Qwen3-30B-A3B-Instruct-2507"
+    assert all(cfg.chat_template.for_role(r) == {"enable_thinking": False}
+               for r in ("agent", "designer", "hint"))
+    thinking = load_config("games-8b-thinking")
+    assert thinking.chat_template.for_role("hint") == {"enable_thinking": True}
+    assert thinking.designer.hint_max_new_tokens == 4096
+
+
+def test_plays_per_env_from_the_agent_budget():
+    cfg = load_config("games-4b")
+    # ceil(192 / pooled): 24 -> 8, 20 valid -> 10, 7 -> 28
+    assert [cfg.plays_per_env(n) for n in (24, 20, 7)] == [8, 10, 28]
+    assert load_config("cpu-tiny").plays_per_env(24) == 4   # a fixed num_generations
+    with pytest.raises(ConfigError, match="exactly one"):
+        load_config("games-4b", overrides=["num_generations=16"])

@@ -8,7 +8,8 @@
 - designer: the samples due now, rewarded by ``reward.signal`` with the round's ``reward.*``
   constants (so a schedule entry moves them) over the environment's plays, centred per skill,
   upweighted, importance-corrected later by the trainer (their behaviour logprobs were stored at
-  generation time);
+  generation time); each sample's reward, advantage and weight is recorded as a
+  ``designer_samples`` event in the run database;
 - the learning-potential trackers: each pooled environment's EMAs get that round's no-hint win
   rate (``update_ema``).
 """
@@ -91,14 +92,21 @@ def designer_samples(store: Any, memory: Any, ema: dict[str, EmaTracker], config
                                    for s, idx in by_skill.items()})
     weight = designer_weight(max(n_agent, 1), len(due), cfg.regen_interval,
                              cfg.reward.designer_weight_cap)
-    samples = []
+    samples, records = [], []
     for skill, idx in by_skill.items():
         for i, adv in zip(idx, centred[skill]):
             item = due[i]
+            records.append({"sample_id": item.get("sample_id"), "env_sha": item.get("env_sha"),
+                            "skill": skill, "generated_step": item.get("generated_step"),
+                            "reward": rewards[i], "advantage": adv, "weight": weight})
             samples.append(Sample(role="designer", group_id=skill,
                                   token_ids=item["token_ids"], loss_mask=item["loss_mask"],
                                   behaviour_logprobs=item.get("logprobs"), advantage=adv,
                                   weight=weight, generated_at_step=item["generated_step"]))
+    # one record per designer sample in the run database (events, kind designer_samples): what
+    # each environment's program was rewarded, its centred advantage and its loss weight
+    store.append_event({"kind": "designer_samples", "step": step, "signal": cfg.reward.signal,
+                        "samples": records})
     metrics.update(designer_samples=len(samples),
                    designer_reward=sum(rewards) / len(rewards), designer_weight=weight,
                    regret=sum(regrets) / len(regrets) if regrets else 0.0)
