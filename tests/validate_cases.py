@@ -112,7 +112,7 @@ GUESS_SOLUTION_RAISES = GUESS_BASE + r'''
 
 GUESS_SOLUTION_NOT_LIST = GUESS_BASE + r'''
     def solution(self):
-        return f"\\boxed{{{self.secret}}}"  # one string, not a list of actions
+        return {"actions": [f"\\boxed{{{self.secret}}}"]}  # not a list (a string would replay)
 '''
 
 

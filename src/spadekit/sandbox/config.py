@@ -75,6 +75,16 @@ class SandboxConfig:
     ``spadekit.envs.tooluse`` (about 35 ms: it needs ``inspect``) for tool-use-heavy runs."""
     hash_seed: int = 0
     """PYTHONHASHSEED inside workers, so set iteration order (and so env behaviour) is reproducible."""
+    compat: bool = True
+    """Run programs written for the SPADE reference's contract (``spadekit.envs.compat``): the
+    common standard-library names, ``np`` and math_verify's ``parse``/``verify`` usable without
+    an import (bound only when the program mentions them; third-party ones imported on first
+    use), a pre-loaded ``ToolUseBaseEnv``, ``get_tools()``, ``reset()`` without ``options``,
+    string solutions and flat tool schemas. False: the plain spadekit contract only."""
+    packages: tuple[str, ...] = ("numpy", "math_verify")
+    """Third-party packages programs may import (with what they require), found in this
+    interpreter's environment; only those are importable and readable in workers
+    (``spadekit.sandbox.packages``). ``()`` allows none."""
 
     def __post_init__(self) -> None:
         if self.tier not in ("auto",) + TIERS:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from spadekit.errors import SandboxStartError
 from spadekit.sandbox import cgroup as cg
+from spadekit.sandbox import packages
 from spadekit.sandbox.config import SandboxConfig
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../spadekit
@@ -408,13 +409,18 @@ def worker_config(config: SandboxConfig, plan: Plan, scratch: str) -> dict:
         },
         "sys_path": [lib_dir],
         "preload": list(config.preload),
+        "compat": config.compat,
         "max_observation_chars": config.max_observation_chars,
     }
     cfg["chdir"] = scratch
+    allowed = packages.for_workers(tuple(config.packages))
+    if allowed.roots:
+        cfg["packages"] = allowed.worker_config()
     if plan.landlock:
         read = ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/etc/localtime",
                 plan.python_prefix, os.path.dirname(plan.python), lib_dir]
         write = ["/dev/null", scratch] + (["/tmp"] if inside else [])
+        read += list(allowed.paths)
         cfg["landlock"] = {"read": read, "write": write}
     if plan.seccomp_bpf:
         cfg["seccomp_bpf"] = plan.seccomp_bpf.hex()
@@ -438,7 +444,8 @@ def sweep_stale_dirs() -> int:
     return removed
 
 
-def bwrap_argv(plan: Plan, scratch_mb: int, env: dict[str, str]) -> list[str]:
+def bwrap_argv(plan: Plan, scratch_mb: int, env: dict[str, str],
+               read_only: tuple[str, ...] = ()) -> list[str]:
     """The bwrap command line. Scratch is a private tmpfs of ``scratch_mb`` MiB, and ``/tmp``
     points into it (one budget for both); ``/dev`` is read-only, so ``/dev/shm`` is too."""
     argv = [plan.bwrap, "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
@@ -457,6 +464,9 @@ def bwrap_argv(plan: Plan, scratch_mb: int, env: dict[str, str]) -> list[str]:
     pydir = os.path.dirname(plan.python)
     if not pydir.startswith(("/usr/", plan.python_prefix)):
         argv += ["--ro-bind", pydir, pydir]
+    for path in read_only:  # allowlisted packages (``spadekit.sandbox.packages``)
+        if not path.startswith(plan.python_prefix + "/"):
+            argv += ["--ro-bind-try", path, path]
     argv += ["--ro-bind", runtime_lib(), INNER_LIB,
              "--size", str(scratch_mb * 1024 * 1024), "--tmpfs", INNER_SCRATCH,
              "--symlink", INNER_SCRATCH, "/tmp",
@@ -494,7 +504,8 @@ def spawn(config: SandboxConfig, plan: Plan) -> WorkerProcess:
                                        config.cpu_quota if plan.cgroup_cpu else None)
         py = [plan.python, "-I", "-S", "-B"]
         if inside:
-            argv = bwrap_argv(plan, config.scratch_mb, child_env(config, INNER_SCRATCH)) + py + [
+            argv = bwrap_argv(plan, config.scratch_mb, child_env(config, INNER_SCRATCH),
+                              packages.for_workers(tuple(config.packages)).paths) + py + [
                 f"{INNER_LIB}/{WORKER_REL}"]
             env = {"PATH": "/usr/bin:/bin"}
         else:

@@ -1,0 +1,179 @@
+"""Worker side of the reference-contract compatibility layer (``SandboxConfig.compat``).
+
+Programs written for the SPADE reference implementation's contract use common standard-library
+names without importing them (``random``, ``deque``, ``Tuple``...), numpy as ``np``,
+``parse``/``verify`` from math_verify, and subclass a pre-loaded ``ToolUseBaseEnv``. Inside a
+sandbox worker, :func:`prepare` makes those names resolvable for one program before its module
+code runs:
+
+- only names the program's code objects mention (``co_names``, nested code included) are
+  injected, so a program that uses none of them pays nothing; names the program binds itself
+  (its own imports, definitions) overwrite the injected ones as usual;
+- standard-library names are bound to the real objects (the modules are imported on demand,
+  most are already warm from ``SandboxConfig.preload``);
+- ``np``/``numpy`` and ``parse``/``verify`` are lazy stand-ins that import numpy / math_verify on
+  first use, and only when the package is on the worker's allowlist (``SandboxConfig.packages``);
+  so mentioning ``self.parse`` costs nothing, and importing numpy happens once, when used;
+- ``ToolUseBaseEnv`` (and the module ``tool_use_base_env``) come from
+  :mod:`spadekit.envs.refbase`.
+
+:class:`AllowlistFinder` is the import gate for third-party packages: site-packages is never on
+a worker's ``sys.path``; the finder answers only for the top-level names the parent resolved
+from the allowlist (``spadekit.sandbox.packages``), each from its own directory.
+
+Standard library only, and cheap to import: the worker imports this module when it boots.
+"""
+
+import sys
+
+__all__ = ["AllowlistFinder", "INJECTABLE", "accepts_keyword", "prepare", "referenced_names"]
+
+_STDLIB_MODULES = ("itertools", "math", "random", "re", "json", "collections", "functools",
+                   "string", "copy", "heapq", "operator", "statistics", "bisect", "fractions",
+                   "decimal", "datetime", "time", "textwrap", "dataclasses", "enum", "typing",
+                   "abc")
+_FROM = {
+    "collections": ("deque", "defaultdict", "Counter", "OrderedDict", "namedtuple"),
+    "itertools": ("combinations", "permutations", "product", "chain", "accumulate"),
+    "functools": ("reduce", "lru_cache", "partial", "cache"),
+    "copy": ("deepcopy",),
+    "heapq": ("heappush", "heappop", "heapify"),
+    "dataclasses": ("dataclass", "field"),
+    "fractions": ("Fraction",),
+    "typing": ("Tuple", "Dict", "List", "Optional", "Union", "Any", "Set", "FrozenSet",
+               "Callable", "Iterable", "Sequence", "Mapping"),
+}
+INJECTABLE = {name: (name, None) for name in _STDLIB_MODULES}
+"""Name usable without an import -> (module, attribute or None for the module itself)."""
+for _module, _names in _FROM.items():
+    INJECTABLE.update({_name: (_module, _name) for _name in _names})
+THIRD_PARTY = {"np": ("numpy", None), "numpy": ("numpy", None),
+               "parse": ("math_verify", "parse"), "verify": ("math_verify", "verify")}
+"""Names backed by an allowlisted third-party package (lazy: imported on first use)."""
+BASE_NAMES = ("ToolUseBaseEnv",)
+BASE_MODULE = "tool_use_base_env"
+
+
+def referenced_names(code):
+    """Every name the code object (and the code nested in it) mentions: globals, attributes and
+    imported names. A superset of what it reads as globals, found without parsing again."""
+    names, stack = set(), [code]
+    while stack:
+        item = stack.pop()
+        names.update(item.co_names)
+        names.update(item.co_varnames)
+        stack.extend(c for c in item.co_consts if hasattr(c, "co_names"))
+    return names
+
+
+def _allowed(package):
+    finder = next((f for f in sys.meta_path if isinstance(f, AllowlistFinder)), None)
+    return finder is not None and package in finder.roots
+
+
+class _LazyModule(type(sys)):
+    """Stands in for ``np``: imports the real module on first attribute access and then takes
+    its place in the program's namespace."""
+
+    def __init__(self, module, namespace, bound):
+        super().__init__(module)
+        object.__setattr__(self, "_lazy", (module, namespace, bound))
+
+    def __getattr__(self, attr):
+        module, namespace, bound = object.__getattribute__(self, "_lazy")
+        real = __import__(module)
+        if namespace.get(bound) is self:
+            namespace[bound] = real
+        return getattr(real, attr)
+
+
+def _lazy_function(module, attr):
+    def call(*args, **kwargs):
+        return getattr(__import__(module), attr)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = attr
+    call.__doc__ = "%s.%s, imported on first call" % (module, attr)
+    return call
+
+
+def prepare(namespace, code):
+    """Bind the compatibility names ``code`` mentions into ``namespace`` (before executing it);
+    returns the names bound, sorted."""
+    wanted = referenced_names(code)
+    bound = []
+    for name in wanted:
+        if name in namespace:
+            continue
+        if name in INJECTABLE:
+            module, attr = INJECTABLE[name]
+            __import__(module)
+            value = sys.modules[module]
+            namespace[name] = value if attr is None else getattr(value, attr)
+        elif name in THIRD_PARTY and _allowed(THIRD_PARTY[name][0]):
+            module, attr = THIRD_PARTY[name]
+            namespace[name] = (_LazyModule(module, namespace, name) if attr is None
+                               else _lazy_function(module, attr))
+        else:
+            continue
+        bound.append(name)
+    if wanted.intersection(BASE_NAMES + (BASE_MODULE,)):
+        from spadekit.envs import refbase
+
+        sys.modules.setdefault(BASE_MODULE, refbase)
+        if "ToolUseBaseEnv" not in namespace:
+            namespace["ToolUseBaseEnv"] = refbase.ToolUseBaseEnv
+            bound.append("ToolUseBaseEnv")
+    return sorted(bound)
+
+
+def accepts_keyword(fn, name):
+    """True when calling ``fn`` with keyword ``name`` is allowed (or cannot be told)."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:
+        return True
+    if code.co_flags & 0x08:  # CO_VARKEYWORDS
+        return True
+    return name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+
+
+class AllowlistFinder:
+    """A ``sys.meta_path`` finder for allowlisted top-level modules only.
+
+    ``roots`` maps each importable top-level name to the directory holding it; submodules are
+    found the usual way, through the package's ``__path__``. ``dists`` names the distributions
+    whose metadata may be read."""
+
+    def __init__(self, roots, dists=None):
+        self.roots = dict(roots)
+        self.dists = dict(dists or {})
+        self.found = []
+
+    def find_spec(self, fullname, path=None, target=None):
+        if path is not None or fullname not in self.roots:
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(fullname, [self.roots[fullname]])
+        if spec is not None and fullname not in self.found:
+            self.found.append(fullname)
+        return spec
+
+    def find_distributions(self, context=None):
+        """The metadata (``importlib.metadata``) of the allowlisted distributions only, which
+        some packages read while importing (latex2sympy2 checks its ANTLR runtime's version)."""
+        from importlib.metadata import PathDistribution
+        from pathlib import Path
+
+        name = getattr(context, "name", None)
+        key = None if name is None else name.replace("-", "_").replace(".", "_").lower()
+        for dist_name, info_dir in self.dists.items():
+            if key is None or key == dist_name:
+                yield PathDistribution(Path(info_dir))
+
+
+def install_finder(roots, dists=None):
+    """Put an :class:`AllowlistFinder` for ``roots`` (top-level module -> directory) and
+    ``dists`` (normalised distribution name -> its ``.dist-info`` directory) at the end of
+    ``sys.meta_path``."""
+    if roots:
+        sys.meta_path.append(AllowlistFinder(roots, dists))

@@ -1,0 +1,192 @@
+"""Which third-party packages sandbox workers may import (``SandboxConfig.packages``).
+
+Workers run with site-packages off (``python -I -S``). :func:`resolve` turns the allowlist (import
+or distribution names, e.g. ``numpy``, ``math_verify``) into what a worker needs to import them
+and nothing else: the closure over each distribution's required distributions (markers that
+name an ``extra`` are skipped), then, from each distribution's installed-files record, its
+top-level modules and directories (``numpy``, ``numpy.libs``, ``mpmath``...) and its
+``.dist-info`` directory. The worker's ``AllowlistFinder`` (``spadekit.envs.compat``) answers
+imports of exactly those top-level names; Landlock read rules and bwrap read-only binds cover
+exactly those paths. A name that is not installed is left out (``Resolved.missing``).
+
+Workers may not be able to read this interpreter's site-packages at all (running as root,
+workers get per-worker uids and a system interpreter, and ``/root`` is private), so
+:func:`for_workers` puts those paths into one world-readable directory,
+``/var/tmp/spadekit-pkgs-<uid>-<key>`` (hard links where the filesystem allows, copies
+otherwise), built once per host and set of installed versions, owned by this user and writable
+by nobody else; the worker's finder, its Landlock rules and bwrap's binds point there.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Resolved", "for_workers", "resolve"]
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The resolved allowlist: importable top-level names, metadata directories, paths."""
+
+    roots: dict[str, str] = field(default_factory=dict)
+    """Top-level module name -> the directory holding it."""
+    dists: dict[str, str] = field(default_factory=dict)
+    """Normalised distribution name -> its ``.dist-info`` directory."""
+    paths: tuple[str, ...] = ()
+    """Every file and directory a worker must be able to read (sorted)."""
+    missing: tuple[str, ...] = ()
+    """Allowlisted names that are not installed here."""
+
+    def worker_config(self) -> dict:
+        """The ``packages`` entry of a worker's boot config."""
+        return {"roots": dict(self.roots), "dists": dict(self.dists)}
+
+
+def _distribution(name: str):
+    from importlib import metadata
+
+    for candidate in (name, name.replace("_", "-")):
+        try:
+            return metadata.distribution(candidate)
+        except metadata.PackageNotFoundError:
+            pass
+    owners = metadata.packages_distributions().get(name) or []
+    for owner in owners:
+        try:
+            return metadata.distribution(owner)
+        except metadata.PackageNotFoundError:
+            pass
+    return None
+
+
+def _requirements(dist) -> list[str]:
+    out = []
+    for req in dist.requires or []:
+        spec, _sep, marker = req.partition(";")
+        if "extra" in marker:
+            continue
+        match = _NAME.match(spec)
+        if match:
+            out.append(match.group(1))
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def resolve(names: tuple[str, ...]) -> Resolved:
+    """Resolve the allowlist ``names`` (see the module docstring); cached per allowlist."""
+    todo, seen, dists, missing = list(names), set(), [], []
+    while todo:
+        name = todo.pop(0)
+        if _norm(name) in seen:
+            continue
+        seen.add(_norm(name))
+        dist = _distribution(name)
+        if dist is None:
+            if name in names:
+                missing.append(name)
+            continue
+        seen.add(_norm(dist.metadata["Name"] or name))
+        dists.append(dist)
+        todo.extend(_requirements(dist))
+    roots: dict[str, str] = {}
+    infos: dict[str, str] = {}
+    paths: set[str] = set()
+    for dist in dists:
+        base = Path(dist.locate_file("")).resolve()
+        for item in dist.files or []:
+            parts = Path(str(item)).parts
+            if not parts or parts[0] in ("..", "__pycache__") or Path(str(item)).is_absolute():
+                continue
+            top = parts[0]
+            path = base / top
+            if top.endswith(".dist-info"):
+                infos[_norm(dist.metadata["Name"] or top.split("-")[0])] = str(path)
+                paths.add(str(path))
+                continue
+            if len(parts) == 1 and top.endswith(".pth"):
+                continue
+            module = top.split(".")[0] if len(parts) == 1 else top
+            if module.isidentifier():
+                roots.setdefault(module, str(base))
+            paths.add(str(path))
+    return Resolved(roots, infos, tuple(sorted(paths)), tuple(missing))
+
+
+def _key(resolved: Resolved) -> str:
+    digest = hashlib.sha256()
+    for path in resolved.paths:
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            mtime = 0
+        digest.update(f"{path}\0{mtime}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _link_tree(src: str, dst: str) -> None:
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    if os.path.isdir(src):
+        shutil.copytree(src, dst, copy_function=link, symlinks=False)
+    else:
+        link(src, dst)
+
+
+def _trusted(path: str) -> bool:
+    st = os.lstat(path)
+    return os.path.isdir(path) and not os.path.islink(path) and st.st_uid == os.getuid() \
+        and not st.st_mode & 0o022
+
+
+def _publish(tree: str) -> None:
+    for dirpath, dirnames, filenames in os.walk(tree):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if os.stat(path).st_nlink == 1:  # our copy; a hard link keeps its own (readable) mode
+                os.chmod(path, 0o644 | (0o111 if os.access(path, os.X_OK) else 0))
+
+
+@functools.lru_cache(maxsize=8)
+def for_workers(names: tuple[str, ...]) -> Resolved:
+    """:func:`resolve` ``names``, placed where workers can read them (module docstring)."""
+    resolved = resolve(names)
+    if not resolved.paths:
+        return resolved
+    base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else tempfile.gettempdir()
+    target = os.path.join(base, f"spadekit-pkgs-{os.getuid()}-{_key(resolved)}")
+    if not (os.path.isdir(target) and _trusted(target)):
+        build = tempfile.mkdtemp(prefix=os.path.basename(target) + ".", dir=base)
+        for path in resolved.paths:
+            _link_tree(path, os.path.join(build, os.path.basename(path)))
+        _publish(build)
+        try:
+            os.rename(build, target)
+        except OSError:  # built by another process meanwhile, or someone else's directory
+            if os.path.isdir(target) and _trusted(target):
+                shutil.rmtree(build, ignore_errors=True)
+            else:
+                target = build
+    moved = {}
+    for path in resolved.paths:
+        moved[path] = os.path.join(target, os.path.basename(path))
+    return Resolved({m: target for m in resolved.roots},
+                    {d: moved.get(p, p) for d, p in resolved.dists.items()},
+                    (target,), resolved.missing)
