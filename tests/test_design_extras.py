@@ -174,7 +174,8 @@ def test_judge_auto_is_on_for_tooluse(tmp_path, tiny):
     code = (Path(lib).parent / "tools_record_lookup.py").read_text()
     calls = {}
     with _phase(tmp_path, tiny, responder([_block(code)], lambda _t: "VERDICT: REJECT: broken",
-                                          calls), setting="tooluse", envs_per_round=1) as sp:
+                                          calls), setting="tooluse", envs_per_round=1,
+                **{"rollout.max_turns": 12}) as sp:  # the turn cap must fit its solution
         out = sp.design.run(0, random.Random(0))
         assert calls.get("judge") == 1, out.reasons
         assert out.reasons == {"judge_rejected": 1} and out.pooled == []

@@ -91,7 +91,7 @@ def agent_samples(spool, tiny):
 def producer_config(**extra):
     sets = ["model=tiny", "envs_per_round=2", "num_generations=3", "hint_generations=2",
             "regen_interval=1", "bootstrap=null", "memory_seed_library=false",
-            "rollout.max_turns=2", "rollout.max_new_tokens=12", "rollout.temperature=1.0",
+            "rollout.max_turns=12", "rollout.max_new_tokens=12", "rollout.temperature=1.0",
             "designer.temperature=1.0", "rollout.max_context_tokens=16384",
             "designer.max_new_tokens=16384", "sandbox.step_timeout=3.0", "dedup_threshold=1.01",
             "tensorboard=false"]

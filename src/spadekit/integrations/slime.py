@@ -201,6 +201,7 @@ def _producer_selfplay(config: Any, run_dir: Path, policy: Any, designer_policy:
     from spadekit.selfplay import SelfPlay
     from spadekit.store import RunStore
     from spadekit.validate import Validator, ValidatorSettings
+    from spadekit.watch import PoolWatch
 
     sp = SelfPlay.__new__(SelfPlay)
     sp.run_dir = run_dir
@@ -224,9 +225,10 @@ def _producer_selfplay(config: Any, run_dir: Path, policy: Any, designer_policy:
     sp.designer_policy = designer_policy or policy
     sp.trainer = _NoTrainer()
     sp.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
-    sp.validator = Validator(sp.pool, ValidatorSettings(max_turns=config.env_max_turns))
-    sp.engine = RolloutEngine(policy, sp.pool, config.rollout,
-                              chat_template_kwargs=config.chat_template.for_role("agent"))
+    sp.validator = Validator(sp.pool, ValidatorSettings(max_turns=config.turn_cap))
+    sp.engine = RolloutEngine(policy, sp.pool, dataclasses.replace(
+        config.rollout, max_turns=config.turn_cap),  # the one turn cap, as in SelfPlay
+        chat_template_kwargs=config.chat_template.for_role("agent"))
     sp.memory = EnvironmentMemory(sp.store, cap=config.memory_size,
                                   duplicate_threshold=config.dedup_threshold)
     sp.corpus = load_corpus(config.corpus, seed=config.seed)
@@ -237,6 +239,8 @@ def _producer_selfplay(config: Any, run_dir: Path, policy: Any, designer_policy:
     sp._mix = {}
     sp.design = DesignPhase(config, sp.designer_policy, sp.pool, sp.validator, sp.store,
                             sp.memory, sp.corpus)
+    sp.watch = PoolWatch(config.watch, sp.store, sp.memory, sp.pool, config.turn_cap,
+                         config.setting == "tooluse")
     sp._eval_cache = {}
     sp.tb = None
     last = sp.store.latest_complete_step()
