@@ -391,6 +391,24 @@ def test_requests_racing_the_idle_stopper_never_hang(tier):
         pool.close()
 
 
+def test_batched_requests_continue_stopped_workers(pool):
+    """The batch path (rollouts step many sandboxes at once) wakes idle-stopped workers too."""
+    from spadekit.sandbox.batch import step_many
+
+    boxes = [pool.acquire(ECHO) for _ in range(2)]
+    try:
+        envs = [sb.new_env(max_turns=5) for sb in boxes]
+        for env in envs:
+            env.reset()
+        time.sleep(0.1)  # both workers are stopped now
+        assert all(sb.worker.stopped for sb in boxes)
+        results = step_many([(env, f"a{i}") for i, env in enumerate(envs)])
+        assert [r[0] for r in results] == ["echo:a0", "echo:a1"], results
+    finally:
+        for sb in boxes:
+            sb.close()
+
+
 @tiers
 def test_cpu_quota_caps_a_busy_worker(tier):
     pool = SandboxPool(SandboxConfig(tier=tier, cpu_quota=0.2, **TEST_CONFIG), warm=0)
