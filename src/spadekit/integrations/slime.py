@@ -28,7 +28,7 @@ Launch (from a slime checkout, the usual model/Megatron/SGLang flags elided as `
         --eps-clip 0.2 --eps-clip-high 0.28 --use-tis --tis-clip 2.0 --tis-clip-low 0 \\
         --entropy-coef 0 --kl-loss-coef 0 --rollout-temperature 0.6 \\
         --spadekit-run-dir runs/slime-spade --spadekit-preset cpu-tiny \\
-        --spadekit-set envs_per_round=24 --spadekit-set num_generations=16 \\
+        --spadekit-set envs_per_round=24 --spadekit-set num_generations=8 \\
         --spadekit-set rollout.temperature=0.6 --spadekit-set designer.temperature=0.6
 
 ``python -m spadekit.integrations.slime`` is slime's ``train.py`` with spadekit's arguments added
