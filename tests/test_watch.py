@@ -13,8 +13,9 @@ from spadekit.errors import ConfigError
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.store import RunStore
-from spadekit.watch import (RETIRE_PENALTY, PoolWatch, ProbeResult, WatchConfig, admission_probe,
-                            run_probes, slow_verdict, spot_check_verdicts)
+from spadekit.validate import Validator, ValidatorSettings
+from spadekit.watch import (RETIRE_PENALTY, PoolWatch, ProbeResult, WatchConfig, run_probes,
+                            slow_verdict, spot_check_verdicts)
 
 from test_selfplay import config
 
@@ -125,25 +126,37 @@ def test_a_program_that_hangs_only_in_play_is_punished_removed_and_never_validat
     assert m1["watch/retired"] == 0
 
 
-def _pooled(store: RunStore, code: str, admission: dict | None = None) -> str:
-    program = EnvProgram(code=code)
-    validation = {"ok": True, "details": {} if admission is None else {"admission": admission}}
-    sha = store.add_environment(program, step=0, validation=validation)
+def _pooled(store: RunStore, code: str, validation: object) -> str:
+    """Pool ``code`` with ``validation`` (a report or its details) and a queued designer
+    sample, as the design phase leaves a valid program."""
+    if isinstance(validation, dict):
+        validation = {"ok": True, "details": validation}
+    sha = store.add_environment(EnvProgram(code=code), step=0, validation=validation)
     store.push_delayed({"token_ids": [1, 2], "loss_mask": [0, 1], "logprobs": [0.0, -1.0],
                         "generated_step": 0, "due_step": 4, "env_sha": sha, "skill": "s",
                         "meta": {"reason": "ok"}})
     return sha
 
 
+def _reference(pool, code: str, seed: int, actions: list[str], cap: int) -> dict:
+    """A reference episode in the validator's format, played once (for programs the validator
+    would turn away, so that the watch's own checks are what is tested)."""
+    (res,) = run_probes(pool, [(EnvProgram(code=code), seed, actions)], cap)
+    return {"seed": seed, "actions": res.actions, "rewards": res.rewards,
+            "terminated": res.ended, "truncated": False}
+
+
 def test_spot_checks_retire_garbage_wins_and_nondeterminism_and_spare_honest_programs(
         tmp_path, pool):
     rng = random.Random(3)
-    (coin_admitted,), (honest_admitted,) = (
-        admission_probe(pool, [EnvProgram(code=c)], 4, rng, tooluse=False) for c in (COIN, HONEST))
+    honest_report = Validator(pool, ValidatorSettings(max_turns=4)).validate(
+        EnvProgram(code=HONEST))
+    assert honest_report.ok and "reference_episode" in honest_report.details
     with RunStore(tmp_path / "run", create=True) as store:
-        wins = _pooled(store, ANYTHING_WINS)
-        coin = _pooled(store, COIN, coin_admitted.record())
-        honest = _pooled(store, HONEST, honest_admitted.record())
+        wins = _pooled(store, ANYTHING_WINS, {})
+        coin = _pooled(store, COIN, {"reference_episode": _reference(
+            pool, COIN, 11, ["a", "b", "c"], 4)})
+        honest = _pooled(store, HONEST, honest_report)  # the real validator's record
         watch = PoolWatch(WatchConfig(spot_checks=2), store, {}, pool, 4, tooluse=False)
         retired, metrics = watch.after_play(0, [], rng)
         assert retired == {wins, coin}
@@ -159,18 +172,18 @@ def test_spot_checks_retire_garbage_wins_and_nondeterminism_and_spare_honest_pro
         assert store.query("SELECT COUNT(*) FROM plays")[0][0] == 0
 
 
-def test_a_program_whose_steps_turn_slow_after_admission_is_retired(tmp_path, pool):
-    fast = {"seed": 1, "actions": ["a"], "rewards": [0.25], "ends": [False],
-            "mean_step_s": 0.0005, "error": None}
+def test_a_program_whose_steps_turn_slow_after_validation_is_retired(tmp_path, pool):
+    fast = {"step_ms": {"calls": 20, "p50": 0.5}}  # what validation measured: 0.5 ms a call
     with RunStore(tmp_path / "run", create=True) as store:
         slow = _pooled(store, SLOW, fast)
-        honest = _pooled(store, HONEST, {**fast, "mean_step_s": 0.0005})
+        honest = _pooled(store, HONEST, fast)
         watch = PoolWatch(WatchConfig(spot_checks=1, step_time_limit_s=30.0), store, {}, pool,
                           2, tooluse=False)
         retired, metrics = watch.after_play(0, [], random.Random(0))
         assert retired == {slow} and metrics["watch/slow_in_play"] == 1
         event = store.events("env_retired")[0]["data"]
         assert event["reason"] == "slow_in_play" and event["details"]["mean_step_s"] > 0.05
+        assert event["details"]["validation_step_s"] == pytest.approx(0.0005)
         assert store.get_environment(honest)["status"] == "pooled"
 
 
@@ -186,8 +199,8 @@ def test_probes_run_in_lockstep_with_typed_failures_and_measured_steps(pool):
 
 
 def test_verdicts_by_hand():
-    admitted = {"seed": 1, "actions": ["x"], "rewards": [0.5], "ends": [True],
-                "mean_step_s": 0.001, "error": None}
+    admitted = {"seed": 1, "actions": ["x"], "rewards": [0.5], "terminated": True,
+                "truncated": False}
     same = ProbeResult(seed=1, actions=["x"], rewards=[0.5], ends=[True])
     other = ProbeResult(seed=1, actions=["x"], rewards=[0.5], ends=[False])
     lucky = ProbeResult(seed=2, actions=["y"], rewards=[0.2, 1.0], ends=[False, True])
@@ -195,11 +208,12 @@ def test_verdicts_by_hand():
     assert spot_check_verdicts([same], other, admitted)[0] == "nondeterministic_in_play"
     assert spot_check_verdicts([lucky], same, admitted)[0] == "garbage_wins"
     cfg = WatchConfig(step_time_limit_s=1.0, slow_step_factor=20.0, slow_step_min_s=0.05)
-    assert slow_verdict([0.019, 0.021], admitted, cfg) == (None, {})  # 20x, under the floor
-    assert slow_verdict([0.06], admitted, cfg)[0] == "slow_in_play"  # 60x and over 0.05 s
-    assert slow_verdict([0.06], None, cfg) == (None, {})  # no admission record: limit only
+    assert slow_verdict([0.019, 0.021], 0.001, cfg) == (None, {})  # 20x, under the floor
+    assert slow_verdict([0.06], 0.001, cfg)[0] == "slow_in_play"  # 60x and over 0.05 s
+    assert slow_verdict([0.06], 0.01, cfg) == (None, {})  # 6x
+    assert slow_verdict([0.06], None, cfg) == (None, {})  # no validation timing: limit only
     assert slow_verdict([1.5], None, cfg)[0] == "slow_in_play"
-    assert slow_verdict([], admitted, cfg) == (None, {})
+    assert slow_verdict([], 0.001, cfg) == (None, {})
     for bad in ({"spot_checks": -1}, {"slow_step_factor": 0}, {"step_time_limit_s": "1"}):
         with pytest.raises(ConfigError):
             WatchConfig(**bad)

@@ -9,8 +9,7 @@ prompt, sampled ids and behaviour logprobs) goes to the delay buffer, due ``rege
 rounds later; invalid ones carry their fixed reward (0, or -0.5 and a blacklist entry for a hang).
 The blacklist is read before validation: a blacklisted program (a hang in validation or a program
 retired during training, ``spadekit.watch``) is not validated again and earns -0.5 again (reason
-``blacklisted``). Each valid program gets an admission probe (``spadekit.watch``: one garbage
-episode, kept in its validation details) that the training-time spot checks replay.
+``blacklisted``).
 
 Optional extras (``DesignerConfig``):
 
@@ -53,7 +52,7 @@ from spadekit.sandbox.pool import SandboxPool
 from spadekit.store import RunStore
 from spadekit.thinking import count_thinking_cut
 from spadekit.validate import ValidationReport, Validator, to_program
-from spadekit.watch import RETIRE_PENALTY, admission_probe
+from spadekit.watch import RETIRE_PENALTY
 
 log = logging.getLogger(__name__)
 
@@ -196,13 +195,6 @@ class DesignPhase:
         with phase(f"round {step}: hint ({len(valid_items)} valid)"):
             self._hints(valid_items, out, step, rng)
         out.timings["hint"] = time.perf_counter() - clock
-        if valid_items:  # the behaviour spot checks replay and the step time the watch compares
-            clock = time.perf_counter()
-            probes = admission_probe(self.pool, [it[1] for it in valid_items], cfg.turn_cap, rng,
-                                     cfg.setting == "tooluse")
-            for (_item, _program, report, _hint), probe in zip(valid_items, probes):
-                report.details["admission"] = probe.record()
-            out.timings["admission"] = time.perf_counter() - clock
         for item, program, report, hint in valid_items:
             repaired = item.get("repaired")
             lineage = {"doc_id": item["doc_id"]}

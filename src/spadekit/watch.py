@@ -7,16 +7,17 @@ pending designer sample gets the fixed reward ``RETIRE_PENALTY`` (-0.5, the SPEC
 
 * ``play_timeout``: a step (or reset) of an agent's play timed out (SPEC point 3: a hang);
 * ``slow_in_play``: its mean step time in a round's plays exceeds ``WatchConfig.step_time_limit_s``,
-  or exceeds ``slow_step_factor`` times its step time at admission (and ``slow_step_min_s``);
+  or exceeds ``slow_step_factor`` times its median call time in validation (and
+  ``slow_step_min_s``);
 * ``garbage_wins``: a spot-check episode of random garbage actions reached reward 1.0;
-* ``nondeterministic_in_play``: replaying the admission probe (the same seed and actions)
-  gave different rewards or endings than at admission.
+* ``nondeterministic_in_play``: replaying validation's reference episode (the same seed and
+  garbage actions) gave different rewards or another ending than validation recorded.
 
-Garbage is ``spadekit.probes.garbage_actions`` (the validator's, from a fresh seed each time).
-The admission probe is one garbage episode played right after validation (``admission_probe``);
-its seed, actions, rewards, endings and mean step time are kept in the environment's validation
-details (``details["admission"]``). Spot-check episodes run in their own sandboxes, outside the
-rollout: they never become training samples and are not recorded as plays.
+What validation recorded is read from the environment's validation details: the reference
+episode (``details["reference_episode"]``: seed, actions, rewards, terminated, truncated) and the
+call latencies (``details["step_ms"]["p50"]``). Garbage is ``spadekit.probes.garbage_actions``
+(the validator's), from a fresh seed each time. Spot-check episodes run in their own sandboxes,
+outside the rollout: they never become training samples and are not recorded as plays.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from spadekit.probes import garbage_actions
 from spadekit.rewards import HANG_PENALTY
 
 __all__ = ["WatchConfig", "PoolWatch", "RETIRE_PENALTY", "RETIRE_REASONS", "ProbeResult",
-           "run_probes", "admission_probe", "spot_check_verdicts", "slow_verdict"]
+           "run_probes", "spot_check_verdicts", "slow_verdict"]
 
 RETIRE_PENALTY = HANG_PENALTY
 """The designer's fixed reward for a program retired during training (the hang penalty)."""
@@ -46,13 +47,14 @@ class WatchConfig:
 
     spot_checks: int = 1
     """Garbage spot-check episodes per pooled designed environment per round, each with fresh
-    random actions and seed, plus one replay of its admission probe (determinism); 0 turns
-    spot checks off (hangs and slow steps in play are still watched)."""
+    random actions and seed, plus one replay of validation's reference episode (determinism);
+    0 turns spot checks off (hangs and slow steps in play are still watched)."""
     step_time_limit_s: float = 1.0
     """A program whose mean step time in one round's plays exceeds this many seconds is retired
     (``slow_in_play``)."""
     slow_step_factor: float = 20.0
-    """... or whose mean step time exceeds this multiple of its mean step time at admission,"""
+    """... or whose mean step time exceeds this multiple of its median call time in
+    validation,"""
     slow_step_min_s: float = 0.05
     """... provided it is also above this many seconds (a 0.1 ms step becoming 3 ms is noise)."""
 
@@ -82,11 +84,10 @@ class ProbeResult:
     def mean_step_s(self) -> float | None:
         return sum(self.step_s) / len(self.step_s) if self.step_s else None
 
-    def record(self) -> dict[str, Any]:
-        """JSON-safe, for the validation details (``details["admission"]``)."""
-        return {"seed": self.seed, "actions": list(self.actions), "rewards": list(self.rewards),
-                "ends": list(self.ends), "mean_step_s": self.mean_step_s,
-                "error": None if self.error is None else self.error.reason}
+    @property
+    def ended(self) -> bool:
+        """Whether the program ended the episode (terminated or truncated) at its last step."""
+        return bool(self.ends and self.ends[-1])
 
 
 def run_probes(pool: Any, probes: list[tuple[EnvProgram, int, list[str]]],
@@ -144,20 +145,12 @@ def run_probes(pool: Any, probes: list[tuple[EnvProgram, int, list[str]]],
     return results
 
 
-def admission_probe(pool: Any, programs: list[EnvProgram], max_turns: int, rng: random.Random,
-                    tooluse: bool) -> list[ProbeResult]:
-    """One garbage episode per program (random seed and actions from ``rng``), run at
-    admission: the behaviour that spot checks replay later, and the step time they compare."""
-    probes = [(p, rng.randrange(2 ** 31),
-               garbage_actions(rng.randrange(2 ** 31), max_turns, tooluse)) for p in programs]
-    return run_probes(pool, probes, max_turns)
-
-
 def spot_check_verdicts(fresh: list[ProbeResult], replay: ProbeResult | None,
                         admitted: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
     """The retirement reason (or None) from one program's spot checks this round: garbage that
-    won, a replay that differs from the admission record, or a timeout. Other typed failures
-    (an environment raising on garbage) are not a reason: plays fail on them already."""
+    won, a replay that differs from validation's reference episode (``admitted``: its seed,
+    actions, rewards, terminated, truncated), or a timeout. Other typed failures (an
+    environment raising on garbage) are not a reason: plays fail on them already."""
     for res in fresh + ([replay] if replay is not None else []):
         if res.error is not None and res.error.reason == "timeout":
             return "play_timeout", {"seed": res.seed, "error": res.error.to_dict()}
@@ -165,25 +158,24 @@ def spot_check_verdicts(fresh: list[ProbeResult], replay: ProbeResult | None,
         if any(r >= WIN for r in res.rewards):
             return "garbage_wins", {"seed": res.seed, "actions": res.actions,
                                     "rewards": res.rewards}
-    if replay is not None and admitted is not None and replay.error is None \
-            and admitted.get("error") is None:
-        if replay.rewards != admitted["rewards"] or replay.ends != admitted["ends"]:
+    if replay is not None and admitted is not None and replay.error is None:
+        ended = bool(admitted.get("terminated") or admitted.get("truncated"))
+        if replay.rewards != list(admitted["rewards"]) or replay.ended != ended:
             return "nondeterministic_in_play", {"seed": replay.seed,
-                                                "admitted_rewards": admitted["rewards"],
+                                                "validated_rewards": admitted["rewards"],
                                                 "replayed_rewards": replay.rewards}
     return None, {}
 
 
-def slow_verdict(step_s: list[float], admitted: dict[str, Any] | None,
+def slow_verdict(step_s: list[float], base: float | None,
                  config: WatchConfig) -> tuple[str | None, dict[str, Any]]:
     """``slow_in_play`` when the mean of one program's step times this round is over the
-    absolute limit, or over ``slow_step_factor`` times its admission step time (and over
-    ``slow_step_min_s``); else None."""
+    absolute limit, or over ``slow_step_factor`` times ``base`` (its median call time in
+    validation, seconds; None: unknown) and over ``slow_step_min_s``; else None."""
     if not step_s:
         return None, {}
     mean = sum(step_s) / len(step_s)
-    base = (admitted or {}).get("mean_step_s")
-    details = {"mean_step_s": mean, "admission_step_s": base, "steps": len(step_s)}
+    details = {"mean_step_s": mean, "validation_step_s": base, "steps": len(step_s)}
     if mean > config.step_time_limit_s:
         return "slow_in_play", {**details, "limit_s": config.step_time_limit_s}
     if base is not None and mean > config.slow_step_min_s and \
@@ -202,12 +194,18 @@ class PoolWatch:
         self.config, self.store, self.memory, self.pool = config, store, memory, pool
         self.max_turns, self.tooluse = max_turns, tooluse
 
-    def admission(self, sha: str) -> dict[str, Any] | None:
-        """The admission record of a stored environment, or None (bootstrap programs and
-        environments admitted before this existed have none)."""
+    def validated(self, sha: str) -> tuple[dict[str, Any] | None, float | None]:
+        """What validation recorded of a stored environment: its reference episode and its
+        median call time in seconds (None each when absent: bootstrap programs, or runs from
+        before the validator recorded them)."""
         validation = self.store.get_environment(sha).get("validation") or {}
-        record = (validation.get("details") or {}).get("admission")
-        return record if isinstance(record, dict) and "rewards" in record else None
+        details = validation.get("details") or {}
+        episode = details.get("reference_episode")
+        if not (isinstance(episode, dict) and {"seed", "actions", "rewards"} <= set(episode)):
+            episode = None
+        p50 = (details.get("step_ms") or {}).get("p50")
+        base = p50 / 1000.0 if isinstance(p50, (int, float)) and p50 > 0 else None
+        return episode, base
 
     def after_play(self, step: int, trajs: list[Any], rng: random.Random
                    ) -> tuple[set[str], dict[str, float]]:
@@ -223,7 +221,7 @@ class PoolWatch:
                                                "error": hung[0].failure})
                 continue
             reason, details = slow_verdict([turn.step_s for t in group for turn in t.turns],
-                                           self.admission(sha), self.config)
+                                           self.validated(sha)[1], self.config)
             if reason:
                 found[sha] = (reason, details)
         checked, errors = self._spot_checks(rng, found)
@@ -252,7 +250,7 @@ class PoolWatch:
                 probes.append((program, rng.randrange(2 ** 31), garbage_actions(
                     rng.randrange(2 ** 31), self.max_turns, self.tooluse)))
                 owners.append((row["sha256"], "fresh"))
-            admitted = self.admission(row["sha256"])
+            admitted = self.validated(row["sha256"])[0]
             if admitted is not None:
                 probes.append((program, int(admitted["seed"]), list(admitted["actions"])))
                 owners.append((row["sha256"], "replay"))
@@ -269,12 +267,12 @@ class PoolWatch:
                 replay[sha] = res
         for row in rows:
             sha = row["sha256"]
-            admitted = self.admission(sha)
+            admitted, base = self.validated(sha)
             reason, details = spot_check_verdicts(fresh.get(sha, []), replay.get(sha), admitted)
             if reason is None:
                 times = [s for r in fresh.get(sha, []) + ([replay[sha]] if sha in replay else [])
                          for s in r.step_s]
-                reason, details = slow_verdict(times, admitted, self.config)
+                reason, details = slow_verdict(times, base, self.config)
             if reason:
                 found[sha] = (reason, {**details, "spot_check": True})
         return len(rows), errors
