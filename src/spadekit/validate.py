@@ -80,7 +80,10 @@ class ValidatorSettings:
     - ``max_turns``: passed to the constructor, and the turn cap: a program's own smaller
       ``max_turns`` is used, a larger one is clamped to this, one below 1 is ignored.
     - ``seeds``: fixed seeds for the solution replay and the tool-use structural check (SPEC
-      point 3 uses 0, 1, 2); ``drawn_seeds`` more are drawn per validation and checked too.
+      point 3 uses 0, 1, 2).
+    - ``drawn_seeds``: seeds drawn per validation on which the tool-use structural check runs
+      too (criteria met by answering at once only off the fixed seeds are found). The solution
+      replay keeps to the fixed seeds: a solution that works only there gains a program nothing.
     - ``total_timeout``: budget in seconds for one program's whole validation.
     - ``garbage_episodes``: episodes of drawn garbage (each on a fresh instance, a drawn seed,
       played until the program ends it or the turn cap); none may reach reward 1.0, and the
@@ -110,8 +113,8 @@ class ValidatorSettings:
         whole("slow_steps", self.slow_steps, 1)
         if not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
             raise ConfigError(f"ValidatorSettings.seeds must be ints, got {self.seeds!r}")
-        if not self.seeds and not self.drawn_seeds:
-            raise ConfigError("ValidatorSettings needs at least one fixed or drawn seed")
+        if not self.seeds:
+            raise ConfigError("ValidatorSettings.seeds needs at least one seed")
         for name in ("total_timeout", "slow_step_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -397,8 +400,8 @@ class _Runner:
         names: list[str] = []
         seeds = list(self.settings.seeds) + [self.draw() for _ in range(self.settings.drawn_seeds)]
         self.seeds["tools"] = seeds
+        env, _cap = self.fresh("tools")
         for seed in seeds:
-            env, _cap = self.fresh("tools")
             self._reset("tools", env, seed)
             schemas = _checked("tools", env.tools)
             problem = _schema_problem(schemas)
@@ -410,7 +413,6 @@ class _Runner:
             if reward >= 1.0:
                 raise _Fail("tools", "criteria_trivial", f"answering at once after reset(seed="
                             f"{seed}) already scores 1.0: the success criteria check nothing")
-        env, _cap = self.fresh("tools")
         seed = self.draw()
         self.seeds["tool_probes"] = seed
         self._reset("tools", env, seed)
@@ -448,11 +450,9 @@ class _Runner:
     def solution(self) -> dict:
         if not self.sb.program.get("has_solution"):
             return {"solution": "absent"}
-        seeds = list(self.settings.seeds) + [self.draw() for _ in range(self.settings.drawn_seeds)]
-        self.seeds["solution"] = seeds
         turns = []
-        for seed in seeds:
-            env, cap = self.fresh("solution")
+        env, cap = self.fresh("solution")
+        for seed in self.settings.seeds:
             self._reset("solution", env, seed)
             try:
                 actions = env.solution()
