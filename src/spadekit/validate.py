@@ -384,14 +384,15 @@ class _Runner:
         self.details["advertised"] = self.advertised  # filled in as they are found
         obs = self._reset("interface", env, first)
         todo = list(TOOL_PROBES if self.tooluse else GAME_PROBES)
-        seed, seen, live = first, [obs], True
+        seed, seen, live, sent = first, [obs], True, set(todo)
         for _round in range(2):  # the second round: actions advertised by step observations
-            added = merge_advertised(self.advertised, (
-                a for o in seen for a in advertised_actions(o, self.tooluse)))
+            added = merge_advertised(self.advertised, (  # (not echoes of what was sent)
+                a for o in seen for a in advertised_actions(o, self.tooluse) if a not in sent))
             todo += added + [m for m in (mutate(a, self.rng) for a in added) if m]
             if not todo:
                 break
             seed, seen, live = self._probe("interface", env, seed, todo, live)
+            sent.update(todo)
             todo = []
         self._reset("interface", env, again)
         return {}
