@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spadekit.envs.program import EnvProgram
 from spadekit.errors import ConfigError
@@ -217,3 +219,31 @@ def test_verdicts_by_hand():
     for bad in ({"spot_checks": -1}, {"slow_step_factor": 0}, {"step_time_limit_s": "1"}):
         with pytest.raises(ConfigError):
             WatchConfig(**bad)
+
+
+reward = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(reward, max_size=8), st.lists(reward, min_size=1, max_size=8), st.booleans(),
+       st.booleans())
+def test_verdicts_hold_for_any_episode(fresh_rewards, validated_rewards, ended, replay_ended):
+    """A garbage win always retires; a replay identical to validation's episode never does; a
+    replay that differs in any reward or in how it ended always does."""
+    fresh = ProbeResult(seed=0, actions=["g"] * len(fresh_rewards), rewards=fresh_rewards,
+                        ends=[False] * len(fresh_rewards))
+    reference = {"seed": 1, "actions": ["a"] * len(validated_rewards),
+                 "rewards": validated_rewards, "terminated": ended, "truncated": False}
+    same = ProbeResult(seed=1, actions=reference["actions"], rewards=list(validated_rewards),
+                       ends=[False] * (len(validated_rewards) - 1) + [ended])
+    reason, _ = spot_check_verdicts([fresh], same, reference)
+    won = any(r >= 1.0 for r in fresh_rewards)
+    assert reason == ("garbage_wins" if won else None)
+    if won:
+        return
+    other = ProbeResult(seed=1, actions=same.actions, rewards=list(validated_rewards),
+                        ends=same.ends[:-1] + [replay_ended])
+    other.rewards[-1] = min(1.0, other.rewards[-1] + (0.5 if replay_ended == ended else 0.0))
+    differs = other.rewards != validated_rewards or other.ended != ended
+    assert (spot_check_verdicts([fresh], other, reference)[0] == "nondeterministic_in_play") \
+        == differs
