@@ -189,6 +189,22 @@ def test_delay_buffer(store):
                             "due_step": 1})
 
 
+def test_a_queued_designer_sample_can_be_given_a_fixed_reward(store):
+    p, q = program(1), program(2)
+    for prog in (p, q):
+        store.add_environment(prog, step=0)
+        store.push_delayed({"token_ids": [1, 2], "loss_mask": [0, 1], "generated_step": 0,
+                            "due_step": 4, "env_sha": prog.sha256, "meta": {"reason": "ok"}})
+    assert store.fix_delayed_reward(p.sha256, -0.5, "play_timeout") == 1
+    assert store.fix_delayed_reward("c" * 64, -0.5, "play_timeout") == 0
+    with pytest.raises(StoreError):
+        store.fix_delayed_reward(q.sha256, math.nan, "x")
+    metas = {d["env_sha"]: d["meta"] for d in store.pop_due(4)}
+    assert metas[p.sha256] == {"reason": "play_timeout", "fixed_reward": -0.5}
+    assert metas[q.sha256] == {"reason": "ok"}  # untouched, also by the refused NaN
+    assert store.fix_delayed_reward(p.sha256, -0.5, "late") == 0  # trained already
+
+
 def test_blacklist_hints_state_metrics(store):
     p = program(1)
     store.add_environment(p, step=0)
@@ -199,6 +215,8 @@ def test_blacklist_hints_state_metrics(store):
     assert not store.is_blacklisted("b" * 64)
     assert store.get_environment(p.sha256)["status"] == "blacklisted"
     assert [(b["reason"], b["step"]) for b in store.blacklisted()][0] == ("timeout", 3)
+    assert store.blacklist_reason(p.sha256) == "timeout"  # the first reason is kept
+    assert store.blacklist_reason("b" * 64) is None
 
     assert store.get_hint(p.sha256) is None
     store.put_hint(p.sha256, "think first", "second_call", step=2, meta={"t": 0.3})
