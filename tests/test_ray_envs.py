@@ -173,12 +173,14 @@ def test_validation_fan_out_matches_local_validation(backend, local):
               ECHO.replace("return \"echo:\" + action, 0.5", "return \"echo:\" + action, 7.0"),
               "no code here at all", EnvProgram(code=ECHO)]
     sources = LIBRARY + broken
-    remote = RayValidator(backend).validate_many(sources, workers=2)
+    seeds = list(range(100, 100 + len(sources)))  # the same draws on both sides
+    remote = RayValidator(backend).validate_many(sources, workers=2, seeds=seeds)
     with Validator(local) as validator:
-        here = validator.validate_many(sources, workers=2)
+        here = validator.validate_many(sources, workers=2, seeds=seeds)
 
     def key(r):
-        details = {k: v for k, v in r.details.items() if k not in ("timings_ms", "output_tail")}
+        details = {k: v for k, v in r.details.items()
+                   if k not in ("timings_ms", "output_tail", "step_ms")}
         return (r.ok, r.stage, r.reason, r.message, details,
                 r.program and r.program.sha256)
 

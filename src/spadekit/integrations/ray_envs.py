@@ -171,12 +171,13 @@ class EnvActor:
         if session is not None:
             session.release()
 
-    def validate(self, sources: list[Any], settings: Any, workers: int) -> list[Any]:
+    def validate(self, sources: list[Any], settings: Any, workers: int,
+                 seeds: list[int] | None = None) -> list[Any]:
         from spadekit.validate import Validator
 
         validator = Validator(self.pool if self.pool is not None else _RefusingPool(self.error),
                               settings)
-        return validator.validate_many(sources, workers=workers)
+        return validator.validate_many(sources, workers=workers, seeds=seeds)
 
     def ping(self) -> bool:
         return True
@@ -472,9 +473,14 @@ class RayValidator:
         self.backend = backend
         self.settings = settings or ValidatorSettings()
 
-    def validate_many(self, sources: list[Any], workers: int = 2) -> list[Any]:
+    def validate_many(self, sources: list[Any], workers: int = 2,
+                      seeds: list[int] | None = None) -> list[Any]:
+        """``seeds``: one validation seed per source (``Validator.validate_many``'s), else each
+        actor draws its own."""
         from spadekit.validate import ValidationReport
 
+        if seeds is not None and len(seeds) != len(sources):
+            raise ConfigError(f"{len(seeds)} seeds for {len(sources)} programs")
         if not sources:
             return []
         b = self.backend
@@ -485,7 +491,8 @@ class RayValidator:
         timeout = b.call_timeout or SLACK_S + per_call * (
             self.settings.total_timeout + c.start_timeout + c.load_timeout + c.create_timeout
             + max(c.step_timeout, c.call_timeout, c.reset_timeout))
-        results = b.call([(k, "validate", ([sources[i] for i in share], self.settings, workers))
+        results = b.call([(k, "validate", ([sources[i] for i in share], self.settings, workers,
+                                            None if seeds is None else [seeds[i] for i in share]))
                           for k, share in enumerate(shares)], timeout)
         out: list[Any] = [None] * len(sources)
         for share, result in zip(shares, results):
