@@ -56,6 +56,10 @@ from spadekit.cli_train import selfplay, train_fixed  # noqa: E402  (the main jo
 app.command()(selfplay)
 app.command("train-fixed")(train_fixed)
 
+from spadekit.cli_compat import import_reference  # noqa: E402
+
+app.command("import-reference")(import_reference)
+
 
 def _sandbox_config(unsafe: bool, step_timeout: float | None = None):
     from spadekit.sandbox import SandboxConfig

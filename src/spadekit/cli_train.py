@@ -79,7 +79,7 @@ def train_fixed(
     unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
 ) -> None:
     """The fixed-environment GRPO baseline: the agent role only, on a static pool, with the
-    same loss, trainer and budget (envs_per_round x num_generations plays a round) as
+    same loss, trainer and budget (envs_per_round x plays_per_env plays a round) as
     `selfplay`. Same run directory, resume and metrics."""
     _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
                   ["curriculum.kind=fixed", f"curriculum.pool={json.dumps(pool)}"])
