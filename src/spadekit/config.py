@@ -257,6 +257,10 @@ class SelfPlayConfig:
     """Grounding corpus: None for the offline default, or a path (JSONL, Parquet, folder)."""
     memory_seed_library: bool = True
     """Start the environment memory with the reference library (designer seeds from round 0)."""
+    memory_seed: str | None = None
+    """An environment source (a pool directory, e.g. one ``spadekit import-reference`` wrote, a
+    plain directory of programs, a run directory) whose programs also start the memory, with
+    their lineage recorded in a ``memory_seeded`` event; None: none."""
     memory_size: int = 200
     dedup_threshold: float = 0.9
     grounding: bool = True

@@ -54,7 +54,7 @@ from spadekit.envs.program import EnvProgram
 from spadekit.errors import SandboxError
 from spadekit.jsonl import JsonlAppender
 
-__all__ = ["GenerateSummary", "PoolError", "load_pool", "run_generate"]
+__all__ = ["GenerateSummary", "PoolError", "load_pool", "run_generate", "write_pool"]
 
 POOL_FILE, REJECTED_FILE, SUMMARY_FILE, PROGRAMS_DIR = (
     "pool.jsonl", "rejected.jsonl", "summary.json", "programs")
@@ -217,6 +217,48 @@ def solution_actions(pool: Any, code: str, max_turns: int) -> list[str] | None:
         return None
     finally:
         pool.release(sb)
+
+
+def write_pool(out: str | Path, entries: Iterable[tuple[EnvProgram, Any]]) -> dict[str, int]:
+    """Append programs made elsewhere (imported, hand-written) to the pool directory ``out``,
+    in the format above: each ``(program, validation report or None)`` whose report is valid
+    (or absent) becomes a program file and a ``pool.jsonl`` line (its domain taken from the
+    report when the program has none, ``validation`` from the report); an invalid one becomes a
+    ``rejected.jsonl`` line (stage ``validate``). Programs already in the pool are skipped.
+    Returns ``{"written", "rejected", "duplicate"}``."""
+    out = Path(out)
+    (out / PROGRAMS_DIR).mkdir(parents=True, exist_ok=True)
+    known = {r.get("sha256") for _n, r in _read_jsonl(out / POOL_FILE, strict=False)}
+    counts = {"written": 0, "rejected": 0, "duplicate": 0}
+    with JsonlAppender(out / POOL_FILE) as pool_out, \
+            JsonlAppender(out / REJECTED_FILE) as rejected_out:
+        for program, report in entries:
+            if report is not None and not report.ok:
+                rejected_out.write({"stage": "validate", "reason": report.reason,
+                                    "message": report.message[:500], "sha256": program.sha256,
+                                    "lineage": dict(program.meta.get("lineage") or {}),
+                                    "validation": _report_summary(report), "text": program.code,
+                                    "written_at": _now()})
+                counts["rejected"] += 1
+                continue
+            if program.sha256 in known:
+                counts["duplicate"] += 1
+                continue
+            if report is not None:
+                program = report.program or program
+                if program.domain is None and report.details.get("domain") in ("games",
+                                                                              "tooluse"):
+                    program = dataclasses.replace(program, domain=report.details["domain"])
+            _atomic_write(out / PROGRAMS_DIR / f"{program.short_id}.py",
+                          _header(program, program.domain or "unknown") + program.code)
+            record = program.to_dict()
+            if report is not None:
+                record["validation"] = _report_summary(report)
+            record["generation"] = {"imported": True, "written_at": _now()}
+            pool_out.write(record)
+            known.add(program.sha256)
+            counts["written"] += 1
+    return counts
 
 
 def _header(program: EnvProgram, setting: str) -> str:

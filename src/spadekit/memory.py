@@ -379,6 +379,27 @@ class EnvironmentMemory:
                     added += 1
         return added
 
+    def seed_from_source(self, spec: str, setting: str | None = None, step: int = 0) -> int:
+        """Insert the programs of an environment source (``spadekit.envs.sources``: a pool,
+        a plain directory of programs, a run, ``library``), with the win rate and regret a
+        reference import carries (``meta.reference_stats``); a ``memory_seeded`` event records
+        each program's lineage. Returns how many were new. Idempotent."""
+        from spadekit.envs.sources import load_programs
+
+        added, lineage = 0, []
+        with self.store.transaction():
+            for program in load_programs(spec, setting):
+                stats = dict(program.meta.get("reference_stats") or {})
+                if self.get(program.sha256) is None:
+                    self.add(program, step=step, win_rate=stats.get("win_rate"),
+                             regret=stats.get("regret"))
+                    added += 1
+                    lineage.append({"sha256": program.sha256,
+                                    "lineage": dict(program.meta.get("lineage") or {})})
+        self.store.append_event({"kind": "memory_seeded", "step": step, "source": str(spec),
+                                 "added": added, "programs": lineage})
+        return added
+
     # -- seeds for the designer -----------------------------------------------------------------
 
     def positive_seeds(self, skill: str, n: int = 2,

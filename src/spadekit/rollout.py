@@ -288,8 +288,8 @@ class LocalPoolSession(EnvSession):
         tools_of: dict[int, Any] = {}
         for k, raw in zip(wants_tools, tools_raw):
             try:
-                tools_of[k] = RemoteEnv.checked_tools(raw) if not isinstance(
-                    raw, SandboxError) else raw
+                tools_of[k] = RemoteEnv.checked_tools(raw, started[k][0].sandbox) if not \
+                    isinstance(raw, SandboxError) else raw
             except SandboxError as exc:
                 tools_of[k] = exc
         for k, (i, result) in enumerate(zip(live, started)):

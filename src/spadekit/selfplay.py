@@ -181,8 +181,11 @@ class SelfPlay:
             self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
             last = self.store.latest_complete_step()
             if last is None:
-                if not resume and len(self.memory) == 0 and config.memory_seed_library:
+                fresh = not resume and len(self.memory) == 0
+                if fresh and config.memory_seed_library:
                     self.memory.seed_from_library()
+                if fresh and config.memory_seed:
+                    self.memory.seed_from_source(config.memory_seed, config.setting)
                 return None, None
             pointer = self.store.latest_checkpoint()
             return last, None if pointer is None else {"step": pointer["step"],

@@ -20,7 +20,9 @@ class owns ``step()``, with the reference's episode rules:
 One deliberate difference: a format error scores 0.0, not the reference's -0.1, because spadekit
 rewards lie in [0, 1] (SPEC point 1).
 
-``get_tools()`` / ``tools()`` return nested OpenAI schemas. Standard library only.
+``get_tools()`` returns nested OpenAI schemas; ``tools()`` (what spadekit calls) returns the
+schemas as the program wrote them, which the parent side normalises once and checks, naming
+the schema and the program when one is malformed. Standard library only.
 """
 
 import json
@@ -56,11 +58,20 @@ class ToolUseBaseEnv:
 
     # ----- tools ------------------------------------------------------------------------------
     def get_tools(self):
-        """Nested OpenAI schemas of ``self._tools``."""
-        return schemas.normalize_tools(self._tools, where=type(self).__name__)
+        """Nested OpenAI schemas of ``self._tools`` (as written when it is not a dict)."""
+        if not isinstance(self._tools, dict):
+            return self._tools
+        return [{"type": "function", "function": {
+            "name": name, "description": info.get("description", ""),
+            "parameters": info.get("parameters", {"type": "object", "properties": {}})}}
+            if isinstance(info, dict) else info for name, info in self._tools.items()]
 
     def tools(self):
-        return self.get_tools()
+        """What spadekit asks for: a subclass's own ``get_tools()``, else ``self._tools`` as
+        written; the sandbox's parent side normalises and checks either (``envs.refstyle``)."""
+        if type(self).get_tools is not ToolUseBaseEnv.get_tools:
+            return self.get_tools()
+        return self._tools
 
     def _run_tool(self, name, arguments):
         method = getattr(self, "tool_" + str(name), None)

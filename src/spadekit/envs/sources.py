@@ -1,14 +1,18 @@
 """Where a fixed set of environment programs comes from: the reference library, a pool directory
-written by ``spadekit generate``, or a self-play run's validated programs.
+written by ``spadekit generate``, a self-play run's validated programs, or a plain directory of
+program files.
 
-Used by the ``envs:`` evaluation suite and by the fixed-pool baseline (``spadekit train-fixed``),
-so both read the same three sources the same way:
+Used by the ``envs:`` evaluation suite, the fixed-pool baseline (``spadekit train-fixed``) and
+memory seeding (``memory_seed``), so all read the same four sources the same way:
 
 - ``library`` (or ``library:games`` / ``library:tooluse``): the hand-written reference programs;
 - a directory holding ``pool.jsonl`` (or the file itself): a generated pool (``load_pool``);
 - a run directory holding ``run.sqlite``: every program the run's designer wrote that passed
   validation (status pooled or retired; bootstrap copies of the library excluded), in the order
-  the run created them.
+  the run created them;
+- any other directory: its ``*.py`` files that define an ``...Env`` class, sorted by name
+  (``spadekit.envs.refimport.programs_from_dir``; the skill from a ``# skill:`` header or a
+  reference ``game_*_<skill>.py`` name). They are not validated here: the consumers validate.
 """
 
 from __future__ import annotations
@@ -39,9 +43,14 @@ def load_programs(spec: str | Path, setting: str | None = None) -> list[EnvProgr
                 programs = load_pool(path)
             except PoolError as exc:
                 raise ConfigError(str(exc)) from None
+        elif path.is_dir():
+            from spadekit.envs.refimport import programs_from_dir
+
+            programs = programs_from_dir(path)
         else:
             raise ConfigError(f"{text!r} is not an environment source: give 'library', a pool "
-                              "directory (with pool.jsonl) or a run directory (with run.sqlite)")
+                              "directory (with pool.jsonl), a run directory (with run.sqlite) "
+                              "or a directory of .py programs")
     if setting is not None:
         programs = [p for p in programs if p.domain in (None, setting)]
     if not programs:

@@ -412,13 +412,15 @@ class RemoteEnv:
 
     def tools(self) -> list[dict]:
         raw = self.sandbox.request("call", {"instance": self.instance, "method": "tools"})
-        if self.sandbox.config.compat:  # flat, nested or _tools-dict schemas, normalised once
-            where = f"program {(self.sandbox.program or {}).get('class_name', '?')}"
-            raw = refstyle.tools_of(raw, where, self.sandbox.compat_used)
-        return self.checked_tools(raw)
+        return self.checked_tools(raw, self.sandbox)
 
     @staticmethod
-    def checked_tools(value: Any) -> list[dict]:
+    def checked_tools(value: Any, sandbox: "Sandbox | None" = None) -> list[dict]:
+        """A program's tool schemas, checked. From a sandbox with ``compat`` on, flat, nested
+        and ``_tools``-dict schemas are normalised to nested ones first (``envs.refstyle``)."""
+        if sandbox is not None and sandbox.config.compat:
+            where = f"program {(sandbox.program or {}).get('class_name', '?')}"
+            value = refstyle.tools_of(value, where, sandbox.compat_used)
         if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
             raise InvalidResult("tools() must return a list of schema dicts", reason="bad_tools",
                                 op="tools")
