@@ -115,7 +115,8 @@ def design(cfg: SelfPlayConfig, w: World) -> Any:
             memory.seed_from_source(cfg.memory_seed, cfg.setting)
         corpus = load_corpus(cfg.corpus, seed=0) if cfg.grounding else None
         phase = DesignPhase(cfg, RecordingPolicy(hybrid(), designer_script(), log), w.pool,
-                            Validator(w.pool, ValidatorSettings(max_turns=cfg.env_max_turns), seed=0),
+                            Validator(w.pool, ValidatorSettings(max_turns=cfg.env_max_turns),
+                                      seed=0),
                             store, memory if cfg.use_memory else SeedlessMemory(memory), corpus)
         out = phase.run(0, random.Random(0))
         hints = [store.get_hint(sha) for sha in out.pooled]
