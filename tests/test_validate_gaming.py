@@ -184,7 +184,8 @@ def test_garbage_is_fixed_by_its_seed(seed, n, tooluse):
     one = garbage_actions(seed, n, tooluse, advertised, schemas)
     assert one == garbage_actions(seed, n, tooluse, advertised, schemas)
     assert len(one) == n and all(isinstance(a, str) for a in one)
-    assert not set(one) & (set(GAME_EDGE_PROBES) | set(TOOL_EDGE_PROBES)) - {""}
+    # none of the fixed probes ("hello" aside: a random five-letter word may spell it)
+    assert not set(one) & (set(GAME_EDGE_PROBES) | set(TOOL_EDGE_PROBES)) - {"", "hello"}
     assert all(a.encode("utf-8") for a in one)  # valid Unicode, no lone surrogates
 
 
@@ -202,8 +203,8 @@ def test_mutate_replaces_every_number(action, seed):
     assert (out is None) == (re.search("[0-9]", action) is None)
     if out is not None:
         assert all(len(run) >= 7 for run in re.findall("[0-9]+", out)), out
-        assert re.sub("-?[0-9]+", "#", out) == re.sub("[0-9]+", "#", action).replace("-#", "#") \
-            or "-" in action
+        if "-" not in action:  # only the numbers changed (each perhaps now negative)
+            assert re.sub("-?[0-9]+", "#", out) == re.sub("[0-9]+", "#", action)
 
 
 def test_tool_probes_call_every_listed_tool():
