@@ -3,7 +3,9 @@
 
 Each one passed (or crashed) the validator before issue 13: it could tell validation from play
 because the probe actions, the reset seeds and the single probed instance were fixed and public,
-or because a ``max_turns`` of its own choosing switched the episode checks off. ``GAMING`` maps a
+or because a ``max_turns`` of its own choosing switched the episode checks off (``-1``: accepted;
+``10 ** 12``: the validator itself died of MemoryError). The sandbox now clamps ``max_turns`` as
+well; the validator clamps it again, so either layer alone rejects those two. ``GAMING`` maps a
 name to (program, stage, reason): the verdict the validator must reach now.
 """
 
