@@ -55,10 +55,8 @@ def detect_cpu(mode: str | None) -> tuple[bool, str]:
         cpu = ROOT / "cpu"
         if not (cpu / "cgroup.procs").exists() or not (cpu / "cpu.cfs_quota_us").exists():
             return False, "cgroup v1 without the cpu controller"
-        try:
-            (cpu / PREFIX).mkdir(exist_ok=True)
-        except OSError as exc:
-            return False, f"cgroup v1 cpu controller not writable: {exc}"
+        if not os.access(cpu, os.W_OK):
+            return False, "cgroup v1 cpu controller not writable"
         return True, "cgroup v1 cpu.cfs_quota_us"
     if "cpu" not in (ROOT / "cgroup.controllers").read_text().split():
         return False, "cgroup v2 without the cpu controller"
@@ -79,8 +77,8 @@ class WorkerCgroup:
         self.cpu = cpu
         if mode == "v1":
             self.dirs = [ROOT / "pids" / PREFIX / name, ROOT / "memory" / PREFIX / name]
-            if cpu:
-                self.dirs.append(ROOT / "cpu" / PREFIX / name)
+            if cpu:  # top level, not below a shared parent: see cpu_dir
+                self.dirs.append(cpu_dir(name))
         else:
             self.dirs = [ROOT / PREFIX / name]
 
@@ -164,13 +162,32 @@ class WorkerCgroup:
         return True
 
 
+def cpu_dir(name: str) -> Path:
+    """A worker's v1 cpu cgroup, directly below the hierarchy's root. Below one shared parent,
+    all workers together would weigh what one process weighs (``cpu.shares`` is split
+    hierarchically), and on a busy host the whole pool would get one process's share: that
+    halved validation throughput here. At the top each worker weighs what it did without a
+    controller. (On cgroup v2 the quota lives in the worker's one cgroup below ``spadekit``,
+    which has the default ``cpu.weight``.)"""
+    return ROOT / "cpu" / f"{PREFIX}-{name}"
+
+
 def sweep_stale(mode: str | None) -> int:
     """Remove cgroups left by spadekit processes that no longer exist; returns how many."""
     if mode is None:
         return 0
-    parents = ([ROOT / "pids" / PREFIX, ROOT / "memory" / PREFIX, ROOT / "cpu" / PREFIX]
+    parents = ([ROOT / "pids" / PREFIX, ROOT / "memory" / PREFIX,
+                ROOT / "cpu" / PREFIX]  # (where an earlier version kept cpu cgroups)
                if mode == "v1" else [ROOT / PREFIX])
     removed = 0
+    if mode == "v1" and (ROOT / "cpu").is_dir():
+        for d in (ROOT / "cpu").glob(f"{PREFIX}-*"):
+            owner = d.name.split("-")[1]
+            if d.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                cg = WorkerCgroup(mode, d.name)
+                cg.dirs = [d]
+                cg.kill()
+                removed += cg.remove(wait=0.5)
     for parent in parents:
         if not parent.is_dir():
             continue

@@ -109,21 +109,22 @@ def uid_lock_dir() -> str:
 
 
 def uids_in_use(low: int, high: int) -> set[int]:
-    """Uids in ``[low, high)`` that some process on the host (zombies included) runs as: real,
-    effective, saved or filesystem uid, read from /proc/PID/status (a process that made itself
-    non-dumpable shows as root in ``stat`` of /proc/PID, but not there)."""
+    """Uids in ``[low, high)`` that own a process on the host (zombies included), as the owner of
+    /proc/PID shows it. One ``stat`` per process (about 0.2 ms for 150 processes; reading every
+    /proc/PID/status instead cost 1-10 ms per worker start, under the GIL). A process that made
+    itself non-dumpable shows as root there; that only matters for a worker that outlived its
+    trainer, which PDEATHSIG and bwrap's --die-with-parent already prevent: the lock files are
+    the allocation, this check is the second line."""
     found: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status", "rb") as fh:
-                for line in fh:
-                    if line.startswith(b"Uid:"):
-                        found.update(u for u in map(int, line.split()[1:]) if low <= u < high)
-                        break
-        except (OSError, ValueError):
-            continue
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                try:
+                    uid = entry.stat(follow_symlinks=False).st_uid
+                except OSError:
+                    continue
+                if low <= uid < high:
+                    found.add(uid)
     return found
 
 
