@@ -118,7 +118,7 @@ class TilesEnv:
 '''
 
 LOAD_IMPORT_ERROR = r'''
-import numpy as np
+import torch  # installed here, but not on the sandbox's package allowlist (numpy is)
 
 
 class MatrixEnv:
@@ -193,7 +193,7 @@ class Game:
 
 @pytest.mark.parametrize("code, reason, needle", [
     (LOAD_NAME_ERROR, "load_error", "NameError: name 'SIZE' is not defined"),
-    (LOAD_IMPORT_ERROR, "load_error", "No module named 'numpy'"),
+    (LOAD_IMPORT_ERROR, "load_error", "No module named 'torch'"),
     (CONSTRUCT_FAILS, "construct_failed", "constructing GridEnv failed: AttributeError"),
 ], ids=["module_raises", "missing_module", "constructor_raises"])
 def test_program_that_does_not_load_fails_at_load(validator, code, reason, needle):
