@@ -176,7 +176,7 @@ class SelfPlay:
             self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
                                       self.store, self.memory if config.use_memory
                                       else SeedlessMemory(self.memory), self.corpus)
-            self.watch = PoolWatch(config.watch, self.store, self.memory, self.pool,
+            self.watch = PoolWatch(config.watch, self.store, self.memory, self.env_backend,
                                    config.turn_cap, config.setting == "tooluse")
             self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
             last = self.store.latest_complete_step()

@@ -90,41 +90,35 @@ class ProbeResult:
         return bool(self.ends and self.ends[-1])
 
 
-def run_probes(pool: Any, probes: list[tuple[EnvProgram, int, list[str]]],
+def run_probes(envs: Any, probes: list[tuple[EnvProgram, int, list[str]]],
                max_turns: int) -> list[ProbeResult]:
-    """Play each ``(program, seed, actions)`` in its own sandbox from ``pool`` (constructed with
-    ``max_turns``), all in lockstep, until its actions run out or the episode ends; a typed
-    failure ends that probe only (``ProbeResult.error``). Every sandbox is released."""
-    from spadekit.sandbox.batch import start_many, step_many
+    """Play each ``(program, seed, actions)`` (constructed with ``max_turns``), all in lockstep,
+    until its actions run out or the episode ends; a typed failure ends that probe only
+    (``ProbeResult.error``). ``envs``: where plays run, an ``EnvBackend`` or a ``SandboxPool``
+    (one sandbox per distinct program, loaded in parallel, released at the end). Step times
+    are each step's own where the backend measures them (the local pool), else not kept."""
+    from spadekit.rollout import EnvBackend, LocalPoolBackend
 
+    backend = envs if isinstance(envs, EnvBackend) else LocalPoolBackend(envs)
     results = [ProbeResult(seed=seed, actions=list(actions)) for _p, seed, actions in probes]
-    boxes: list[Any] = []
-    try:
+    with backend.session() as session:
+        started = session.start([(p.sha256, p.code, max_turns, seed) for p, seed, _a in probes])
         live: list[tuple[int, Any]] = []
-        for i, (program, _seed, _actions) in enumerate(probes):
-            try:
-                sb = pool.acquire(program.code)
-            except SandboxError as exc:
-                results[i].error = exc
-                continue
-            boxes.append(sb)
-            live.append((i, sb))
-        started = start_many([(sb, max_turns, results[i].seed, None) for i, sb in live])
-        envs: list[tuple[int, Any]] = []
-        for (i, _sb), got in zip(live, started):
+        for i, got in enumerate(started):
             if isinstance(got, SandboxError):
                 results[i].error = got
             else:
-                envs.append((i, got[0]))
+                live.append((i, got[0]))
         turn = 0
-        while envs:
-            envs = [(i, env) for i, env in envs if turn < len(results[i].actions)]
-            if not envs:
+        while live:
+            live = [(i, env) for i, env in live if turn < len(results[i].actions)]
+            if not live:
                 break
-            seconds: list[float] = []
-            outs = step_many([(env, results[i].actions[turn]) for i, env in envs], seconds)
+            session.step_seconds = None
+            outs = session.step([(env, results[i].actions[turn]) for i, env in live])
+            seconds = session.step_seconds or [None] * len(live)
             still = []
-            for (i, env), out, sec in zip(envs, outs, seconds):
+            for (i, env), out, sec in zip(live, outs, seconds):
                 res = results[i]
                 if isinstance(out, SandboxError):
                     res.error = out
@@ -132,14 +126,12 @@ def run_probes(pool: Any, probes: list[tuple[EnvProgram, int, list[str]]],
                 _obs, reward, term, trunc, _info = out
                 res.rewards.append(float(reward))
                 res.ends.append(bool(term or trunc))
-                res.step_s.append(sec)
+                if sec is not None:
+                    res.step_s.append(sec)
                 if not (term or trunc):
                     still.append((i, env))
-            envs = still
+            live = still
             turn += 1
-    finally:
-        for sb in boxes:
-            pool.release(sb)
     for res in results:  # what was not played is not part of the episode
         del res.actions[len(res.rewards) + (res.error is not None):]
     return results
@@ -189,9 +181,11 @@ class PoolWatch:
     the programs to retire, retires them (``retire``) and returns their sha256s with the
     round's ``watch/*`` metrics."""
 
-    def __init__(self, config: WatchConfig, store: Any, memory: Any, pool: Any, max_turns: int,
+    def __init__(self, config: WatchConfig, store: Any, memory: Any, envs: Any, max_turns: int,
                  tooluse: bool) -> None:
-        self.config, self.store, self.memory, self.pool = config, store, memory, pool
+        """``envs``: where the spot checks run (the run's ``EnvBackend``, or a
+        ``SandboxPool``)."""
+        self.config, self.store, self.memory, self.envs = config, store, memory, envs
         self.max_turns, self.tooluse = max_turns, tooluse
 
     def validated(self, sha: str) -> tuple[dict[str, Any] | None, float | None]:
@@ -254,7 +248,7 @@ class PoolWatch:
             if admitted is not None:
                 probes.append((program, int(admitted["seed"]), list(admitted["actions"])))
                 owners.append((row["sha256"], "replay"))
-        results = run_probes(self.pool, probes, self.max_turns) if probes else []
+        results = run_probes(self.envs, probes, self.max_turns) if probes else []
         fresh: dict[str, list[ProbeResult]] = {}
         replay: dict[str, ProbeResult] = {}
         errors = 0
