@@ -238,7 +238,8 @@ class Validator:
         finally:
             if run is not None:
                 details["step_ms"] = run.timing()
-            if program is not None and self.pool.config.compat:  # what it relies on
+            compat = getattr(getattr(self.pool, "config", None), "compat", False)
+            if program is not None and compat:  # what it relies on (a stand-in pool: no config)
                 details["compat"] = sorted(set(refstyle.static_features(program.code)) |
                                            (sb.compat_used if sb is not None else set()))
             if sb is not None:
