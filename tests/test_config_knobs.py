@@ -34,6 +34,7 @@ import pytest
 from conftest import TEST_CONFIG, TIERS
 from knob_observers import (World, agent, base_config, budget, curriculum, design, designer,
                             episode, loop, policy_name, update, write_corpus, write_pool)
+from knob_watch import watch
 from spadekit.config import (SCHEDULABLE, SCHEDULABLE_PREFIXES, RewardConfig, ScheduleEntry,
                              SelfPlayConfig, build, scheduled_config)
 
@@ -192,6 +193,11 @@ probe("curriculum.rlve_window_factor", 1, curriculum, curriculum__kind="rlve",
       curriculum__rlve_envs=["Division"])
 probe("curriculum.rlve_levels", 1, curriculum, curriculum__kind="rlve",
       curriculum__rlve_envs=["Division"], curriculum__rlve_window_factor=1)
+# the watch over pooled programs (tests/knob_watch.py; SlowEnv steps take about 0.1 s)
+probe("watch.spot_checks", 0, watch)
+probe("watch.step_time_limit_s", 0.02, watch, watch__slow_step_factor=1e6)
+probe("watch.slow_step_factor", 1e6, watch, watch__step_time_limit_s=30.0)
+probe("watch.slow_step_min_s", 10.0, watch, watch__step_time_limit_s=30.0)
 # what only the loop itself reads
 probe("model", "smollm2-135m", policy_name)
 probe("rounds", 2, loop)
