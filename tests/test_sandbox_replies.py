@@ -21,8 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import ECHO, assert_pool_works, live_processes_of_uid
-from spadekit.errors import (InvalidResult, ProtocolViolation, SandboxClosed, SandboxError,
-                             WorkerDied)
+from spadekit.errors import InvalidResult, ProtocolViolation, SandboxClosed, SandboxError
 from spadekit.sandbox import SandboxConfig
 from spadekit.sandbox import replies
 from spadekit.sandbox.batch import start_many, step_many
@@ -276,9 +275,10 @@ def test_a_well_formed_reply_still_passes(op):
             "create": {"instance": 3, "max_turns": 10 ** 12},
             "reset": ["start \U0001f600", {"k": [1, 2.5, None]}],
             "step": ["obs", 1, True, False, {"a": {"b": "\u00e9"}}],
-            "solution": ["\\boxed{1}"], "tools": [{"type": "function", "function": {
-                "name": "look", "description": "d", "parameters": {"type": "object",
-                                                                   "properties": {}}}}], "drop": True}
+            "solution": ["\\boxed{1}"], "drop": True,
+            "tools": [{"type": "function", "function": {
+                "name": "look", "description": "d",
+                "parameters": {"type": "object", "properties": {}}}}]}
     good["step_many"], good["start_many"] = good["step"], good["create"]
     sb, out = drive(op, json.dumps({"id": 1, "ok": True, "result": good[op]}).encode() + b"\n")
     check_outcome(op, sb, out)

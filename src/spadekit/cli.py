@@ -11,6 +11,8 @@ Subcommands:
             --model NAME: serve a policy as an OpenAI-compatible server
 
 Exit codes: 0 success, 1 a program is invalid or an episode failed, 2 usage errors.
+Everything a program or a model wrote is printed through ``spadekit.safe_text`` (no terminal
+escape sequences, no rich markup) and JSON output is strict (never NaN or Infinity).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rich.table import Table
 
 from spadekit import __version__
 from spadekit.errors import SpadekitError
+from spadekit.safe_text import strict_json, terminal_text
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
                   help="spadekit: self-play RL of language models in environments the model "
@@ -76,7 +79,7 @@ def _pool(unsafe: bool, warm: int = 2, step_timeout: float | None = None):
     try:
         return SandboxPool(_sandbox_config(unsafe, step_timeout), warm=warm)
     except SpadekitError as exc:
-        err_console.print(f"[red]sandbox unavailable:[/red] {exc.message}")
+        err_console.print(f"[red]sandbox unavailable:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None
 
 
@@ -158,14 +161,15 @@ def validate(
             d = rep.to_dict()
             out.append({"path": label, **{k: d[k] for k in ("ok", "stage", "reason", "message")},
                         "details": d["details"], "program": d["program"]})
-        print(json.dumps(out, indent=2, default=str))
+        print(strict_json(out, indent=2))
     else:
         table = Table(title=f"validation ({pool.report.tier} isolation)")
         for col in ("program", "ok", "stage", "reason", "message", "ms"):
             table.add_column(col, overflow="fold")
         for (label, _t, _h), rep in zip(items, reports):
-            table.add_row(label, "[green]yes[/green]" if rep.ok else "[red]no[/red]", rep.stage,
-                          rep.reason, rep.message[:160],
+            table.add_row(terminal_text(label), "[green]yes[/green]" if rep.ok else
+                          "[red]no[/red]", terminal_text(rep.stage), terminal_text(rep.reason),
+                          terminal_text(rep.message, limit=160),
                           f"{rep.details.get('timings_ms', {}).get('total', 0):.0f}")
         console.print(table)
         n_ok = sum(r.ok for r in reports)
@@ -214,10 +218,16 @@ def play(
     label, text, lib_hint = _read_program(path)
     try:
         program = to_program(text)
-    except SpadekitError as exc:
-        raise typer.BadParameter(exc.message) from None
-    except ValueError as exc:
-        raise typer.BadParameter(f"{label}: {exc}") from None
+    except (SpadekitError, ValueError) as exc:  # not a program: it is invalid, exit 1
+        error = {"type": type(exc).__name__, "reason": getattr(exc, "reason", "extract"),
+                 "message": getattr(exc, "message", str(exc))}
+        if as_json:
+            print(strict_json({"path": label, "error": error, "turns": [], "return": 0.0},
+                              indent=2))
+        else:
+            err_console.print(f"[red]{terminal_text(label)} is not a program:[/red] "
+                              f"{terminal_text(error['message'])}")
+        raise typer.Exit(1) from None
     if use_library_hint:
         hint = hint or lib_hint or program.hint
     if model:
@@ -241,9 +251,9 @@ def play(
         pool.close()
     transcript["path"] = label
     if as_json:
-        print(json.dumps(transcript, indent=2, default=str))
+        print(strict_json(transcript, indent=2))
     else:
-        status = transcript["error"]["message"] if transcript["error"] else (
+        status = terminal_text(transcript["error"]["message"]) if transcript["error"] else (
             "terminated" if transcript["terminated"] else
             "truncated" if transcript["truncated"] else "stopped")
         console.print(Panel(f"return {transcript['return']:.3f}  ({status}, "
@@ -260,7 +270,7 @@ def _play_with_model(label, program, model, episodes, seed, hint, max_turns, tem
         with err_console.status(f"loading {model}"):
             policy = load_policy(model)
     except SpadekitError as exc:
-        err_console.print(f"[red]cannot load {model}:[/red] {exc.message}")
+        err_console.print(f"[red]cannot load {model}:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None
     pool = _pool(unsafe, warm=1)
     try:
@@ -274,16 +284,17 @@ def _play_with_model(label, program, model, episodes, seed, hint, max_turns, tem
         pool.close()
     mean = sum(t.episode_return for t in trajs) / len(trajs)
     if as_json:
-        print(json.dumps({"path": label, "model": model, "mean_return": mean,
-                          "episodes": [t.to_dict() for t in trajs]}, indent=2, default=str))
+        print(strict_json({"path": label, "model": model, "mean_return": mean,
+                           "episodes": [t.to_dict() for t in trajs]}, indent=2))
     else:
         for i, tr in enumerate(trajs):
             console.rule(f"episode {i + 1}  seed={tr.spec.seed}")
             for m in tr.messages[1:]:
                 style = "bold cyan" if m["role"] == "assistant" else "white"
                 console.print(f"[{style}]{m['role']}:[/{style}]", end=" ")
-                console.print(m["content"], markup=False, highlight=False)
-            end = tr.failure["message"] if tr.failure else tr.stop_reason
+                console.print(terminal_text(m["content"], markup=False), markup=False,
+                              highlight=False)
+            end = terminal_text(tr.failure["message"] if tr.failure else tr.stop_reason)
             console.print(f"[yellow]return {tr.episode_return:.3f}[/yellow] ({end}, "
                           f"{len(tr.turns)} turns, {tr.num_sampled} sampled tokens)")
         console.print(Panel(f"mean return {mean:.3f} over {len(trajs)} episode(s); "
@@ -333,7 +344,7 @@ def library_cmd(
     finally:
         pool.close()
     if as_json:
-        print(json.dumps({"tier": pool.report.tier, "environments": rows}, indent=2))
+        print(strict_json({"tier": pool.report.tier, "environments": rows}, indent=2))
     else:
         table = Table(title=f"reference library ({pool.report.tier} isolation)")
         for col in ("environment", "skill", "valid", "solution return", "garbage return",
@@ -341,7 +352,7 @@ def library_cmd(
             table.add_column(col)
         for r in rows:
             table.add_row(r["name"], r["skill"], "[green]yes[/green]" if r["ok"] else
-                          f"[red]{r['reason']}[/red]",
+                          f"[red]{terminal_text(r['reason'])}[/red]",
                           "-" if r["solution_return"] is None else f"{r['solution_return']:.2f}",
                           "-" if r["garbage_return"] is None else f"{r['garbage_return']:.2f}",
                           f"{r['ms'] or 0:.0f}")
@@ -397,12 +408,12 @@ def generate(
                                sandbox_config=SandboxConfig(allow_unsafe=unsafe),
                                console=err_console)
     except SpadekitError as exc:
-        err_console.print(f"[red]generate failed:[/red] {exc.message}")
+        err_console.print(f"[red]generate failed:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     data = summary.to_dict() if hasattr(summary, "to_dict") else dict(vars(summary))
-    console.print_json(json.dumps(data, default=str))
+    console.print_json(strict_json(data))
     valid = data.get("valid", 0)
     raise typer.Exit(0 if valid or not data.get("attempted") else 1)
 
@@ -456,7 +467,7 @@ def serve(
         run_server(model, host=host, port=8000 if port is None else port,
                    allow_weight_updates=allow_weight_updates, weights_token=weights_token)
     except SpadekitError as exc:
-        err_console.print(f"[red]cannot serve {model}:[/red] {exc.message}")
+        err_console.print(f"[red]cannot serve {model}:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None
 
 
@@ -478,7 +489,8 @@ def report(
     try:
         path = write_report(run, out, max_episodes=max_episodes, max_envs=max_envs)
     except SpadekitError as exc:
-        err_console.print(f"cannot report {run}: {exc.message}", markup=False, style="red")
+        err_console.print(terminal_text(f"cannot report {run}: {exc.message}", markup=False),
+                          markup=False, style="red")
         raise typer.Exit(2) from None
     size = path.stat().st_size
     console.print(f"wrote {path} ({size / 1024:.0f} KiB)" if size >= 1024

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,6 +17,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 from rich.table import Table
 
 from spadekit.errors import SpadekitError
+from spadekit.safe_text import strict_json, terminal_text
 
 console = Console()
 err_console = Console(stderr=True)
@@ -76,7 +76,7 @@ def evaluate(
         with err_console.status(f"loading {model}"):
             policy, label = load_eval_policy(model, seed=seed)
     except SpadekitError as exc:
-        err_console.print(f"[red]cannot evaluate:[/red] {exc.message}")
+        err_console.print(f"[red]cannot evaluate:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None
     pool = None
     if any(getattr(s, "sandboxed", False) for s in built):
@@ -85,7 +85,7 @@ def evaluate(
         try:
             pool = SandboxPool(SandboxConfig(allow_unsafe=unsafe), warm=2)
         except SpadekitError as exc:
-            err_console.print(f"[red]sandbox unavailable:[/red] {exc.message}")
+            err_console.print(f"[red]sandbox unavailable:[/red] {terminal_text(exc.message)}")
             raise typer.Exit(2) from None
     results, journals = [], []
     try:
@@ -102,11 +102,11 @@ def evaluate(
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(results_file(label, results), indent=1))
+        tmp.write_text(strict_json(results_file(label, results), indent=1))
         tmp.replace(out)
         for journal in journals:
             journal.unlink(missing_ok=True)
-        console.print(f"results: [cyan]{out}[/cyan]")
+        console.print(f"results: [cyan]{terminal_text(out)}[/cyan]")
 
 
 def _run_one(policy: Any, suite: Any, settings: Any, pool: Any, label: str,
@@ -134,14 +134,15 @@ def _run_one(policy: Any, suite: Any, settings: Any, pool: Any, label: str,
 def suite_table(result: dict) -> Table:
     """A table of one suite's result: overall, then each group."""
     s = result["settings"]
-    table = Table(title=f"{result['suite']}  ({result['model']}, k={s['k']}, "
-                        f"T={s['temperature']}, {s['max_turns']} turn(s))")
+    table = Table(title=terminal_text(f"{result['suite']}  ({result['model']}, k={s['k']}, "
+                                      f"T={s['temperature']}, {s['max_turns']} turn(s))"))
     for col in ("group", "items", "win rate", "mean score", "pass@k", "failures"):
         table.add_column(col, justify="left" if col == "group" else "right")
     rows = [("overall", result["summary"]["overall"])] + list(
         result["summary"]["groups"].items())
     for name, m in rows:
-        table.add_row(name, str(m["items"]), f"{m['win_rate']:.3f}", f"{m['mean_score']:.3f}",
+        table.add_row(terminal_text(name), str(m["items"]), f"{m['win_rate']:.3f}",
+                      f"{m['mean_score']:.3f}",
                       f"{m['pass_rate']:.3f}", str(m["failures"]),
                       style="bold" if name == "overall" else None)
     if result.get("skipped"):
@@ -162,26 +163,28 @@ def compare_cmd(a: Path = typer.Argument(..., help="Baseline results (A)."),
     try:
         ra, rb = read_results(a), read_results(b)
     except SpadekitError as exc:
-        err_console.print(f"[red]cannot compare:[/red] {exc.message}")
+        err_console.print(f"[red]cannot compare:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None
     rows = compare(ra, rb, datasets=datasets)
     if as_json:
-        console.print_json(json.dumps(rows))
+        console.print_json(strict_json(rows))
         return
-    table = Table(title=f"A = {ra['model']}   B = {rb['model']}")
+    table = Table(title=terminal_text(f"A = {ra['model']}   B = {rb['model']}"))
     for col in ("suite", "name", "A win", "B win", "delta", "A score", "B score", "delta",
                 "B h2h"):
         table.add_column(col, justify="left" if col in ("suite", "name") else "right")
     for r in rows:
         h2h = r["head_to_head"]["b_win_rate"]
-        table.add_row(r["suite"], r["name"], f"{r['a_win_rate']:.3f}", f"{r['b_win_rate']:.3f}",
+        table.add_row(terminal_text(r["suite"]), terminal_text(r["name"]),
+                      f"{r['a_win_rate']:.3f}", f"{r['b_win_rate']:.3f}",
                       _delta(r["delta_win_rate"]), f"{r['a_mean_score']:.3f}",
                       f"{r['b_mean_score']:.3f}", _delta(r["delta_mean_score"]),
                       "-" if h2h is None else f"{h2h:.3f}",
                       style="bold" if r["level"] == "overall" else None)
     console.print(table)
     for name in missing_suites(ra, rb):
-        err_console.print(f"[yellow]suite {name} is in only one of the files[/yellow]")
+        err_console.print(f"[yellow]suite {terminal_text(name)} is in only one of the "
+                          "files[/yellow]")
 
 
 def _delta(value: float) -> str:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spadekit.errors import SpadekitError
+from spadekit.safe_text import terminal_text
 
 console = Console()
 err_console = Console(stderr=True)
@@ -154,7 +155,7 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
                           console=err_console if main else None)
     except SpadekitError as exc:
         err_console.print(f"[red]{'' if main else f'rank {rank}: '}cannot start:[/red] "
-                          f"{exc.message}")
+                          f"{terminal_text(exc.message)}")
         raise typer.Exit(2) from None
     with sp:
         target = sp.run_dir  # rank 0's (the other ranks' default name may differ)
@@ -169,7 +170,7 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
                 metrics = sp.round(sp.next_step)
             except SpadekitError as exc:
                 err_console.print(f"[red]{'' if main else f'rank {rank}: '}round "
-                                  f"{sp.next_step} failed:[/red] {exc.message}\n"
+                                  f"{sp.next_step} failed:[/red] {terminal_text(exc.message)}\n"
                                   "Nothing of that round was committed; fix the cause and "
                                   f"continue with --resume {target}")
                 raise typer.Exit(1) from None
@@ -226,5 +227,6 @@ def _round_table(m: dict) -> Table:
     evals = [(k[5:-9], v) for k, v in m.items()
              if k.startswith("eval/") and k.endswith("/win_rate") and k.count("/") == 2]
     if evals:
-        table.caption += "\neval win rate: " + "  ".join(f"{n} {v:.3f}" for n, v in evals)
+        table.caption += "\neval win rate: " + "  ".join(f"{terminal_text(n)} {v:.3f}"
+                                                         for n, v in evals)
     return table

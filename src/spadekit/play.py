@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Union
 from spadekit.envs.actions import format_tool_call
 from spadekit.envs.program import EnvProgram
 from spadekit.errors import SandboxError
+from spadekit.safe_text import terminal_text
 from spadekit.sandbox.pool import SandboxPool
 
 ActionSource = Callable[[str, int], Union[str, None]]
@@ -116,8 +117,8 @@ class Episode:
             obs = with_hint(obs, self.hint)
             out["initial_observation"] = obs
             if show is not None:
-                show.rule(f"{out['class_name']}  seed={self.seed}")
-                show.print(obs, markup=False, highlight=False)
+                show.rule(f"{terminal_text(out['class_name'])}  seed={self.seed}")
+                show.print(terminal_text(obs, markup=False), markup=False, highlight=False)
             if source == "solution":
                 source = scripted_source(env.solution())
             last = None
@@ -130,8 +131,8 @@ class Episode:
                 out["turns"].append({"action": action, "observation": obs, "reward": reward,
                                      "terminated": term, "truncated": trunc, "info": info})
                 if show is not None:
-                    show.print(f"[dim]> {action}[/dim]", highlight=False)
-                    show.print(obs, markup=False, highlight=False)
+                    show.print(f"[dim]> {terminal_text(action)}[/dim]", highlight=False)
+                    show.print(terminal_text(obs, markup=False), markup=False, highlight=False)
                     show.print(f"[yellow]reward {reward:g}[/yellow]"
                                + (" [green]terminated[/green]" if term else "")
                                + (" [magenta]truncated[/magenta]" if trunc else ""))

@@ -187,8 +187,8 @@ def check_load(result: Any) -> dict:
                                                    "doc"}:
         raise BadReply("a load reply must be {class_name, has_solution, has_tools, doc}")
     name = _text(result["class_name"], MAX_NAME_CHARS, "class_name", allow_empty=False)
-    if not name.endswith("Env"):
-        raise BadReply("class_name must end in 'Env'")
+    if not name.endswith("Env") or not name.isidentifier():
+        raise BadReply("class_name must be a Python identifier ending in 'Env'")
     if type(result["has_solution"]) is not bool or type(result["has_tools"]) is not bool:
         raise BadReply("has_solution and has_tools must be booleans")
     return {"class_name": name, "has_solution": result["has_solution"],

@@ -406,9 +406,10 @@ def op_load(req):
         return {"type": "ProgramLoadError", "reason": "multiple_env_classes",
                 "message": "the program defines %d Env classes (%s); exactly one is required"
                 % (len(declared), ", ".join(declared))}
-    if len(declared[0]) > MAX_NAME_CHARS or not valid_text(declared[0]):
-        return {"type": "ProgramLoadError", "reason": "no_env_class", "message": "the Env "
-                "class name is over %d characters or not valid Unicode" % MAX_NAME_CHARS}
+    if len(declared[0]) > MAX_NAME_CHARS or not declared[0].isidentifier():
+        return {"type": "ProgramLoadError", "reason": "no_env_class", "message": "the Env class "
+                "name %s is not a Python identifier of at most %d characters"
+                % (mend_text(repr(declared[0])[:300]), MAX_NAME_CHARS)}
     cls = module.__dict__[declared[0]]
     STATE["module"], STATE["cls"] = module, cls
     return {"result": {"class_name": declared[0],
