@@ -104,8 +104,10 @@ class WorkerDied(SandboxError):
 
 
 class ProtocolViolation(SandboxError):
-    """The worker sent something that is not a valid reply (oversized, not JSON, wrong id).
-    The worker is killed: its protocol channel can no longer be trusted."""
+    """The worker sent something that is not a valid reply: oversized, not JSON, too deep, not
+    valid Unicode, a non-finite number, the wrong id, the wrong shape for its message type, a
+    result the worker itself refuses, a second reply (see ``spadekit.sandbox.replies``). The
+    worker is killed: its protocol channel can no longer be trusted."""
 
     reason = "protocol_violation"
 
@@ -123,7 +125,8 @@ class ResourceLimit(SandboxError):
 class InvalidResult(SandboxError):
     """The environment returned a value that breaks the contract. ``reason`` is a stable code:
     ``bad_reset_type``, ``bad_step_type``, ``reward_not_finite``, ``reward_out_of_range``,
-    ``observation_too_large``, ``bad_info`` or ``bad_result``."""
+    ``observation_too_large``, ``bad_text`` (an observation with a lone surrogate), ``bad_info``
+    or ``bad_result``."""
 
     def __init__(self, message: str, reason: str = "bad_result", **details: Any) -> None:
         super().__init__(message, **details)
