@@ -180,6 +180,7 @@ RESULT_DEPTH = 16
 ERROR_FIELD_CHARS = {"message": 4000, "traceback": 8000, "exc_type": 200, "reason": 64,
                      "kind": 32, "type": 64}
 MAX_NAME_CHARS = 200
+_FLAT = frozenset({type(None), bool, int})
 
 
 def send(obj):
@@ -278,6 +279,9 @@ def mend_text(text):
 def plain(value, limit=RESULT_DEPTH):
     """True when ``value`` can be sent as is: JSON types only, finite floats, string keys,
     valid text, at most ``limit`` levels deep. Otherwise ``sanitize`` it first."""
+    if type(value) is dict and all(type(k) is str and k.isascii() and (
+            type(v) in _FLAT or (type(v) is str and v.isascii())) for k, v in value.items()):
+        return True  # the usual info: a flat dict of ASCII text, ints, bools, None
     stack = [(value, 0)]
     while stack:
         item, depth = stack.pop()
