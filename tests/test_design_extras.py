@@ -199,3 +199,20 @@ def test_hints_from_an_external_model_over_http(tmp_path, tiny):
 
 def test_letters_is_still_importable():
     assert "LettersEnv" in LETTERS
+
+
+def _validation_seeds(sp) -> list[int]:
+    return sorted(e["validation"]["details"]["validation_seed"] for e in sp.store.environments()
+                  if (e.get("validation") or {}).get("details"))
+
+
+def test_validation_seeds_come_from_the_loop_stream(tmp_path, tiny):
+    """The designer phase draws each validation's seed from the round's random stream: the same
+    run seed repeats the validations exactly, another one draws other seeds."""
+    seeds = []
+    for name, rng_seed in (("a", 3), ("b", 3), ("c", 4)):
+        with _phase(tmp_path / name, tiny, responder([_block(WORDS[1]), _block(WORDS[2])])) as sp:
+            sp.design.run(0, random.Random(rng_seed))
+            seeds.append(_validation_seeds(sp))
+    assert len(seeds[0]) == 2 and seeds[0] == seeds[1]
+    assert set(seeds[0]).isdisjoint(seeds[2])

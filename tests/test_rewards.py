@@ -120,6 +120,8 @@ def test_failure_rewards():
     assert HANG_PENALTY == -0.5
     assert INVALID_REWARD == 0.0
     assert designer_reward_for_failure("timeout") == FailureReward(-0.5, True)
+    # a program the validator found slow (repeated slow steps) is punished like a hang
+    assert designer_reward_for_failure("slow") == FailureReward(-0.5, True)
     for reason in ("syntax", "load_error", "no_env_class", "bad_step_type", "resource_limit",
                    "worker_died", "empty_observation"):
         assert designer_reward_for_failure(reason) == FailureReward(0.0, False)

@@ -226,7 +226,11 @@ class DesignPhase:
         store and this round's earlier programs in ``seen``) and the judge when it is on."""
         known = [self._blacklisted(text) for text in texts]
         todo = [text for text, hit in zip(texts, known) if hit is None]
-        validated = iter(self.validator.validate_many(todo, workers=2) if todo else [])
+        # validation seeds from the loop's own stream: a run's validations repeat from its seed
+        # (and across a resume), and stay unknown to the programs (a fresh draw per output)
+        seeds = [rng.randrange(2 ** 63) for _ in todo]
+        validated = iter(self.validator.validate_many(todo, workers=2, seeds=seeds)
+                         if todo else [])
         reports = [hit if hit is not None else next(validated) for hit in known]
         out = []
         for report in reports:

@@ -128,9 +128,11 @@ HANG_PENALTY = -0.5
 """Designer reward for a program that hangs during validation (it is also blacklisted)."""
 INVALID_REWARD = 0.0
 """Designer reward for any other invalid program (it is never played)."""
-HANG_REASONS = frozenset({"timeout"})
+HANG_REASONS = frozenset({"timeout", "slow"})
 """Failure ``reason`` codes (``spadekit.errors`` / ``ValidationReport.reason``) that count as a
-hang. Only ``timeout``: a kill by a resource limit arrives as ``resource_limit`` and counts as
+hang: ``timeout`` (a deadline passed) and ``slow`` (the validator saw repeated resets or steps
+over its slow limit: the same program retired from play, ``spadekit.watch``'s ``slow_in_play``,
+also costs -0.5). A kill by a resource limit arrives as ``resource_limit`` and counts as
 plainly invalid."""
 
 
@@ -141,7 +143,8 @@ class FailureReward(NamedTuple):
 
 def designer_reward_for_failure(reason: str) -> FailureReward:
     """The designer's reward for a program that failed validation, from the failure's reason code:
-    a hang (``timeout``) -> ``(-0.5, blacklist=True)``; anything else -> ``(0.0, False)``."""
+    a hang (``timeout`` or ``slow``) -> ``(-0.5, blacklist=True)``; anything else ->
+    ``(0.0, False)``."""
     if not isinstance(reason, str):
         raise TypeError(f"designer_reward_for_failure: reason must be a str, got {reason!r}")
     if reason in HANG_REASONS:
