@@ -208,7 +208,8 @@ class Sandbox:
     def check_quiet(self, op: str) -> None:
         """Between requests the reply pipe is silent: bytes waiting there (a reply nobody asked
         for, sent late or from a thread of the program) are a forgery."""
-        if self._buf or any(ev & select.POLLIN for _fd, ev in self._poll.poll(0)):
+        events = self._poll.poll(0)  # [] on the hot path: no generator to build
+        if self._buf or (events and any(ev & select.POLLIN for _fd, ev in events)):
             raise self.violation(f"the worker wrote to the protocol pipe before {op} was sent",
                                  op)
 
