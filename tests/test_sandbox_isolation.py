@@ -181,10 +181,16 @@ def test_two_allocators_never_hand_out_one_uid():
     got_b = [b.take(base) for _ in range(4)]
     assert len(set(got_a) | set(got_b)) == 8, (got_a, got_b)
     a.give(got_a[0])
-    assert b.take(base) == got_a[0]  # a uid given back is free again, host-wide
-    for uid in got_a[1:]:
+    c = _UidAllocator()  # a third process: a uid given back is free again, host-wide
+    assert c.take(base) == got_a[0]
+    c.give(got_a[0])
+    # round robin: the process that gave a uid back does not take it again at once (a process
+    # still seen under it then belongs to the worker that had it, never to its successor)
+    again = a.take(base)
+    assert again != got_a[0] and again not in got_a + got_b, (again, got_a, got_b)
+    for uid in got_a[1:] + [again]:
         a.give(uid)
-    for uid in got_b + [got_a[0]]:
+    for uid in got_b:
         b.give(uid)
     lock_dir = uid_lock_dir()
     st = os.stat(lock_dir)

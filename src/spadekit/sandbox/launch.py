@@ -138,12 +138,18 @@ class _UidAllocator:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.held: dict[int, int] = {}  # uid -> fd of its locked file
+        self.cursor: dict[int, int] = {}  # base -> offset to try first
 
     def take(self, base: int) -> int:
+        """A free uid in ``[base, base + UID_RANGE)``, tried round robin from the one after the
+        last handed out: a uid just given back is not reused at once (so a process still seen
+        under it belongs to the worker that had it, not to its successor)."""
         with self.lock:
             folder = uid_lock_dir()
             busy = uids_in_use(base, base + UID_RANGE)
-            for uid in range(base, base + UID_RANGE):
+            start = self.cursor.get(base, 0)
+            for step in range(UID_RANGE):
+                uid = base + (start + step) % UID_RANGE
                 if uid in self.held or uid in busy:
                     continue
                 fd = os.open(os.path.join(folder, str(uid)),
@@ -154,6 +160,7 @@ class _UidAllocator:
                     os.close(fd)
                     continue
                 self.held[uid] = fd
+                self.cursor[base] = (uid - base + 1) % UID_RANGE
                 return uid
         raise SandboxStartError(f"no free per-worker uid in [{base}, {base + UID_RANGE})")
 
