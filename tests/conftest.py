@@ -64,6 +64,15 @@ def assert_pool_works(pool: SandboxPool) -> None:
         sb.close()
 
 
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
 def live_processes_of_uid(uid: int) -> list[int]:
     """Non-zombie processes owned by ``uid`` on the host."""
     found = []

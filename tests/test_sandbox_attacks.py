@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import assert_pool_works, live_processes_of_uid
+from conftest import assert_pool_works, live_processes_of_uid, process_alive
 from spadekit.errors import (EnvRaised, InvalidResult, ProtocolViolation, ResourceLimit,
                              SandboxClosed, SandboxTimeout, WorkerDied)
 
@@ -515,21 +515,13 @@ def test_killed_trainer_leaves_no_worker_behind(tmp_path):
         alive = info["pids"]
         while alive and time.monotonic() < deadline:
             time.sleep(0.05)
-            alive = [p for p in info["pids"] if _alive(p)]
+            alive = [p for p in info["pids"] if process_alive(p)]
         assert alive == [], (tier, alive)
         for uid in info["uids"]:
             if uid is not None:
                 assert live_processes_of_uid(uid) == []
         sweep_stale_dirs()
         assert not any(os.path.exists(p) for p in info["scratch"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 def test_every_tier_the_layers_allow_actually_boots():

@@ -20,7 +20,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import ECHO, assert_pool_works, live_processes_of_uid
+from conftest import ECHO, assert_pool_works, live_processes_of_uid, process_alive
 from spadekit.errors import InvalidResult, ProtocolViolation, SandboxClosed, SandboxError
 from spadekit.sandbox import SandboxConfig
 from spadekit.sandbox import replies
@@ -431,7 +431,7 @@ def no_survivors(pool, sb, since: float | None = None) -> None:
     def left() -> list[int]:  # of the closed worker: its uid may already serve a new one
         mine = live_processes_of_uid(uid) if uid is not None else []
         return [p for p in mine if _started(p) <= closed_at] + [
-            p for p in sb.worker.host_pids if _alive(p)]
+            p for p in sb.worker.host_pids if process_alive(p)]
 
     deadline = time.monotonic() + 3
     while left() and time.monotonic() < deadline:
@@ -447,14 +447,6 @@ def _started(pid: int) -> float:
             return float(fh.read().rsplit(b")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
         return math.inf
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("case", sorted(FORGED_STEPS))

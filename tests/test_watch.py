@@ -19,6 +19,7 @@ from spadekit.validate import Validator, ValidatorSettings
 from spadekit.watch import (RETIRE_PENALTY, PoolWatch, ProbeResult, WatchConfig, run_probes,
                             slow_verdict, spot_check_verdicts)
 
+from knob_watch import ANYTHING_WINS  # noqa: E402  (one fixture for both)
 from test_selfplay import config
 
 # Plays honestly one episode at a time (what validation does), and hangs as soon as two live
@@ -55,17 +56,6 @@ class TakeTurnsEnv:
         return ["\\boxed{WORD}"]
 '''
 HANGERS = [INTERLEAVE_HANG.replace("WORD", w) for w in ("solve", "train")]
-ANYTHING_WINS = r'''
-class AnythingWinsEnv:
-    def __init__(self, max_turns=12, **kwargs):
-        self.max_turns = max_turns
-
-    def reset(self, seed=None, options=None):
-        return "Say anything.", {}
-
-    def step(self, action):
-        return "You win.", 1.0, True, False, {}
-'''
 COIN = r'''
 import random
 

@@ -29,6 +29,8 @@ import math
 import re
 from typing import Any
 
+from spadekit.sandbox.worker import valid_text  # one test of valid Unicode, both sides
+
 MAX_DEPTH = 32
 """Deepest nesting of arrays/objects in one reply line (envelope included). The worker cuts
 ``info`` and method results deeper than 16 levels, so honest replies stay far below this."""
@@ -97,17 +99,6 @@ def decode_line(line: bytes) -> Any:
         raise
     except (ValueError, RecursionError, MemoryError, OverflowError, TypeError) as exc:
         raise BadReply(f"not a JSON reply ({type(exc).__name__})") from None
-
-
-def valid_text(text: str) -> bool:
-    """True when ``text`` is encodable as UTF-8 (no lone surrogates)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _check_strings(value: Any) -> None:
