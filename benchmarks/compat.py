@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from spadekit.envs import library  # noqa: E402
 from spadekit.sandbox import SandboxConfig, SandboxPool  # noqa: E402
-from spadekit.validate import Validator  # noqa: E402
+from spadekit.sandbox.validate import Validator  # noqa: E402
 
 REFSTYLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "refstyle"
 STDLIB_ONLY = (REFSTYLE / "game_00000_001_optimization.py").read_text()

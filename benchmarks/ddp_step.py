@@ -25,7 +25,7 @@ import time
 def main() -> None:
     import torch
 
-    from spadekit.advantages import Sample
+    from spadekit.selfplay.advantages import Sample
     from spadekit.policy.hf import HFPolicy
     from spadekit.policy.tiny import tiny_model, tiny_tokenizer
     from spadekit.train.config import TrainConfig

@@ -101,7 +101,7 @@ def peak_memory(step, repeats: int) -> dict:
 # -- the two contenders ---------------------------------------------------------------------------
 
 def build_ours(args, batch):
-    from spadekit.advantages import Sample
+    from spadekit.selfplay.advantages import Sample
     from spadekit.policy.hf import HFPolicy
     from spadekit.policy.tiny import tiny_tokenizer
     from spadekit.train.config import TrainConfig

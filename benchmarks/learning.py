@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from spadekit.advantages import Sample, agent_advantages  # noqa: E402
+from spadekit.selfplay.advantages import Sample, agent_advantages  # noqa: E402
 from spadekit.envs import library  # noqa: E402
 from spadekit.envs.program import EnvProgram  # noqa: E402
 from spadekit.policy.registry import load_policy  # noqa: E402
-from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine  # noqa: E402
+from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine  # noqa: E402
 from spadekit.sandbox import SandboxPool  # noqa: E402
 from spadekit.train.config import TrainConfig  # noqa: E402
 from spadekit.train.trainer import PolicyTrainer  # noqa: E402

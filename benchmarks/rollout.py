@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from spadekit.envs import library  # noqa: E402
 from spadekit.envs.program import EnvProgram  # noqa: E402
 from spadekit.policy.registry import load_policy  # noqa: E402
-from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine  # noqa: E402
+from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine  # noqa: E402
 from spadekit.sandbox import SandboxPool  # noqa: E402
 
 

@@ -19,14 +19,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from spadekit.advantages import agent_advantages  # noqa: E402
+from spadekit.selfplay.advantages import agent_advantages  # noqa: E402
 from spadekit.envs import library  # noqa: E402
 from spadekit.envs.program import EnvProgram  # noqa: E402
 from spadekit.policy.scripted import ScriptedPolicy  # noqa: E402
 from spadekit.policy.tiny import tiny_tokenizer  # noqa: E402
-from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine  # noqa: E402
+from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine  # noqa: E402
 from spadekit.sandbox import SandboxPool  # noqa: E402
-from spadekit.store import RunStore  # noqa: E402
+from spadekit.runs.store import RunStore  # noqa: E402
 
 ANSWERS = ["\\boxed{1}", "\\boxed{guess 1234}", "\\boxed{mod 7}", "\\boxed{up}",
            '<tool_call>{"name": "nope", "arguments": {}}</tool_call>', "\\boxed{inspect 1}"]

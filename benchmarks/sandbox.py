@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from spadekit.envs import library  # noqa: E402
 from spadekit.sandbox import Sandbox, SandboxConfig, SandboxPool  # noqa: E402
-from spadekit.validate import Validator  # noqa: E402
+from spadekit.sandbox.validate import Validator  # noqa: E402
 
 ECHO = '''
 class EchoEnv:

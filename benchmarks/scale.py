@@ -1,4 +1,4 @@
-"""Environment work on Ray actors (``spadekit.integrations.ray_envs``) against the local pool.
+"""Environment work on Ray actors (``spadekit.rollout.ray_envs``) against the local pool.
 
 1. Scaling: library programs (distinct copies, as designed ones would be) are started and then
    stepped with scripted actions, no model, through an ``EnvSession`` with 1 and with 2 Ray
@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from spadekit.envs import library  # noqa: E402
 from spadekit.envs.program import EnvProgram  # noqa: E402
-from spadekit.errors import SandboxError  # noqa: E402
-from spadekit.integrations.ray_envs import RayEnvBackend  # noqa: E402
+from spadekit.common.errors import SandboxError  # noqa: E402
+from spadekit.rollout.ray_envs import RayEnvBackend  # noqa: E402
 from spadekit.policy.scripted import ScriptedPolicy  # noqa: E402
 from spadekit.policy.tiny import tiny_tokenizer  # noqa: E402
-from spadekit.rollout import (EnvBackend, EpisodeSpec, LocalPoolBackend,  # noqa: E402
+from spadekit.rollout.engine import (EnvBackend, EpisodeSpec, LocalPoolBackend,  # noqa: E402
                               RolloutConfig, RolloutEngine)
 from spadekit.sandbox import SandboxPool  # noqa: E402
 

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from spadekit.errors import SandboxError  # noqa: E402
+from spadekit.common.errors import SandboxError  # noqa: E402
 from spadekit.sandbox import SandboxConfig, SandboxPool  # noqa: E402
 
 ECHO = '''

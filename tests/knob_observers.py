@@ -17,7 +17,7 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
-from spadekit.config import SelfPlayConfig, load_config
+from spadekit.selfplay.config import SelfPlayConfig, load_config
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.policy.tiny import tiny_tokenizer
 
@@ -99,11 +99,11 @@ def hybrid():
 
 
 def design(cfg: SelfPlayConfig, w: World) -> Any:
-    from spadekit.corpus import load_corpus
-    from spadekit.design import DesignPhase
-    from spadekit.memory import EnvironmentMemory, SeedlessMemory
-    from spadekit.store import RunStore
-    from spadekit.validate import Validator, ValidatorSettings
+    from spadekit.selfplay.corpus import load_corpus
+    from spadekit.selfplay.design import DesignPhase
+    from spadekit.selfplay.memory import EnvironmentMemory, SeedlessMemory
+    from spadekit.runs.store import RunStore
+    from spadekit.sandbox.validate import Validator, ValidatorSettings
 
     log: list = []
     with RunStore(w.fresh(), create=True) as store:
@@ -148,7 +148,7 @@ class Counter:
 
 
 def episode(cfg: SelfPlayConfig, w: World) -> Any:
-    from spadekit.rollout import EpisodeSpec, RolloutEngine
+    from spadekit.rollout.engine import EpisodeSpec, RolloutEngine
 
     log: list = []
     policy = RecordingPolicy(hybrid(), lambda _i, _t: "<think>hm</think>\\boxed{up} STOP " +
@@ -173,9 +173,9 @@ def _store_with_env(cfg: SelfPlayConfig, w: World):
     """Two environments made at step 0 and played each round until their designer samples are
     due (``WINS``), with hinted plays of mean 0.3 at step 0, plus an invalid program's sample."""
     from spadekit.envs import library
-    from spadekit.memory import EnvironmentMemory
-    from spadekit.round_samples import update_ema
-    from spadekit.store import RunStore
+    from spadekit.selfplay.memory import EnvironmentMemory
+    from spadekit.selfplay.samples import update_ema
+    from spadekit.runs.store import RunStore
 
     store = RunStore(w.fresh(), create=True)
     memory = EnvironmentMemory(store)
@@ -205,7 +205,7 @@ def _store_with_env(cfg: SelfPlayConfig, w: World):
 
 
 def designer(cfg: SelfPlayConfig, w: World) -> Any:
-    from spadekit.round_samples import designer_samples
+    from spadekit.selfplay.samples import designer_samples
 
     store, memory, ema = _store_with_env(cfg, w)
     with store:
@@ -217,8 +217,8 @@ def designer(cfg: SelfPlayConfig, w: World) -> Any:
 
 def agent(cfg: SelfPlayConfig, w: World) -> Any:
     """The agent samples of two played episodes (one crashed) of one environment."""
-    from spadekit.round_samples import agent_samples
-    from spadekit.rollout import EpisodeSpec, RolloutEngine
+    from spadekit.selfplay.samples import agent_samples
+    from spadekit.rollout.engine import EpisodeSpec, RolloutEngine
 
     policy = ScriptedPolicy(tiny_tokenizer(), lambda _i, _t: "\\boxed{up}")
     engine = RolloutEngine(policy, None, dataclasses.replace(cfg.rollout, max_turns=2))
@@ -238,7 +238,7 @@ def update(cfg: SelfPlayConfig, w: World) -> Any:
     current policy, so ratios leave the clip range); the weights' change and the statistics."""
     import torch
 
-    from spadekit.advantages import Sample
+    from spadekit.selfplay.advantages import Sample
     from spadekit.policy.registry import load_policy
     from spadekit.train.trainer import PolicyTrainer
 
@@ -271,7 +271,7 @@ def update(cfg: SelfPlayConfig, w: World) -> Any:
 
 def loop(cfg: SelfPlayConfig, w: World) -> Any:
     from spadekit.policy.registry import load_policy
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     run = w.fresh() / "run"
     log: list = []
@@ -295,7 +295,7 @@ def budget(cfg: SelfPlayConfig, w: World) -> Any:
 
 def curriculum(cfg: SelfPlayConfig, w: World) -> Any:
     from spadekit.curriculum import build_curriculum
-    from spadekit.rollout import Trajectory
+    from spadekit.rollout.engine import Trajectory
 
     cur = build_curriculum(cfg)
     if cur is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from spadekit.config import SelfPlayConfig
+from spadekit.selfplay.config import SelfPlayConfig
 from spadekit.envs.program import EnvProgram
 
 ANYTHING_WINS = r'''
@@ -41,8 +41,8 @@ class SlowEnv:
 
 def watch(cfg: SelfPlayConfig, w: Any) -> Any:
     """``{class name: retirement reason}`` after one watched round with no plays."""
-    from spadekit.store import RunStore
-    from spadekit.watch import PoolWatch
+    from spadekit.runs.store import RunStore
+    from spadekit.selfplay.watch import PoolWatch
 
     with RunStore(w.fresh(), create=True) as store:
         names = {}

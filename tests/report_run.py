@@ -60,7 +60,7 @@ def build_run(tmp_dir: str | Path, rounds: int = 3) -> Path:
     """Make ``tmp_dir/run`` with ``rounds`` committed rounds; returns the run directory."""
     from spadekit.policy.registry import load_policy
     from spadekit.policy.scripted import ScriptedPolicy
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     tmp_dir = Path(tmp_dir)
     run = tmp_dir / "run"

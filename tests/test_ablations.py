@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from spadekit import config as config_module
-from spadekit.config import PRESET_DIR, load_config, scheduled_config, to_dict
-from spadekit.errors import ConfigError
+from spadekit.selfplay import config as config_module
+from spadekit.selfplay.config import PRESET_DIR, load_config, scheduled_config, to_dict
+from spadekit.common.errors import ConfigError
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 
@@ -123,7 +123,7 @@ def _recording(programs, prompts):
 
 
 def test_frozen_designer_trains_no_designer_samples_but_logs_them(tmp_path):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     policy = load_policy("tiny")
     designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
@@ -142,7 +142,7 @@ def test_frozen_designer_trains_no_designer_samples_but_logs_them(tmp_path):
 
 
 def test_no_memory_and_no_grounding_leave_the_designer_prompt_bare(tmp_path):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     policy = load_policy("tiny")
     prompts: list[str] = []
@@ -164,7 +164,7 @@ def test_no_memory_and_no_grounding_leave_the_designer_prompt_bare(tmp_path):
 
 
 def test_schedule_changes_the_plateau_band_from_its_round_also_after_resume(tmp_path):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     policy = load_policy("tiny")
     designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
@@ -196,9 +196,9 @@ def _designer_reward_at(cfg, step: int, tmp_path) -> float:
     """The designer reward ``round_samples.designer_samples`` gives, at ``step``, an
     environment of win rate 0.3 and regret 0.075 (real store and memory)."""
     from spadekit.envs import library
-    from spadekit.memory import EnvironmentMemory
-    from spadekit.round_samples import designer_samples
-    from spadekit.store import RunStore
+    from spadekit.selfplay.memory import EnvironmentMemory
+    from spadekit.selfplay.samples import designer_samples
+    from spadekit.runs.store import RunStore
 
     created = step - cfg.regen_interval
     program = library.program(library.list_library()[0])
@@ -250,7 +250,7 @@ def test_presets_reproduce_the_paper_budgets(preset, weight, tmp_path, monkeypat
 
     from typer.testing import CliRunner
 
-    from spadekit.cli import app
+    from spadekit.cli.app import app
 
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["selfplay", "--preset", preset, "--dry-run", "--json"])

@@ -1,4 +1,4 @@
-"""spadekit.advantages: every expected number below is worked out by hand in the comments."""
+"""spadekit.selfplay.advantages: every expected number below is worked out by hand in the comments."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from spadekit.advantages import (Sample, agent_advantages, designer_advantages,
+from spadekit.selfplay.advantages import (Sample, agent_advantages, designer_advantages,
                                  designer_weight, drop_without_logprobs)
 
 approx = pytest.approx

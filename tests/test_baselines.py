@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from spadekit.config import load_config
+from spadekit.selfplay.config import load_config
 from spadekit.curriculum.fixed import FixedPoolCurriculum
 from spadekit.envs.program import EnvProgram
-from spadekit.errors import ConfigError
+from spadekit.common.errors import ConfigError
 from spadekit.policy.registry import load_policy
 
 from test_selfplay import WORDS
@@ -73,7 +73,7 @@ def test_fixed_curriculum_walks_the_pool_in_epochs():
 
 
 def test_train_fixed_trains_the_agent_only_and_resumes_the_same_walk(tmp_path):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     pool = write_pool(tmp_path / "pool", WORDS[:5])
     extra = {"curriculum.pool": str(pool), "num_generations": 4, "rollout.seed": 3}
@@ -104,7 +104,7 @@ def test_train_fixed_trains_the_agent_only_and_resumes_the_same_walk(tmp_path):
 
 def test_rlve_curriculum_in_selfplay_records_plays_and_resumes_its_ladders(tmp_path):
     pytest.importorskip("Gym")
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     envs = '["Multiplication", "Sorting", "TwoSAT"]'
     cfg = config(tmp_path, "rlve", rounds=2, **{"curriculum.rlve_envs": envs,
@@ -131,7 +131,7 @@ def test_rlve_curriculum_in_selfplay_records_plays_and_resumes_its_ladders(tmp_p
 def test_in_loop_evaluation_is_logged_and_the_checkpoint_evaluates(tmp_path):
     from spadekit.eval.compare import read_results
     from spadekit.eval.models import load_eval_policy
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     cfg = config(tmp_path, "fixed", rounds=2, **{
         "curriculum.pool": "library:games", "eval.every": 2,
@@ -158,7 +158,7 @@ def test_in_loop_evaluation_is_logged_and_the_checkpoint_evaluates(tmp_path):
 def test_train_fixed_command(tmp_path):
     from typer.testing import CliRunner
 
-    from spadekit.cli import app
+    from spadekit.cli.app import app
 
     runner = CliRunner()
     small = ["--set", "envs_per_round=1", "--set", "num_generations=2", "--set",

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spadekit.envs.schemas import SchemaError, normalize_tools, solution_actions
-from spadekit.validate import Validator
+from spadekit.sandbox.validate import Validator
 
 REFSTYLE = Path(__file__).parent / "data" / "refstyle"
 FIXTURES = {p.name: p.read_text() for p in sorted(REFSTYLE.glob("*.py"))}
@@ -181,7 +181,7 @@ def test_an_empty_allowlist_denies_numpy():
 def test_play_solution_replays(name, tmp_path):
     from typer.testing import CliRunner
 
-    from spadekit.cli import app
+    from spadekit.cli.app import app
 
     result = CliRunner().invoke(app, ["play", str(REFSTYLE / name), "--solution", "--seed", "7"])
     assert result.exit_code == 0, result.output
@@ -191,7 +191,7 @@ def test_play_solution_replays(name, tmp_path):
 def test_train_fixed_on_a_plain_directory_of_reference_style_programs(tmp_path):
     from typer.testing import CliRunner
 
-    from spadekit.cli import app
+    from spadekit.cli.app import app
 
     run = tmp_path / "run"
     result = CliRunner().invoke(app, [

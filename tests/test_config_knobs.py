@@ -35,7 +35,7 @@ from conftest import TEST_CONFIG, TIERS
 from knob_observers import (World, agent, base_config, budget, curriculum, design, designer,
                             episode, loop, policy_name, update, write_corpus, write_pool)
 from knob_watch import watch
-from spadekit.config import (SCHEDULABLE, SCHEDULABLE_PREFIXES, RewardConfig, ScheduleEntry,
+from spadekit.selfplay.config import (SCHEDULABLE, SCHEDULABLE_PREFIXES, RewardConfig, ScheduleEntry,
                              SelfPlayConfig, build, scheduled_config)
 
 

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from spadekit.corpus import (DEFAULT_MIN_WORDS, Corpus, CorpusError, Document,
+from spadekit.selfplay.corpus import (DEFAULT_MIN_WORDS, Corpus, CorpusError, Document,
                              build_default_documents, count_words, default_corpus, load_corpus,
                              truncate_words)
 
@@ -187,7 +187,7 @@ def test_default_corpus_ignores_what_other_packages_patch_in(monkeypatch):
     imported first (transformers, for one, adds methods to logging.Logger)."""
     import logging
 
-    from spadekit.corpus import build_default_documents
+    from spadekit.selfplay.corpus import build_default_documents
 
     before = [d.id for d in build_default_documents(stdlib=("logging",), scientific=())]
 

@@ -14,8 +14,8 @@ import pytest
 from spadekit.curriculum.rlve import (ANSWER_MARKERS, INSTALL_HINT, DifficultyLadder,
                                       RLVECurriculum, RLVEEnv, RLVEGenerationError, RLVEProblem,
                                       generate_problem)
-from spadekit.errors import ConfigError
-from spadekit.rollout import Trajectory
+from spadekit.common.errors import ConfigError
+from spadekit.rollout.engine import Trajectory
 
 needs_rlve = pytest.mark.skipif(importlib.util.find_spec("Gym") is None,
                                 reason="rlve-gym is not installed")

@@ -16,10 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_selfplay import LETTERS, WORDS, config  # noqa: E402
 
-from spadekit.judge import judge_enabled, parse_judgement, parse_verdict  # noqa: E402
+from spadekit.selfplay.judge import judge_enabled, parse_judgement, parse_verdict  # noqa: E402
 from spadekit.policy.registry import load_policy  # noqa: E402
 from spadekit.policy.scripted import ScriptedPolicy  # noqa: E402
-from spadekit.repair import REPAIR_MARK, build_repair_messages  # noqa: E402
+from spadekit.selfplay.repair import REPAIR_MARK, build_repair_messages  # noqa: E402
 
 JUDGE_MARK = "You review the source code of text environments"
 HINT_MARK = "You write privileged hints"
@@ -58,7 +58,7 @@ def responder(designs, judge=None, calls=None):
 
 
 def _phase(tmp_path, tiny, respond, **extra):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     designer = ScriptedPolicy(tiny.tokenizer, respond)
     return SelfPlay(config(tmp_path, rounds=1, **extra), tmp_path / "run", policy=tiny,

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from spadekit.designer import (DOC_WORDS, SKILLS, build_designer_messages, build_hint_messages,
+from spadekit.selfplay.prompts import (DOC_WORDS, SKILLS, build_designer_messages, build_hint_messages,
                                hint_leaks, leaked_fragments, normalize_skill, parse_hint,
                                skills_for)
 from spadekit.envs.actions import format_tool_call

@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from spadekit.advantages import Sample  # noqa: E402
+from spadekit.selfplay.advantages import Sample  # noqa: E402
 from spadekit.train.config import TrainConfig  # noqa: E402
 from spadekit.train.distributed import resolve_strategy, shard_indices  # noqa: E402
 

@@ -199,7 +199,7 @@ def test_tiny_model_plays_bfcl_items_end_to_end(tiny):
 
 
 def test_cli_eval_writes_results_and_compares(tmp_path):
-    from spadekit.cli import app
+    from spadekit.cli.app import app
 
     runner = CliRunner()
     out = tmp_path / "a.json"

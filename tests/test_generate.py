@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from spadekit.corpus import Corpus, Document
+from spadekit.selfplay.corpus import Corpus, Document
 from spadekit.envs.library import get, source
 from spadekit.envs.program import EnvProgram
-from spadekit.generate import GenerateSummary, PoolError, load_pool, run_generate
+from spadekit.selfplay.generate import GenerateSummary, PoolError, load_pool, run_generate
 from spadekit.policy.base import Generation
 
 from conftest import TIERS

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from spadekit.errors import SpadekitError
+from spadekit.common.errors import SpadekitError
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 
@@ -20,7 +20,7 @@ def weights_equal(a, b) -> bool:
 
 
 def test_colocated_generation_copy_follows_the_trainer(tmp_path):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     policy = load_policy("tiny")
     designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
@@ -38,7 +38,7 @@ def test_colocated_generation_copy_follows_the_trainer(tmp_path):
 
 def test_server_generation_engine_gets_every_update(tmp_path, monkeypatch):
     from spadekit.policy.serve import serve
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     served = load_policy("tiny")
     monkeypatch.setenv("SPADEKIT_WEIGHTS_TOKEN", "s3cret-token")
@@ -56,7 +56,7 @@ def test_server_generation_engine_gets_every_update(tmp_path, monkeypatch):
 
 def test_a_generation_engine_that_cannot_follow_is_refused_before_the_run(tmp_path):
     from spadekit.policy.serve import serve
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     with serve(load_policy("tiny")) as srv:  # weight updates not enabled
         cfg = config(tmp_path, rounds=1, generation_model=f"openai:tiny@{srv.url}")
@@ -67,9 +67,9 @@ def test_a_generation_engine_that_cannot_follow_is_refused_before_the_run(tmp_pa
 def test_an_engine_without_logprobs_is_refused_for_training_by_name(tmp_path, monkeypatch):
     """Issue 12 defect 7: importance weights need the engine's logprobs; an engine that returns
     none is refused at startup (it used to be accepted, and its samples weighted by p_old)."""
-    from spadekit.errors import ConfigError
+    from spadekit.common.errors import ConfigError
     from spadekit.policy.serve import serve
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     monkeypatch.setenv("SPADEKIT_WEIGHTS_TOKEN", "s3cret-token")
     with serve(load_policy("tiny"), logprobs=False, allow_weight_updates=True,
@@ -83,10 +83,10 @@ def test_an_engine_without_logprobs_is_refused_for_training_by_name(tmp_path, mo
 
 
 def test_samples_without_behaviour_logprobs_are_dropped_and_counted_never_zero_filled(pool):
-    from spadekit.advantages import Sample
+    from spadekit.selfplay.advantages import Sample
     from spadekit.envs import library
     from spadekit.policy.serve import serve
-    from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+    from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
     from spadekit.train.config import TrainConfig
     from spadekit.train.trainer import PolicyTrainer
 

@@ -1,4 +1,4 @@
-"""``spadekit.envs.gym_adapter``: environment programs as ``gymnasium.Env``, on the real sandbox.
+"""``spadekit.sandbox.gym_adapter``: environment programs as ``gymnasium.Env``, on the real sandbox.
 
 Every test that needs a worker runs once per isolation tier that boots here (the ``pool`` fixture).
 """
@@ -13,9 +13,9 @@ from gymnasium.error import ResetNeeded
 from gymnasium.utils.env_checker import check_env
 
 from conftest import ECHO, TIERS
-from spadekit.envs.gym_adapter import CHARSET, SandboxedTextEnv, fit_to_charset, make
+from spadekit.sandbox.gym_adapter import CHARSET, SandboxedTextEnv, fit_to_charset, make
 from spadekit.envs.program import EnvProgram
-from spadekit.errors import (ConfigError, EnvRaised, InvalidResult, ProgramLoadError,
+from spadekit.common.errors import (ConfigError, EnvRaised, InvalidResult, ProgramLoadError,
                              SandboxClosed, SandboxError, WorkerDied)
 
 try:
@@ -296,7 +296,7 @@ def test_owned_pool_is_closed_with_the_env():
 def test_nothing_registered_and_manual_registration(pool):
     assert not [key for key in gymnasium.registry if "spadekit" in key.lower()]
     env_id = "spadekit-test/Echo-v0"
-    gymnasium.register(id=env_id, entry_point="spadekit.envs.gym_adapter:make",
+    gymnasium.register(id=env_id, entry_point="spadekit.sandbox.gym_adapter:make",
                        kwargs={"program": ECHO})
     try:
         env = gymnasium.make(env_id, pool=pool, max_turns=2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from spadekit.jsonl import JsonlAppender, repair_tail
+from spadekit.common.jsonl import JsonlAppender, repair_tail
 
 
 def test_repair_tail_moves_a_torn_line_aside_and_keeps_whole_ones(tmp_path):

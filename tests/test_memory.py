@@ -10,10 +10,10 @@ import pytest
 
 from spadekit.envs.library import list_library, source
 from spadekit.envs.program import EnvProgram
-from spadekit.memory import (
+from spadekit.selfplay.memory import (
     EnvironmentMemory, MemoryRecord, canonical_tokens, fingerprint, jaccard,
 )
-from spadekit.store import RunStore, StoreError, StoreNotFound
+from spadekit.runs.store import RunStore, StoreError, StoreNotFound
 
 
 @pytest.fixture

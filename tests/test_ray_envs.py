@@ -1,4 +1,4 @@
-"""Environments and validation on Ray actors (``spadekit.integrations.ray_envs``) equal the local
+"""Environments and validation on Ray actors (``spadekit.rollout.ray_envs``) equal the local
 sandbox pool: same trajectories, same typed failures, same validation reports; a killed actor
 fails only its own episodes and is replaced. Skipped when Ray is not installed."""
 
@@ -12,17 +12,17 @@ import pytest
 from conftest import ECHO, TEST_CONFIG, TIERS
 from spadekit.envs import library
 from spadekit.envs.program import EnvProgram
-from spadekit.errors import (ConfigError, EnvRaised, InsecureSandboxError, InvalidResult,
+from spadekit.common.errors import (ConfigError, EnvRaised, InsecureSandboxError, InvalidResult,
                              ProgramLoadError, ProtocolViolation, ResourceLimit, SandboxClosed,
                              SandboxTimeout, WorkerDied)
-from spadekit.integrations.ray_envs import (RayEnvBackend, RayValidator, error_from_wire,
+from spadekit.rollout.ray_envs import (RayEnvBackend, RayValidator, error_from_wire,
                                             error_to_wire, make_env_backend)
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.policy.tiny import tiny_tokenizer
-from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
 from spadekit.sandbox import SandboxConfig, SandboxPool
-from spadekit.validate import Validator
+from spadekit.sandbox.validate import Validator
 
 TOK = tiny_tokenizer()
 CONFIG = SandboxConfig(tier=TIERS[0] if TIERS else "auto", **TEST_CONFIG)
@@ -219,7 +219,7 @@ def test_selfplay_round_with_ray_env_workers(ray_mod, tmp_path):
     plays on Ray actors, update, commit."""
     from spadekit.policy.registry import load_policy
     from spadekit.policy.scripted import ScriptedPolicy
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
     from test_selfplay import WORDS, config, designer_responder
 
     policy = load_policy("tiny")

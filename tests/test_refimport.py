@@ -11,8 +11,8 @@ import pytest
 from conftest import TIERS
 
 from spadekit.envs.refimport import import_reference, programs_from_dir
-from spadekit.envs.sources import load_programs
-from spadekit.errors import ConfigError
+from spadekit.runs.sources import load_programs
+from spadekit.common.errors import ConfigError
 
 REFSTYLE = Path(__file__).parent / "data" / "refstyle"
 MATH = "game_00000_000_mathematical_reasoning.py"
@@ -70,9 +70,9 @@ def test_import_reference_command_writes_a_pool_that_seeds_memory(tmp_path):
         pytest.skip("no safe sandbox tier works on this machine")
     from typer.testing import CliRunner
 
-    from spadekit.cli import app
-    from spadekit.memory import EnvironmentMemory
-    from spadekit.store import RunStore
+    from spadekit.cli.app import app
+    from spadekit.selfplay.memory import EnvironmentMemory
+    from spadekit.runs.store import RunStore
 
     memory, games = reference_state(tmp_path)
     out = tmp_path / "pool"

@@ -15,7 +15,7 @@ import pytest
 
 from report_run import HOSTILE_MARK, HOSTILE_STRINGS, build_run
 from spadekit.report import data, page, server
-from spadekit.store import RunStore
+from spadekit.runs.store import RunStore
 
 CHROMIUM = next((p for p in (os.environ.get("SPADEKIT_CHROMIUM"), "/usr/bin/chromium",
                              shutil.which("chromium"), shutil.which("chromium-browser"))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from report_run import HOSTILE_MARK, HOSTILE_STRINGS, build_run
-from spadekit.errors import SpadekitError
+from spadekit.common.errors import SpadekitError
 from spadekit.report import data
 from spadekit.report.data import ReportError, RunReader
 
@@ -106,7 +106,7 @@ def test_skills_win_rates_complexity_match_hand_sql(run, snap):
 
 
 def test_environments_match_the_store(run, snap, tmp_path):
-    from spadekit.store import RunStore
+    from spadekit.runs.store import RunStore
 
     envs = snap["environments"]
     assert len(envs) == sql(run, "SELECT COUNT(*) FROM environments")[0][0] == 4
@@ -233,7 +233,7 @@ def test_reading_changes_no_byte_and_creates_no_file(run):
 
 
 def test_reading_while_a_writer_holds_a_write_transaction(run, tmp_path):
-    from spadekit.store import RunStore
+    from spadekit.runs.store import RunStore
 
     live = copy_run(run, tmp_path)
     with RunStore.open(live) as store:
@@ -277,7 +277,7 @@ def test_readers_and_a_writer_opening_and_closing_never_fail_each_other(run, tmp
     fail (that was a 503 in the browser) and, above all, no write may (a reader holding the
     WAL index read-only, SQLite's ``readonly_shm``, made the writer's BEGIN fail with
     SQLITE_READONLY in most rounds)."""
-    from spadekit.store import RunStore
+    from spadekit.runs.store import RunStore
 
     live = copy_run(run, tmp_path)
     stop, reads, read_errors = threading.Event(), [0], []
@@ -356,7 +356,7 @@ def test_missing_foreign_and_corrupt_runs_are_report_errors(tmp_path):
 
 
 def test_a_new_run_without_rounds_in_an_awkward_path(tmp_path):
-    from spadekit.store import RunStore
+    from spadekit.runs.store import RunStore
 
     folder = tmp_path / "my run #1?x=%20"
     RunStore(folder, create=True).close()

@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from report_run import HOSTILE_MARK, HOSTILE_STRINGS, build_run
-from spadekit.cli import app
+from spadekit.cli.app import app
 from spadekit.report import data, page, server
-from spadekit.store import RunStore
+from spadekit.runs.store import RunStore
 
 NASTY = list(HOSTILE_STRINGS) + ["<!--", "<script>", "]]>", "&amp;", "\u2028\u2029", "</SCRIPT >",
                                  "\\u003c/script>", "'\"`"]

@@ -1,4 +1,4 @@
-"""spadekit.rewards: every expected number below is worked out by hand in the comments."""
+"""spadekit.selfplay.rewards: every expected number below is worked out by hand in the comments."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from spadekit import play, rewards
-from spadekit.rewards import (DESIGNER_SIGNALS, HANG_PENALTY, INVALID_REWARD, EmaTracker,
+from spadekit.sandbox import play
+
+from spadekit.selfplay import rewards
+from spadekit.selfplay.rewards import (DESIGNER_SIGNALS, HANG_PENALTY, INVALID_REWARD, EmaTracker,
                               RewardParams,
                               EnvStats, FailureReward, azr_learnability, designer_reward,
                               designer_reward_for_failure, designer_signal, episode_return,
@@ -264,7 +266,7 @@ def test_blend_takes_the_plateau_band_and_weights_from_the_params():
 
 
 def test_reward_params_from_a_reward_config():
-    from spadekit.config import RewardConfig
+    from spadekit.selfplay.config import RewardConfig
 
     params = RewardParams.from_config(RewardConfig(plateau_low=0.2, plateau_high=0.4,
                                                    regret_scale=0.3))

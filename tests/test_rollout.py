@@ -13,7 +13,7 @@ from spadekit.policy.hf import sequence_logprobs
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.policy.tiny import tiny_tokenizer
-from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
 
 TOK = tiny_tokenizer()
 

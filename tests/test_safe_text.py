@@ -20,8 +20,8 @@ from rich.table import Table
 from rich.text import Text
 from typer.testing import CliRunner
 
-from spadekit.cli import app
-from spadekit.safe_text import strict_json, terminal_text
+from spadekit.cli.app import app
+from spadekit.common.safe_text import strict_json, terminal_text
 from test_sandbox_replies import FORGED_STEPS, HONEST, forger
 
 BAD_CHARS = ["\x1b", "\x07", "\r", "\x08", "\x00", "\x7f", "\x9b", "\x9d", "\x85",
@@ -159,7 +159,8 @@ def hostile_files(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def wide_consoles(monkeypatch):
     """Tables wide enough that a checked string is not folded across lines."""
-    from spadekit import cli, cli_eval
+    from spadekit.cli import app as cli
+    from spadekit.cli import eval as cli_eval
 
     for console in (cli.console, cli.err_console, cli_eval.console, cli_eval.err_console):
         monkeypatch.setattr(console, "width", 400)
@@ -224,7 +225,7 @@ def test_markup_class_name_and_sequences_print_literally(hostile_files):
 
 
 def test_eval_over_hostile_programs_exits_0_or_1(hostile_files, tmp_path):
-    from spadekit.validate import to_program
+    from spadekit.sandbox.validate import to_program
 
     pool = tmp_path / "pool"
     pool.mkdir()

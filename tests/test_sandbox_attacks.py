@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import assert_pool_works, live_processes_of_uid, process_alive
-from spadekit.errors import (EnvRaised, InvalidResult, ProtocolViolation, ResourceLimit,
+from spadekit.common.errors import (EnvRaised, InvalidResult, ProtocolViolation, ResourceLimit,
                              SandboxClosed, SandboxTimeout, WorkerDied)
 
 TEMPLATE = '''

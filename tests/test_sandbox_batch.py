@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from conftest import ECHO
-from spadekit.errors import EnvRaised, InvalidResult, SandboxClosed, SandboxTimeout
+from spadekit.common.errors import EnvRaised, InvalidResult, SandboxClosed, SandboxTimeout
 from spadekit.sandbox.batch import request_many, start_many, step_many
 
 MOODY = ECHO.replace("self.t += 1", "self.t += 1\n"

@@ -442,7 +442,7 @@ def test_cpu_quota_caps_a_busy_worker(tier):
 
 
 def test_doctor_reports_limits_per_tier():
-    from spadekit.doctor import collect
+    from spadekit.cli.doctor import collect
 
     tiers_seen = collect()["sandbox"]["tiers"]
     assert set(tiers_seen) == {"strong", "standard"}
@@ -456,7 +456,7 @@ def test_doctor_reports_limits_per_tier():
         if info["scratch"]["limit_mb"] is not None:
             assert info["scratch"]["measured_mb"] == pytest.approx(SandboxConfig().scratch_mb,
                                                                    rel=0.01)
-    out = subprocess.run([sys.executable, "-m", "spadekit.cli", "doctor", "--json"],
+    out = subprocess.run([sys.executable, "-m", "spadekit.cli.app", "doctor", "--json"],
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(SRC)})
     assert out.returncode == 0, out.stderr[-2000:]

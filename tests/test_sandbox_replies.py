@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import ECHO, assert_pool_works, live_processes_of_uid, process_alive
-from spadekit.errors import InvalidResult, ProtocolViolation, SandboxClosed, SandboxError
+from spadekit.common.errors import InvalidResult, ProtocolViolation, SandboxClosed, SandboxError
 from spadekit.sandbox import SandboxConfig
 from spadekit.sandbox import replies
 from spadekit.sandbox.batch import start_many, step_many

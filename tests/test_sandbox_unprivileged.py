@@ -25,7 +25,7 @@ DRIVER = r'''
 import json, os, socket, sys
 sys.path.insert(0, sys.argv[2])
 from spadekit.sandbox import SandboxConfig, SandboxPool
-from spadekit.errors import SandboxError
+from spadekit.common.errors import SandboxError
 
 victim = sys.argv[1]
 listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen(1)

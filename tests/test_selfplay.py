@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from spadekit.config import load_config
+from spadekit.selfplay.config import load_config
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 
@@ -85,7 +85,7 @@ def config(tmp: Path, rounds: int = 2, **extra):
 
 
 def test_end_to_end_rounds_design_play_reward_update(tmp_path):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     policy = load_policy("tiny")
     designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
@@ -125,7 +125,7 @@ def test_end_to_end_rounds_design_play_reward_update(tmp_path):
 
 
 def test_invalid_and_hanging_designs_get_fixed_rewards_and_blacklist(tmp_path):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     hang = LETTERS.replace("self.t += 1", "while True: pass")
     policy = load_policy("tiny")
@@ -157,7 +157,7 @@ from test_selfplay import config, designer_responder, WORDS
 from pathlib import Path
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
-from spadekit.selfplay import SelfPlay
+from spadekit.selfplay.loop import SelfPlay
 run = Path(sys.argv[3])
 policy = load_policy("tiny")
 designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS * 20))
@@ -189,7 +189,7 @@ def test_sigkill_at_any_moment_resumes_losing_at_most_the_round_in_flight(tmp_pa
     proc.wait()
     assert done == [0, 1]
 
-    from spadekit.store import RunStore
+    from spadekit.runs.store import RunStore
 
     with RunStore.open(run) as store:
         last = store.latest_complete_step()
@@ -197,7 +197,7 @@ def test_sigkill_at_any_moment_resumes_losing_at_most_the_round_in_flight(tmp_pa
         envs_before = {e["sha256"] for e in store.environments()}
         memory_before = store.query("SELECT COUNT(*) FROM memory")[0][0]
         assert store.latest_checkpoint()["step"] == last
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     policy = load_policy("tiny")
     designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS[::-1]))
@@ -213,7 +213,7 @@ def test_sigkill_at_any_moment_resumes_losing_at_most_the_round_in_flight(tmp_pa
 
 
 def test_resume_with_a_broken_checkpoint_is_a_typed_error(tmp_path):
-    from spadekit.selfplay import ResumeError, SelfPlay
+    from spadekit.selfplay.loop import ResumeError, SelfPlay
 
     policy = load_policy("tiny")
     designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
@@ -229,10 +229,39 @@ def test_resume_with_a_broken_checkpoint_is_a_typed_error(tmp_path):
 
 
 def test_a_policy_that_cannot_train_is_refused_clearly(tmp_path):
-    from spadekit.errors import ConfigError
-    from spadekit.selfplay import SelfPlay
+    from spadekit.common.errors import ConfigError
+    from spadekit.selfplay.loop import SelfPlay
 
     scripted = ScriptedPolicy(load_policy("tiny").tokenizer, lambda _i, _t: "x")
     with pytest.raises(ConfigError, match="cannot be trained"):
         SelfPlay(config(tmp_path), tmp_path / "run", policy=scripted)
     assert not (tmp_path / "run").exists()  # nothing half-created to trip a retry
+
+
+def test_a_run_made_before_the_layout_change_resumes(tmp_path):
+    """``tests/data/run_before_layout`` was written by the code before the issue-14 module move
+    (tiny model, cpu-tiny, one round); the CLI resumes it after the move: round 1 runs from
+    round 0's checkpoint and round 0's records are kept."""
+    import shutil
+    import sqlite3
+
+    run = tmp_path / "old-run"
+    shutil.copytree(Path(__file__).parent / "data" / "run_before_layout", run)
+    before = sqlite3.connect(run / "run.sqlite")
+    envs_before = {r[0] for r in before.execute("SELECT sha256 FROM environments")}
+    metrics_before = before.execute(
+        "SELECT name, value FROM metrics WHERE step = 0 ORDER BY name").fetchall()
+    assert metrics_before
+    before.close()
+    done = subprocess.run([sys.executable, "-m", "spadekit", "selfplay", "--resume", str(run),
+                           "--rounds", "1"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "120"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "starting at round 1" in done.stdout
+    after = sqlite3.connect(run / "run.sqlite")
+    steps = [r[0] for r in after.execute("SELECT DISTINCT step FROM metrics ORDER BY step")]
+    assert steps == [0, 1]
+    assert after.execute("SELECT name, value FROM metrics WHERE step = 0 ORDER BY name"
+                         ).fetchall() == metrics_before
+    assert envs_before <= {r[0] for r in after.execute("SELECT sha256 FROM environments")}
+    after.close()

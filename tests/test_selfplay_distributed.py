@@ -56,7 +56,7 @@ def selfplay(base: Path, run_dir: Path, rounds: int, strategy: str, resume: bool
 
     from spadekit.policy.registry import load_policy
     from spadekit.policy.scripted import ScriptedPolicy
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     policy = load_policy("tiny")  # the same initial weights in every process
     # a resumed run's designer writes new games (the earlier ones are already in the store)
@@ -68,7 +68,7 @@ def selfplay(base: Path, run_dir: Path, rounds: int, strategy: str, resume: bool
 
 def trap_rank1() -> None:
     """On rank 1: opening a run store or starting a sandbox pool fails loudly."""
-    import spadekit.selfplay as selfplay_mod
+    import spadekit.selfplay.loop as selfplay_mod
 
     class Trap:
         def __init__(self, *a, **k):
@@ -109,14 +109,14 @@ def fail(out: Path, rank: int) -> None:
     """Round 1's design phase raises on rank 0; every rank records what it raised."""
     sp = selfplay(out, out / ("fail-run" if rank == 0 else "fail-rank1"), 3, "fsdp")
     if rank == 0:
-        real = sp.design.run
+        real = sp.design.design
 
         def design(step, *a, **k):
             if step == 1:
                 raise RuntimeError("injected design failure")
             return real(step, *a, **k)
 
-        sp.design.run = design
+        sp.design.design = design
     try:
         sp.run()
     except BaseException as exc:
@@ -209,7 +209,7 @@ def test_only_rank0_owns_the_run_directory(runs):
     for never in ("run-rank1", "fsdp-rank1"):  # rank 1's own --run-dir was never made
         assert not (out / never).exists()
     assert sorted(p.name for p in out.rglob("run.sqlite")) == ["run.sqlite", "run.sqlite"]
-    from spadekit.store import RunStore
+    from spadekit.runs.store import RunStore
 
     with RunStore.open(out / "run") as store:
         assert store.completed_rounds() == [0, 1, 2]
@@ -279,9 +279,9 @@ def test_a_failure_on_rank0_stops_every_rank_and_the_run_resumes(tmp_path):
     got = [json.loads((tmp_path / f"fail-{r}.json").read_text()) for r in range(WORLD)]
     assert got[0]["type"] == "RuntimeError" and "injected" in got[0]["message"]
     assert got[1]["type"] == "PeerFailed"  # rank 1 stopped by itself, not killed
-    assert "rank 0 failed to play round 1" in got[1]["message"]
+    assert "rank 0 failed to design environments in round 1" in got[1]["message"]
     assert "injected design failure" in got[1]["message"]
-    from spadekit.store import RunStore
+    from spadekit.runs.store import RunStore
 
     with RunStore.open(tmp_path / "fail-run") as store:
         assert store.completed_rounds() == [0]  # round 1 was not committed

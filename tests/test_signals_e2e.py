@@ -27,7 +27,7 @@ import re
 
 import pytest
 
-from spadekit.config import load_config
+from spadekit.selfplay.config import load_config
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 
@@ -111,9 +111,9 @@ def run(tmp_path, **extra):
     and the hand-computed truncated-importance-weighted token mean of round 2's update."""
     import torch
 
-    from spadekit.rollout import RolloutEngine
-    from spadekit.selfplay import SelfPlay
-    from spadekit.store_schema import decode_delay
+    from spadekit.rollout.engine import RolloutEngine
+    from spadekit.selfplay.loop import SelfPlay
+    from spadekit.runs.schema import decode_delay
 
     policy = load_policy("tiny")
     cfg = config(tmp_path, **extra)

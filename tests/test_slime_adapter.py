@@ -26,15 +26,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from spadekit.advantages import Sample, agent_advantages
-from spadekit.config import load_config
+from spadekit.selfplay.advantages import Sample, agent_advantages
+from spadekit.selfplay.config import load_config
 from spadekit.envs import library
 from spadekit.envs.program import EnvProgram
 from spadekit.integrations import slime as sl
 from spadekit.policy.base import GenerationRequest, SamplingParams
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
-from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
+from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
 from spadekit.train.loss import clipped_surrogate, grpo_loss
 from test_selfplay import designer_responder  # noqa: E402 (tests/ is on sys.path)
 
@@ -388,7 +388,7 @@ def test_producer_refuses_a_policy_without_token_ids(tmp_path):
         name = "text-only"
         capabilities = frozenset({"logprobs"})
 
-    from spadekit.errors import ConfigError
+    from spadekit.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="token_ids"):
         sl.RoundProducer(producer_config(), tmp_path / "run", policy=TextOnly())

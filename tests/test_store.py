@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from spadekit.envs.program import EnvProgram
-from spadekit.store import (
+from spadekit.runs.store import (
     SCHEMA_VERSION, RunStore, SchemaVersionError, StoreCorruptError, StoreError, StoreNotFound,
 )
-from spadekit.store_schema import pack_array, unpack_array
-from spadekit.validate import ValidationReport
+from spadekit.runs.schema import pack_array, unpack_array
+from spadekit.sandbox.validate import ValidationReport
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TABLES = {"schema_version", "environments", "plays", "episodes", "turns", "memory",
@@ -338,7 +338,7 @@ def test_checkpoint_dir(store):
 KILLED_WRITER = r"""
 import os, sys, time
 from spadekit.envs.program import EnvProgram
-from spadekit.store import RunStore
+from spadekit.runs.store import RunStore
 
 store = RunStore(sys.argv[1], create=True)
 def prog(i):

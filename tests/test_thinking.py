@@ -9,12 +9,12 @@ import pytest
 import yaml
 
 from conftest import ECHO
-from spadekit.advantages import Sample, per_turn_samples, turn_spans
+from spadekit.selfplay.advantages import Sample, per_turn_samples, turn_spans
 from spadekit.envs.program import EnvProgram
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.policy.tiny import tiny_tokenizer
-from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
-from spadekit.thinking import split_thinking
+from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from spadekit.rollout.thinking import split_thinking
 from spadekit.train.config import TrainConfig
 
 TOK = tiny_tokenizer()
@@ -179,7 +179,7 @@ def test_selfplay_with_per_turn_samples_trains_and_records_the_choice(tmp_path):
     from test_selfplay import LETTERS, config, designer_responder
 
     from spadekit.policy.registry import load_policy
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     # two turns per episode unless solved at once
     two_turns = LETTERS.replace('return "Scored %.2f." % score, score, True, False, {}',
@@ -204,9 +204,9 @@ def test_selfplay_with_per_turn_samples_trains_and_records_the_choice(tmp_path):
 
 from hypothesis import given, strategies as st  # noqa: E402
 
-from spadekit.chat import ChatRenderer  # noqa: E402
+from spadekit.policy.chat import ChatRenderer  # noqa: E402
 from spadekit.policy.base import GenerationRequest, SamplingParams  # noqa: E402
-from spadekit.thinking import ends_inside_thinking, prompt_opens_thinking  # noqa: E402
+from spadekit.rollout.thinking import ends_inside_thinking, prompt_opens_thinking  # noqa: E402
 
 # A hybrid-thinking template in the style of Qwen3's: with enable_thinking false the generation
 # prompt closes an empty thinking block, so the model answers at once.
@@ -286,9 +286,9 @@ def test_a_hint_cut_inside_thinking_is_counted_and_the_option_fixes_it(tmp_path)
     """A hybrid designer that thinks unless told not to: with a 48-token hint budget its hint
     ends inside <think> (counted, shown in the round table) unless chat_template.hint turns
     thinking off."""
-    from spadekit.cli_train import _round_table
+    from spadekit.cli.train import _round_table
     from spadekit.policy.registry import load_policy
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
     from test_selfplay import WORDS, config, designer_responder
 
     results = {}

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from spadekit.advantages import Sample, agent_advantages  # noqa: E402
+from spadekit.selfplay.advantages import Sample, agent_advantages  # noqa: E402
 from spadekit.policy.base import GenerationRequest, SamplingParams  # noqa: E402
 from spadekit.policy.hf import HFPolicy, sequence_logprobs  # noqa: E402
 from spadekit.policy.tiny import tiny_model, tiny_tokenizer  # noqa: E402

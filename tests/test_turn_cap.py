@@ -9,12 +9,12 @@ import re
 
 import pytest
 
-from spadekit.config import load_config
+from spadekit.selfplay.config import load_config
 from spadekit.envs.program import EnvProgram
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
-from spadekit.rollout import EpisodeSpec, RolloutConfig, RolloutEngine
-from spadekit.validate import Validator, ValidatorSettings
+from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
+from spadekit.sandbox.validate import Validator, ValidatorSettings
 
 from test_selfplay import config
 
@@ -53,7 +53,7 @@ CAP = re.compile(r"You have (\d+) turns")
 
 
 def test_one_cap_reaches_the_prompt_the_validator_and_play(tmp_path):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     prompts = []
 
@@ -125,7 +125,7 @@ def test_turn_cap_is_the_smaller_of_env_max_turns_and_the_runner_ceiling():
     assert load_config("games-4b").turn_cap == 12
     assert load_config(preset=None, overrides=["env_max_turns=12",
                                                "rollout.max_turns=3"]).turn_cap == 3
-    from spadekit.config import budgets
+    from spadekit.selfplay.config import budgets
 
     assert budgets(load_config(preset=None, overrides=["env_max_turns=7"]))["env_max_turns"] \
         == 7

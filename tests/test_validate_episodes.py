@@ -1,4 +1,4 @@
-"""Staged-validator tests (``spadekit.validate``, real sandboxes): the episode stages.
+"""Staged-validator tests (``spadekit.sandbox.validate``, real sandboxes): the episode stages.
 
 Determinism, solution, not_trivially_won and ends, then ``validate_many``, reports, pool
 ownership and the bundled library (extract/syntax/load: ``test_validate_load.py``;
@@ -18,7 +18,7 @@ import pytest
 pytest.register_assert_rewrite("validate_cases")  # expect()'s assert gets pytest's report
 
 from conftest import ECHO, assert_pool_works  # noqa: E402
-from spadekit.validate import Validator, ValidatorSettings  # noqa: E402
+from spadekit.sandbox.validate import Validator, ValidatorSettings  # noqa: E402
 from validate_cases import (  # noqa: E402,F401
     GUESS,
     GUESS_BASE,

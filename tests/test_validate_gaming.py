@@ -3,7 +3,7 @@
 Every program in ``validate_gaming_cases.GAMING`` passed (or crashed) the validator before this
 change; each must now get its verdict. Also here: the validation seed (drawn per validation,
 recorded, and enough to repeat one exactly), fresh instances, advertised actions, the turn cap and
-the probe generators in ``spadekit.probes`` (property-based). Real sandboxes, once per tier.
+the probe generators in ``spadekit.sandbox.probes`` (property-based). Real sandboxes, once per tier.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 pytest.register_assert_rewrite("validate_cases")
 
 from conftest import ECHO, assert_pool_works  # noqa: E402
-from spadekit.errors import ConfigError  # noqa: E402
-from spadekit.probes import (GAME_EDGE_PROBES, MAX_ADVERTISED, TOOL_EDGE_PROBES,  # noqa: E402
+from spadekit.common.errors import ConfigError  # noqa: E402
+from spadekit.sandbox.probes import (GAME_EDGE_PROBES, MAX_ADVERTISED, TOOL_EDGE_PROBES,  # noqa: E402
                              advertised_actions, garbage_actions, mutate, tool_probes)
-from spadekit.validate import Validator, ValidatorSettings, turn_cap  # noqa: E402
+from spadekit.sandbox.validate import Validator, ValidatorSettings, turn_cap  # noqa: E402
 from validate_cases import GUESS, GUESS_BASE, STOCK, expect, validator  # noqa: E402,F401
 from validate_gaming_cases import GAMING, HUGE_MAX_TURNS  # noqa: E402
 

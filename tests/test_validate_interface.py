@@ -1,4 +1,4 @@
-"""Staged-validator tests (``spadekit.validate``, real sandboxes): interface, tools.
+"""Staged-validator tests (``spadekit.sandbox.validate``, real sandboxes): interface, tools.
 
 Every stage gets at least one program that gets through it and one that fails it with its stable
 ``reason`` code (the other stages: ``test_validate_load.py``, ``test_validate_episodes.py``;
@@ -17,7 +17,7 @@ pytest.register_assert_rewrite("validate_cases")  # expect()'s assert gets pytes
 
 from conftest import ECHO, assert_pool_works  # noqa: E402
 from spadekit.envs.program import EnvProgram  # noqa: E402
-from spadekit.validate import Validator, ValidatorSettings  # noqa: E402
+from spadekit.sandbox.validate import Validator, ValidatorSettings  # noqa: E402
 from validate_cases import (  # noqa: E402,F401
     GUESS,
     STEP_RAISES_ON_GARBAGE,

@@ -1,4 +1,4 @@
-"""Staged-validator tests (``spadekit.validate``, real sandboxes): extract, syntax, load.
+"""Staged-validator tests (``spadekit.sandbox.validate``, real sandboxes): extract, syntax, load.
 
 Every stage gets at least one program that gets through it and one that fails it with its stable
 ``reason`` code (the other stages: ``test_validate_interface.py``, ``test_validate_episodes.py``;
@@ -17,7 +17,7 @@ pytest.register_assert_rewrite("validate_cases")  # expect()'s assert gets pytes
 
 from conftest import ECHO, assert_pool_works  # noqa: E402
 from spadekit.envs.program import EnvProgram  # noqa: E402
-from spadekit.validate import STAGES  # noqa: E402
+from spadekit.sandbox.validate import STAGES  # noqa: E402
 from validate_cases import GUESS, SYNTAX_ERROR, expect, validator  # noqa: E402,F401
 
 

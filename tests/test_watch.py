@@ -1,4 +1,4 @@
-"""Programs that behave only while validated are retired during training (``spadekit.watch``):
+"""Programs that behave only while validated are retired during training (``spadekit.selfplay.watch``):
 a hang in play (issue 12 defect 5), garbage that wins, a replay that differs from admission and
 steps that turn slow (issue 13). Real sandboxes, a real run database, the real tiny agent."""
 
@@ -11,12 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spadekit.envs.program import EnvProgram
-from spadekit.errors import ConfigError
+from spadekit.common.errors import ConfigError
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
-from spadekit.store import RunStore
-from spadekit.validate import Validator, ValidatorSettings
-from spadekit.watch import (RETIRE_PENALTY, PoolWatch, ProbeResult, WatchConfig, run_probes,
+from spadekit.runs.store import RunStore
+from spadekit.sandbox.validate import Validator, ValidatorSettings
+from spadekit.selfplay.watch import (RETIRE_PENALTY, PoolWatch, ProbeResult, WatchConfig, run_probes,
                             slow_verdict, spot_check_verdicts)
 
 from knob_watch import ANYTHING_WINS  # noqa: E402  (one fixture for both)
@@ -80,7 +80,7 @@ SLOW = HONEST.replace("HonestEnv", "SlowEnv").replace(
 
 def test_a_program_that_hangs_only_in_play_is_punished_removed_and_never_validated_again(
         tmp_path):
-    from spadekit.selfplay import SelfPlay
+    from spadekit.selfplay.loop import SelfPlay
 
     policy = load_policy("tiny")
     calls = {"n": 0}

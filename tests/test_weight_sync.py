@@ -17,8 +17,8 @@ pytest.importorskip("safetensors")
 
 from safetensors.torch import save  # noqa: E402
 
-from spadekit.advantages import Sample  # noqa: E402
-from spadekit.errors import SpadekitError  # noqa: E402
+from spadekit.selfplay.advantages import Sample  # noqa: E402
+from spadekit.common.errors import SpadekitError  # noqa: E402
 from spadekit.policy import load_policy  # noqa: E402
 from spadekit.policy.base import GenerationRequest, SamplingParams  # noqa: E402
 from spadekit.policy.openai_backend import OpenAIPolicy  # noqa: E402

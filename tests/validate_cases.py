@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from spadekit.validate import ValidationReport, Validator
+from spadekit.sandbox.validate import ValidationReport, Validator
 
 
 @pytest.fixture

@@ -1,7 +1,10 @@
 """Curricula: which environments the agent plays each round (see ``base.Curriculum``).
 
+Layer 5: curriculum.
+May import: common, envs, sandbox, runs, policy, rollout.
+
 =========  ========================================================================
-``spade``  the designer writes the pool (``spadekit.design`` inside ``selfplay``)
+``spade``  the designer writes the pool (``spadekit.selfplay.design`` inside ``selfplay``)
 ``fixed``  a static pool: the library, a ``spadekit generate`` pool, or a run's programs
 ``rlve``   RLVE's 400 packaged environments with per-environment difficulty ladders
 =========  ========================================================================
@@ -12,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from spadekit.curriculum.base import Curriculum
-from spadekit.errors import ConfigError
+from spadekit.common.errors import ConfigError
 
 KINDS = ("spade", "fixed", "rlve")
 
@@ -26,7 +29,7 @@ def build_curriculum(config: Any) -> Curriculum | None:
         return None
     if c.kind == "fixed":
         from spadekit.curriculum.fixed import FixedPoolCurriculum
-        from spadekit.envs.sources import load_programs
+        from spadekit.runs.sources import load_programs
 
         return FixedPoolCurriculum(load_programs(c.pool, config.setting))
     if c.kind == "rlve":

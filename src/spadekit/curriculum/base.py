@@ -18,7 +18,7 @@ import random
 from abc import ABC, abstractmethod
 from typing import Any
 
-from spadekit.rollout import EpisodeSpec, Trajectory
+from spadekit.rollout.engine import EpisodeSpec, Trajectory
 
 
 class Curriculum(ABC):

@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 from spadekit.curriculum.base import Curriculum
 from spadekit.envs.program import EnvProgram
-from spadekit.errors import ConfigError
-from spadekit.rollout import EpisodeSpec, Trajectory
+from spadekit.common.errors import ConfigError
+from spadekit.rollout.engine import EpisodeSpec, Trajectory
 
 
 class FixedPoolCurriculum(Curriculum):

@@ -35,8 +35,8 @@ from typing import Any, Callable, Sequence
 
 from spadekit.curriculum.base import Curriculum
 from spadekit.envs.actions import extract_answer, extract_boxed
-from spadekit.errors import ConfigError, SpadekitError
-from spadekit.rollout import EpisodeSpec, Trajectory
+from spadekit.common.errors import ConfigError, SpadekitError
+from spadekit.rollout.engine import EpisodeSpec, Trajectory
 
 __all__ = ["ANSWER_MARKERS", "INSTALL_HINT", "RLVE_SYSTEM", "DifficultyLadder", "RLVECurriculum",
            "RLVEEnv", "RLVEGenerationError", "RLVEProblem", "generate_problem", "rlve_env_names"]

@@ -70,35 +70,13 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from spadekit.envs.hints import _find_hint
+from spadekit.envs.extract_errors import REASONS, ExtractionError
 from spadekit.envs.locate import _Failure, _find_code, _split_think
 
 if TYPE_CHECKING:  # pragma: no cover
     from spadekit.envs.program import EnvProgram
 
 __all__ = ["REASONS", "Extraction", "ExtractionError", "extract_program"]
-
-#: Stable ``ExtractionError.reason`` codes.
-REASONS: tuple[str, ...] = (
-    "empty",
-    "no_code",
-    "no_env_class",
-    "multiple_env_classes",
-    "syntax_error",
-)
-
-
-class ExtractionError(ValueError):
-    """No usable program in the text.  ``reason`` is a stable code from :data:`REASONS`,
-    ``message`` (also ``str(err)``) a human explanation."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(reason, message)
-        self.reason = reason
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
 
 @dataclasses.dataclass(frozen=True)
 class Extraction:

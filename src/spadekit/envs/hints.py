@@ -16,6 +16,8 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
+from spadekit.envs.hint_patterns import _BLOCK_MARK, _HINT_LINE, _HINT_WORD
+
 if TYPE_CHECKING:  # pragma: no cover
     from spadekit.envs.locate import _Found
 
@@ -24,14 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover
 # ---------------------------------------------------------------------------------------------
 
 _HINT_TAG = re.compile(r"<hint>(.*?)(?:</hint>|\Z)", re.IGNORECASE | re.DOTALL)
-_HINT_WORD = r"(?:(?:privileged|secret|solution|solver|player)[ \t]+)?hints?"
-# (Written so that no two whitespace runs can match the same characters: no quadratic
-# backtracking on long lines.)
-_HINT_LINE = re.compile(
-    r"^[ \t]*(?:>[ \t]*)*(?:[-*+][ \t]+)?(?:(?:\*\*|__)[ \t]*)?" + _HINT_WORD
-    + r"[ \t]*(?:(?:\*\*|__)[ \t]*)?[:\uff1a][ \t]*(?:(?:\*\*|__)[ \t]*)?(?P<rest>.*)$",
-    re.IGNORECASE,
-)
 _HINT_HEADING = re.compile(
     r"^[ \t]*(?:>[ \t]*)*#{1,6}[ \t]+(?:[*_]+[ \t]*)?" + _HINT_WORD + r"\b(?P<tail>.*)$",
     re.IGNORECASE,
@@ -43,7 +37,6 @@ _HINT_BOLD_ALONE = re.compile(
 )
 _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]")
 _HINT_CONST = "HINT"
-_BLOCK_MARK = "\x00"  # stands for a code block in the prose searched for hints
 #: A hint is a few sentences; longer runs are cut (keeps markdown stripping cheap).
 _MAX_HINT_CHARS = 4000
 _MAX_HINT_LINES = 40

@@ -17,7 +17,7 @@ import re
 import textwrap
 
 from spadekit.envs import pyparse
-from spadekit.envs.hints import _BLOCK_MARK, _HINT_LINE
+from spadekit.envs.hint_patterns import _BLOCK_MARK, _HINT_LINE
 
 # ---------------------------------------------------------------------------------------------
 # patterns

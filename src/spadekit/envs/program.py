@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from spadekit.envs import pyparse
-from spadekit.envs.extract import ExtractionError
+from spadekit.envs.extract_errors import ExtractionError
 
 __all__ = [
     "DOMAINS",

@@ -7,7 +7,7 @@ comes from a ``# skill: X`` header line (spadekit's pool files) or a reference g
 (``game_<rollout>_<index>_<skill_slug>.py``), when it names a known skill.
 
 :func:`import_reference` turns a reference run's state into spadekit's pool format (see
-``spadekit.generate``): the memory file (``env_memory.json``: a JSON list of records with
+``spadekit.selfplay.generate``): the memory file (``env_memory.json``: a JSON list of records with
 ``game_file``, ``skill``, ``code_snippet``, ``actor_win_rate``, ``regret``, ``rollout_id``,
 ``metadata``) and/or the games directory (``game_*.py``). The full code of a memory record is
 read from its ``game_file`` when that exists, else from the file of the same name in the games
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from spadekit.envs.program import EnvProgram, ProgramSyntaxError, find_env_classes
-from spadekit.errors import ConfigError
+from spadekit.common.errors import ConfigError
 
 __all__ = ["import_reference", "program_from_file", "programs_from_dir", "skill_of"]
 
@@ -38,7 +38,7 @@ REFERENCE_HEADER = '"""SPADE self-play generated game"""'
 
 def skill_of(name: str, code: str = "") -> str | None:
     """The known skill a file's header or reference-style name gives, or None."""
-    from spadekit.designer import normalize_skill
+    from spadekit.envs.skills import normalize_skill
 
     candidates = []
     header = _SKILL_LINE.search(code[:2000])

@@ -29,7 +29,7 @@ from typing import Any
 from spadekit.envs import pyparse
 from spadekit.envs.compat import BASE_MODULE, INJECTABLE, THIRD_PARTY
 from spadekit.envs.schemas import SchemaError, normalize_tools, shape_of, solution_actions
-from spadekit.errors import InvalidResult
+from spadekit.common.errors import InvalidResult
 
 __all__ = ["solution_of", "static_features", "tools_of"]
 

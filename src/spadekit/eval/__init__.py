@@ -1,5 +1,8 @@
 """Evaluation suites: an explicit registry of benchmark adapters, one module each.
 
+Layer 5: eval.
+May import: common, envs, sandbox, runs, policy, rollout, train.
+
 A suite spec is ``NAME`` or ``NAME:ARGUMENT``:
 
 ========================  =====================================================================

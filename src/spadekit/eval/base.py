@@ -26,8 +26,8 @@ from functools import partial
 from typing import Any, Callable
 
 from spadekit.envs.actions import extract_answer, extract_boxed
-from spadekit.errors import SpadekitError
-from spadekit.rollout import EpisodeSpec
+from spadekit.common.errors import SpadekitError
+from spadekit.rollout.engine import EpisodeSpec
 
 WIN_THRESHOLD = 1.0
 ANSWER_SYSTEM = (

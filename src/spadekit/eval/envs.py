@@ -1,6 +1,6 @@
 """``envs:SOURCE``: a held-out set of environment programs as an evaluation suite.
 
-SOURCE is anything :func:`spadekit.envs.sources.load_programs` reads: ``library``, a pool
+SOURCE is anything :func:`spadekit.runs.sources.load_programs` reads: ``library``, a pool
 directory from ``spadekit generate`` (for instance one written by a checkpoint the run never
 trained on), or a run directory (its validated designer programs, to compare two models on the
 same environments). Every program is played ``k`` times (default 16, as SPADE plays each
@@ -16,7 +16,7 @@ from typing import Any
 
 from spadekit.envs.program import EnvProgram
 from spadekit.eval.base import EvalItem, Suite, SuiteDefaults, safe_score
-from spadekit.rollout import EpisodeSpec
+from spadekit.rollout.engine import EpisodeSpec
 
 
 class EnvPoolSuite(Suite):
@@ -27,7 +27,7 @@ class EnvPoolSuite(Suite):
     sandboxed = True
 
     def __init__(self, source: str, setting: str | None = None):
-        from spadekit.envs.sources import load_programs
+        from spadekit.runs.sources import load_programs
 
         self.source = source
         self.name = f"envs:{source}"

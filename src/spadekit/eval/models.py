@@ -44,7 +44,7 @@ def locate_checkpoint(path: Path) -> tuple[Path, Path]:
                             f"{run_dir / 'config.yaml'}): cannot tell its base model")
         return run_dir, path
     if (path / "run.sqlite").exists():
-        from spadekit.store import RunStore
+        from spadekit.runs.store import RunStore
 
         store = RunStore.open(path)
         try:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from spadekit.eval.base import WIN_THRESHOLD, EvalItem, Suite
-from spadekit.jsonl import JsonlAppender
-from spadekit.rollout import RolloutConfig, RolloutEngine, Trajectory
+from spadekit.common.jsonl import JsonlAppender
+from spadekit.rollout.engine import RolloutConfig, RolloutEngine, Trajectory
 
 RESULT_FORMAT = "spadekit-eval/1"
 REPLY_CHARS = 4000
@@ -74,7 +74,7 @@ class Journal:
     killed resumes where it stopped. The first line names the suite, model and settings; a
     journal written for anything else is moved aside to ``<name>.stale`` and a new one begun.
     A torn last line (the process died mid-write) is skipped when reading and moved to
-    ``<name>.partial`` before the next append (:mod:`spadekit.jsonl`), so the next record is
+    ``<name>.partial`` before the next append (:mod:`spadekit.common.jsonl`), so the next record is
     never glued to it."""
 
     def __init__(self, path: str | Path, key: dict[str, Any]):

@@ -89,7 +89,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
 
-from spadekit.advantages import Sample
+from spadekit.selfplay.advantages import Sample
 
 __all__ = ["to_slime_sample", "from_slime_sample", "response_start", "pad_to_global_batch",
            "slime_step_losses", "RoundProducer", "produce_round", "SpadekitRollout",
@@ -118,13 +118,13 @@ class RoundProducer:
     advantages; the weights live elsewhere (slime). Same run directory, store, memory and delay
     buffer as ``spadekit selfplay``; each ``produce`` commits one round.
 
-    Built on ``spadekit.selfplay.SelfPlay`` (its methods, not its constructor, which makes a
+    Built on ``spadekit.selfplay.loop.SelfPlay`` (its methods, not its constructor, which makes a
     transformers trainer): ``policy`` only needs ``token_ids`` and ``logprobs``.
     """
 
     def __init__(self, config: Any, run_dir: str | Path, *, policy: Any,
                  designer_policy: Any = None, resume: bool | None = None) -> None:
-        from spadekit.errors import ConfigError
+        from spadekit.common.errors import ConfigError
 
         missing = {"token_ids", "logprobs"} - set(getattr(policy, "capabilities", ()))
         if missing:
@@ -190,18 +190,18 @@ def _producer_selfplay(config: Any, run_dir: Path, policy: Any, designer_policy:
     """A ``SelfPlay`` with every part of a run except the transformers trainer."""
     import random
 
-    from spadekit.config import save_config
-    from spadekit.corpus import load_corpus
+    from spadekit.selfplay.config import save_config
+    from spadekit.selfplay.corpus import load_corpus
     from spadekit.curriculum import build_curriculum
-    from spadekit.design import DesignPhase
-    from spadekit.errors import ConfigError
-    from spadekit.memory import EnvironmentMemory
-    from spadekit.rollout import RolloutEngine
+    from spadekit.selfplay.design import DesignPhase
+    from spadekit.common.errors import ConfigError
+    from spadekit.selfplay.memory import EnvironmentMemory
+    from spadekit.rollout.engine import RolloutEngine
     from spadekit.sandbox.pool import SandboxPool
-    from spadekit.selfplay import SelfPlay
-    from spadekit.store import RunStore
-    from spadekit.validate import Validator, ValidatorSettings
-    from spadekit.watch import PoolWatch
+    from spadekit.selfplay.loop import SelfPlay
+    from spadekit.runs.store import RunStore
+    from spadekit.sandbox.validate import Validator, ValidatorSettings
+    from spadekit.selfplay.watch import PoolWatch
 
     sp = SelfPlay.__new__(SelfPlay)
     sp.run_dir = run_dir
@@ -328,7 +328,7 @@ class SGLangRouterPolicy:
         self.name = f"{name}@{self.base_url}"
         self._pool = ThreadPoolExecutor(max_workers=max(1, int(max_concurrency)),
                                         thread_name_prefix="spadekit-sglang")
-        from spadekit.rollout import END_OF_TURN_TEXTS
+        from spadekit.rollout.engine import END_OF_TURN_TEXTS
 
         vocab = tokenizer.get_vocab()
         self.stop_token_ids = sorted({vocab[t] for t in END_OF_TURN_TEXTS if t in vocab})
@@ -460,7 +460,7 @@ def check_slime_args(args: Any, config: Any = None) -> list[str]:
 
 
 def _config_from_args(args: Any) -> Any:
-    from spadekit.config import load_config
+    from spadekit.selfplay.config import load_config
 
     return load_config(preset=args.spadekit_preset, path=args.spadekit_config,
                        overrides=list(args.spadekit_set or []))

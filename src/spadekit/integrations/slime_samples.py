@@ -17,7 +17,7 @@ import copy
 import math
 from typing import Any, Sequence
 
-from spadekit.advantages import Sample
+from spadekit.selfplay.advantages import Sample
 
 __all__ = ["STATUS_COMPLETED", "STATUS_TRUNCATED", "from_slime_sample", "pad_to_global_batch",
            "response_start", "slime_step_losses", "to_slime_sample"]

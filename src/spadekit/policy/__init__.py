@@ -1,5 +1,8 @@
 """Policies: one protocol (``spadekit.policy.base``), several backends (``registry``).
 
+Layer 3: policy.
+May import: common.
+
 Import-light: nothing here imports torch; backends load it when a model is built.
 """
 

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from spadekit.errors import SpadekitError
+from spadekit.common.errors import SpadekitError
 
 CAPABILITIES = ("token_ids", "logprobs", "train")
 """What a backend can give: ``token_ids`` (token-in/token-out), ``logprobs`` of sampled tokens,

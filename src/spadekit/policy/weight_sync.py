@@ -71,7 +71,7 @@ import time
 import uuid
 from typing import Any, Iterable, Iterator, Mapping
 
-from spadekit.errors import ConfigError
+from spadekit.common.errors import ConfigError
 from spadekit.policy.base import PolicyError
 
 WEIGHTS_PATH = "/v1/spadekit/weights"

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from spadekit.errors import SpadekitError
-from spadekit.store_schema import SQLITE_MAGIC, loads, unpack_json
+from spadekit.common.errors import SpadekitError
+from spadekit.runs.schema import SQLITE_MAGIC, loads, unpack_json
 
 __all__ = ["FORMAT", "ReportError", "RunReader", "bundle", "env_detail", "episode", "snapshot"]
 

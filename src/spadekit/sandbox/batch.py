@@ -20,7 +20,7 @@ import time
 from collections import deque
 from typing import Any
 
-from spadekit.errors import SandboxError, SandboxTimeout
+from spadekit.common.errors import SandboxError, SandboxTimeout
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 
 Call = tuple[Sandbox, str, dict]

@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from spadekit.errors import ConfigError
+from spadekit.common.errors import ConfigError
 
 TIERS = ("strong", "standard", "weak")
 """Isolation tiers, strongest first (see ``spadekit.sandbox.isolation``)."""

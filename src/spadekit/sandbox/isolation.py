@@ -31,7 +31,7 @@ import sys
 import threading
 from dataclasses import asdict, dataclass, field
 
-from spadekit.errors import InsecureSandboxError, SandboxError, SandboxStartError
+from spadekit.common.errors import InsecureSandboxError, SandboxError, SandboxStartError
 from spadekit.sandbox import cgroup
 from spadekit.sandbox.config import TIERS, SandboxConfig
 from spadekit.sandbox.launch import (UIDS, Plan, mount_tmpfs, sweep_stale_dirs, uid_lock_dir,

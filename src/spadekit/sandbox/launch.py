@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spadekit.errors import SandboxStartError
+from spadekit.common.errors import SandboxStartError
 from spadekit.sandbox import cgroup as cg
 from spadekit.sandbox import packages
 from spadekit.sandbox.config import SandboxConfig
@@ -57,13 +57,14 @@ class Plan:
     python_prefix: str = field(default_factory=lambda: os.path.realpath(sys.base_prefix))
 
 
-RUNTIME_PARTS = ("__init__.py", "errors.py", "envs", "sandbox/worker.py")
+RUNTIME_PARTS = ("__init__.py", "common/__init__.py", "common/errors.py", "envs",
+                 "sandbox/worker.py")
 
 
 @functools.lru_cache(maxsize=1)
 def runtime_lib() -> str:
     """A world-readable copy of the standard-library-only parts of spadekit that workers need
-    (the worker script, ``spadekit.envs`` for programs to import, ``spadekit.errors``). Workers
+    (the worker script, ``spadekit.envs`` for programs to import, ``spadekit.common.errors``). Workers
     never see the rest of the installed package, and the copy works wherever the package lives
     (a private home directory, a virtualenv). Removed when this process exits."""
     root = tempfile.mkdtemp(prefix=f"spadekit-rt-{os.getpid()}-")

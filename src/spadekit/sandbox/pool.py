@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 
-from spadekit.errors import ConfigError, SandboxError, SandboxStartError
+from spadekit.common.errors import ConfigError, SandboxError, SandboxStartError
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.sandbox.isolation import IsolationReport, detect
 from spadekit.sandbox.sandbox import Sandbox

@@ -3,7 +3,7 @@
 ``Sandbox`` sends one request at a time (a lock makes it safe from several threads; the ``a*``
 methods make it usable from asyncio), enforces a wall-clock deadline on every call, re-validates
 every result with the same checks the worker ran, and turns every failure into a typed
-``spadekit.errors.SandboxError``. A timeout, a dead worker or a protocol violation kills the
+``spadekit.common.errors.SandboxError``. A timeout, a dead worker or a protocol violation kills the
 worker and its whole process tree; later calls raise ``SandboxClosed``.
 
 Replies are untrusted (the program runs inside the worker and can forge them): every line is
@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from spadekit.errors import (ERROR_TYPES, EnvRaised, InvalidResult, ProgramLoadError,
+from spadekit.common.errors import (ERROR_TYPES, EnvRaised, InvalidResult, ProgramLoadError,
                              ProtocolViolation, ResourceLimit, SandboxClosed, SandboxError,
                              SandboxStartError, SandboxTimeout, WorkerDied)
 from spadekit.envs import refstyle

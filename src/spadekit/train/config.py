@@ -77,7 +77,7 @@ class TrainConfig:
     completions). ``"episode"``: one sample, the whole multi-turn sequence with every assistant
     turn in its loss mask. ``"turn"``: one sample per assistant turn (the conversation up to the
     end of that turn, only that turn's tokens in the loss), each with the episode's advantage,
-    as the SPADE reference does for thinking models (``spadekit.advantages.per_turn_samples``).
+    as the SPADE reference does for thinking models (``spadekit.selfplay.advantages.per_turn_samples``).
     With ``"turn"`` an episode weighs in proportion to its turns under ``loss_type="sequence"``,
     and earlier turns' tokens are recomputed as context in later samples."""
 

@@ -1,6 +1,6 @@
 """``PolicyTrainer``: the GRPO update of the one SPADE policy, both roles in one batch.
 
-``train_step(samples)`` takes agent and designer ``Sample`` records (``spadekit.advantages``) and
+``train_step(samples)`` takes agent and designer ``Sample`` records (``spadekit.selfplay.advantages``) and
 makes ``num_iterations`` AdamW steps on them:
 
 1. Filter: samples of an importance-sampled role (default: the designer's delayed samples)
@@ -62,7 +62,7 @@ import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
-from spadekit.advantages import Sample
+from spadekit.train.sample import Sample
 from spadekit.train.checkpoint import (
     CHECKPOINT_FORMAT,
     STATE_FILE,

@@ -1,0 +1,70 @@
+"""``spadekit import-reference``: a SPADE reference run's stored environments as a spadekit pool.
+
+Reads the reference's environment memory file (``env_memory.json``) and/or its games directory
+(``game_*.py``) with :func:`spadekit.envs.refimport.import_reference`, validates every program
+in the sandbox (reference-contract compatibility on, ``SandboxConfig.compat``) and writes the
+valid ones into a pool directory in ``spadekit generate``'s format (invalid ones go to
+``rejected.jsonl``), each with ``meta.lineage`` naming where it came from. The pool then works
+wherever an environment source is taken: ``train-fixed --pool``, ``eval --suite envs:POOL``,
+``memory_seed``. Registered on the main ``app`` by ``spadekit.cli.app``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from spadekit.common.errors import SpadekitError
+from spadekit.common.safe_text import terminal_text
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def import_reference(
+    out: Path = typer.Option(..., "--out", help="Pool directory to write (created; re-running "
+                             "adds only programs not in it yet)."),
+    memory: Optional[Path] = typer.Option(None, "--memory", help="The reference's environment "
+                                          "memory file (env_memory.json)."),
+    games: Optional[Path] = typer.Option(None, "--games", help="The reference's games directory "
+                                         "(game_*.py files)."),
+    validate: bool = typer.Option(True, "--validate/--no-validate", help="Validate each program "
+                                  "in the sandbox first (invalid ones are rejected)."),
+    workers: int = typer.Option(2, min=1, help="Programs validated in parallel."),
+    unsafe: bool = typer.Option(False, "--unsafe", help="Allow running programs below the "
+                                "'standard' isolation tier. Only for trusted code."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Import a SPADE reference run's memory file and/or games directory as a spadekit pool."""
+    from spadekit.envs.refimport import import_reference as read_reference
+    from spadekit.runs.pool import write_pool
+
+    try:
+        programs, summary = read_reference(memory, games)
+        reports: list = [None] * len(programs)
+        if validate and programs:
+            from spadekit.sandbox import SandboxConfig, SandboxPool
+            from spadekit.sandbox.validate import Validator
+
+            with Validator(SandboxPool(SandboxConfig(allow_unsafe=unsafe),
+                                       warm=min(workers, 4))) as validator:
+                reports = validator.validate_many(programs, workers=workers)
+        summary.update(write_pool(out, zip(programs, reports)))
+    except SpadekitError as exc:
+        err_console.print(f"[red]error:[/red] {terminal_text(exc.message)}")
+        raise typer.Exit(2) from None
+    summary["out"] = str(out)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        console.print(f"{summary['imported']} program(s) read ({summary['memory_records']} "
+                      f"memory record(s), {summary['game_files']} game file(s)): "
+                      f"{summary['written']} written to {terminal_text(str(out))}, "
+                      f"{summary['rejected']} invalid, {summary['duplicate']} already there")
+        for item in summary["skipped"]:
+            console.print(f"  skipped {terminal_text(item['what'])}: {item['why']}")
+    raise typer.Exit(0)

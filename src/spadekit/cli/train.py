@@ -1,0 +1,232 @@
+"""``spadekit selfplay`` and ``spadekit train-fixed``: the training commands and their round table.
+
+Registered on the main ``app`` by ``spadekit.cli.app`` (this module only defines the functions).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spadekit.common.errors import SpadekitError
+from spadekit.common.safe_text import terminal_text
+
+console = Console()
+err_console = Console(stderr=True)
+UNSAFE_HELP = ("Allow running programs below the 'standard' isolation tier (see `spadekit "
+               "doctor`). Only for trusted code.")
+
+
+def selfplay(
+    preset: str = typer.Option("cpu-tiny", help="Preset: cpu-tiny (default: bundled SmolLM2 on "
+                               "CPU), games-4b, tooluse-4b, games-30b, games-8b-thinking, "
+                               "ablate-*."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file applied on top of "
+                                          "the preset."),
+    overrides: list[str] = typer.Option(None, "--set", help="Override one setting: "
+                                        "key=value, dotted for sections (train.learning_rate=1e-5)."
+                                        " Repeatable."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (shortcut for "
+                                        "--set model=...): tiny, smollm2-135m, hf:PATH, ..."),
+    rounds: Optional[int] = typer.Option(None, help="Rounds to play now."),
+    run_dir: Optional[Path] = typer.Option(None, help="Run directory (default runs/DATE-TIME)."),
+    resume: Optional[Path] = typer.Option(None, help="Continue the run in this directory from "
+                                          "its last completed round."),
+    curriculum: Optional[str] = typer.Option(
+        None, help="spade (default): the model designs its environments; fixed: a static pool "
+        "(`--set curriculum.pool=DIR`); rlve: RLVE's adaptive-difficulty environments. Same "
+        "trainer and budget for all three."),
+    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and the "
+                                 "budgets it implies (agent samples, plays per environment, "
+                                 "hinted plays, designer weight, turn cap) and exit: no model "
+                                 "is loaded and no run directory is created."),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: one JSON object "
+                                 "(the budgets, and the config under 'config')."),
+) -> None:
+    """The main job: SPADE self-play. One model designs environments (with hints) and learns to
+    solve them; both roles are updated with GRPO every round.
+
+    Everything lives in the run directory (config.yaml, run.sqlite, checkpoints/,
+    events.jsonl); `--resume DIR` continues after any crash, losing at most the round in flight.
+    In-loop evaluation: `--set eval.every=N --set 'eval.suites=[rg-easy]'`.
+    `--dry-run [--json]` shows what a preset resolves to without starting anything.
+    """
+    extra = [f"curriculum.kind={curriculum}"] if curriculum else []
+    if dry_run or as_json:
+        if not dry_run:
+            raise typer.BadParameter("--json needs --dry-run")
+        _dry_run(preset, config, overrides, model, rounds, unsafe, extra, as_json)
+        return
+    _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe, extra)
+
+
+def train_fixed(
+    pool: str = typer.Option(..., "--pool", help="The fixed environments: library, a pool "
+                             "directory from `spadekit generate`, or a run directory."),
+    preset: str = typer.Option("cpu-tiny", help="Preset (as for selfplay)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file on top of the "
+                                          "preset."),
+    overrides: list[str] = typer.Option(None, "--set", help="Override one setting (key=value)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model, as for selfplay."),
+    rounds: Optional[int] = typer.Option(None, help="Rounds to play now."),
+    run_dir: Optional[Path] = typer.Option(None, help="Run directory (default runs/DATE-TIME)."),
+    resume: Optional[Path] = typer.Option(None, help="Continue this run."),
+    unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+) -> None:
+    """The fixed-environment GRPO baseline: the agent role only, on a static pool, with the
+    same loss, trainer and budget (envs_per_round x plays_per_env plays a round) as
+    `selfplay`. Same run directory, resume and metrics."""
+    _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
+                  ["curriculum.kind=fixed", f"curriculum.pool={json.dumps(pool)}"])
+
+
+def _resolve(preset, config, overrides, model, rounds, unsafe, extra: list[str]):
+    """The config of a ``selfplay``/``train-fixed`` command line (``typer.BadParameter`` if it
+    does not load)."""
+    from spadekit.selfplay.config import load_config
+
+    sets = list(overrides or []) + extra
+    if model:
+        sets.append(f"model={model}")
+    if unsafe:
+        sets.append("sandbox.allow_unsafe=true")
+    try:
+        cfg = load_config(preset, config, sets)
+        if rounds is not None:
+            import dataclasses
+
+            cfg = dataclasses.replace(cfg, rounds=rounds)
+    except SpadekitError as exc:
+        raise typer.BadParameter(exc.message) from None
+    return cfg
+
+
+def _dry_run(preset, config, overrides, model, rounds, unsafe, extra: list[str],
+             as_json: bool) -> None:
+    """``--dry-run``: the resolved config and its budgets; nothing is loaded or written."""
+    import yaml
+
+    from spadekit.selfplay.config import budgets, to_dict
+
+    cfg = _resolve(preset, config, overrides, model, rounds, unsafe, extra)
+    numbers = budgets(cfg)
+    if as_json:
+        typer.echo(json.dumps({**numbers, "config": to_dict(cfg)}, sort_keys=False))
+        return
+    console.print(f"[bold]spadekit selfplay --dry-run[/bold]: preset {preset}"
+                  + (f" + {config}" if config else ""))
+    console.print(yaml.safe_dump(to_dict(cfg), sort_keys=False), markup=False,
+                  highlight=False)
+    table = Table(title="budgets per round", show_header=True)
+    table.add_column("quantity", no_wrap=True)
+    table.add_column("value")
+    for key, value in numbers.items():
+        table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+    console.print(table)
+
+
+def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
+                  extra: list[str]) -> None:
+    import time as _time
+
+    from spadekit.selfplay.loop import SelfPlay
+
+    cfg = _resolve(preset, config, overrides, model, rounds, unsafe, extra)
+    import os
+
+    # several processes (torchrun / accelerate launch): rank 0 owns the run directory and
+    # prints; the others follow its rounds silently (see spadekit.selfplay.loop)
+    main = int(os.environ.get("RANK", "0")) == 0
+    rank = os.environ.get("RANK", "0")
+    target = resume or run_dir or Path("runs") / _time.strftime("%Y%m%d-%H%M%S")
+    if main:
+        console.print(f"[bold]spadekit selfplay[/bold] {'resuming' if resume else 'run'} "
+                      f"[cyan]{target}[/cyan]: {cfg.model}, {cfg.setting}, "
+                      f"{cfg.curriculum.kind} curriculum, {cfg.rounds} round(s)")
+    try:
+        with err_console.status(f"loading {cfg.model}") if main else _nothing():
+            sp = SelfPlay(cfg, target, resume=resume is not None,
+                          console=err_console if main else None)
+    except SpadekitError as exc:
+        err_console.print(f"[red]{'' if main else f'rank {rank}: '}cannot start:[/red] "
+                          f"{terminal_text(exc.message)}")
+        raise typer.Exit(2) from None
+    with sp:
+        target = sp.run_dir  # rank 0's (the other ranks' default name may differ)
+        if main:
+            world = sp.trainer.dist.world_size
+            console.print(f"sandbox tier: {sp.pool.report.tier}; starting at round "
+                          f"{sp.next_step}" + (f"; {world} processes "
+                                               f"({sp.trainer.dist.strategy})"
+                                               if world > 1 else ""))
+        for _ in range(sp.config.rounds):
+            try:
+                metrics = sp.round(sp.next_step)
+            except SpadekitError as exc:
+                err_console.print(f"[red]{'' if main else f'rank {rank}: '}round "
+                                  f"{sp.next_step} failed:[/red] {terminal_text(exc.message)}\n"
+                                  "Nothing of that round was committed; fix the cause and "
+                                  f"continue with --resume {target}")
+                raise typer.Exit(1) from None
+            sp.next_step += 1
+            if main:
+                console.print(_round_table(metrics))
+    if main:
+        console.print(f"done: {target} (resume with --resume {target})")
+    _leave_process_group()
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _leave_process_group() -> None:
+    """After a clean multi-process run: leave the process group (torch warns otherwise)."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+    except ImportError:
+        pass
+
+
+def _round_table(m: dict) -> Table:
+    times = "  ".join(f"{k} {v:.0f}s" for k, v in m["timings_s"].items())
+    table = Table(title=f"round {m['step']} ({m['seconds']:.0f}s)", caption=times,
+                  show_header=True)
+    for col in ("valid", "pool d+b", "win", "return", "regret", "d.reward", "loss", "tok/s"):
+        table.add_column(col, no_wrap=True)
+    tps = m.get("sampled_tokens", 0) / max(m.get("timings_s", {}).get("play", 0) or 1e-9, 1e-9)
+
+    def f(key, fmt="{:.3f}"):
+        return fmt.format(m[key]) if isinstance(m.get(key), (int, float)) else "-"
+
+    pool = f"{m.get('pool_designed', 0)}+{m.get('pool_bootstrap', 0)}"
+    if "pool_baseline" in m:
+        pool = f"{m['pool_baseline']} (baseline)"
+    table.add_row(f("valid_share", "{:.0%}"), pool, f("agent_win_rate", "{:.0%}"),
+                  f("agent_mean_return"), f("regret"), f("designer_reward"), f("train/loss"),
+                  f"{tps:.0f}")
+    cut = {k.split("/", 1)[1]: v for k, v in m.items()
+           if k.startswith("thinking_cut/") and isinstance(v, (int, float)) and v}
+    if cut:  # replies that ended inside <think>: a lost hint/program/move, not a quiet zero
+        table.caption += ("\nthinking cut (reply ended inside <think>): "
+                          + "  ".join(f"{role} {int(n)}" for role, n in sorted(cut.items()))
+                          + " - raise that role's token budget or set "
+                          "chat_template.<role>.enable_thinking=false")
+    evals = [(k[5:-9], v) for k, v in m.items()
+             if k.startswith("eval/") and k.endswith("/win_rate") and k.count("/") == 2]
+    if evals:
+        table.caption += "\neval win rate: " + "  ".join(f"{terminal_text(n)} {v:.3f}"
+                                                         for n, v in evals)
+    return table

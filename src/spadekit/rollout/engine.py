@@ -1,0 +1,555 @@
+"""The multi-turn rollout engine: many episodes at once, token-in/token-out, in sandboxes.
+
+Each turn, every live episode's token sequence goes into one batched ``policy.generate`` call;
+then every environment steps in its sandbox, concurrently. A trajectory keeps the exact sampled
+ids and their behaviour logprobs; observation tokens are appended through the chat template's
+incremental rendering (``spadekit.policy.chat``), and ``loss_mask`` marks sampled tokens only.
+
+Episodes end when the program terminates or truncates, at the episode's turn cap, when the
+context would overflow (truncated, ``stop_reason="context"``), or when the environment fails (a
+typed failure on that episode only; the batch goes on). Turn cap: the program is constructed with
+``EpisodeSpec.max_turns`` (else ``RolloutConfig.max_turns``) and plays at most that many turns, or
+its own smaller ``max_turns`` (``Trajectory.max_turns``). Return per SPEC point 4: the last reward
+if terminated, else 0. Hints go on the first observation only: ``"{obs}\\n\\nHINT: {hint}"``.
+A turn sampled without logprobs makes ``Trajectory.logprobs`` None (never zeros, which would turn
+an importance weight into ``p_old``). ``TurnRecord.step_s`` is the episode's own step time where
+the backend measures it (``spadekit.sandbox.batch``), else the turn's mean.
+
+Where environments run is behind a small seam, ``EnvBackend``: a run opens one ``EnvSession``,
+which starts the episodes of untrusted programs (``start``) and steps them (``step``) and frees
+everything at the end (``release``). ``LocalPoolBackend`` is the local sandbox pool (one sandbox per
+distinct program, batched without threads by ``spadekit.sandbox.batch``);
+``spadekit.rollout.ray_envs.RayEnvBackend`` runs the same sandboxes on Ray actors. Trusted
+in-process environments (``EpisodeSpec.env_factory``) never go through a backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import zlib
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator
+
+from spadekit.policy.chat import ChatRenderer
+from spadekit.envs.program import EnvProgram
+from spadekit.common.errors import SandboxError
+from spadekit.rollout.local_env import LocalEnv
+from spadekit.sandbox.play import episode_return, with_hint
+from spadekit.policy.base import GenerationRequest, Policy, SamplingParams, encode_texts
+from spadekit.sandbox.pool import SandboxPool
+from spadekit.sandbox.batch import request_many, start_many, step_many
+from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
+from spadekit.rollout.thinking import split_thinking
+
+GAMES_SYSTEM = (
+    "You are playing a text game. Read each observation carefully and reply with exactly one "
+    "command per turn, written inside \\boxed{...}, for example \\boxed{guess 42}. You may think "
+    "briefly before the box; only the last box counts.")
+TOOLUSE_SYSTEM = (
+    "You complete tasks by calling tools. Call a tool by writing "
+    '<tool_call>{"name": "TOOL_NAME", "arguments": {...}}</tool_call>; you may make several calls '
+    "in one turn. Tool results come back in the next message. When the task is complete, reply "
+    "<answer>done</answer>.")
+END_OF_TURN_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    max_turns: int = 12
+    """Turn cap of episodes whose ``EpisodeSpec.max_turns`` is None. Self-play gives every
+    episode ``SelfPlayConfig.turn_cap`` = ``min(env_max_turns, rollout.max_turns)``."""
+    max_new_tokens: int = 256
+    """Per assistant turn."""
+    max_context_tokens: int = 4096
+    """Whole conversation; an episode that would exceed it ends truncated."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    system_prompt: str | None = None
+    """None: the built-in prompt of the program's setting (games or tool use)."""
+    native_tools: bool = True
+    """Give tool schemas to the chat template (models with native tool calling render them)."""
+    seed: int | None = None
+    """Derive each episode's and turn's sampling seed from this (reproducible rollouts)."""
+    load_workers: int = 8
+    """Programs loaded into sandboxes in parallel at the start of a run (steps need no threads:
+    ``spadekit.sandbox.batch`` multiplexes every worker's pipe)."""
+    strip_thinking: bool = True
+    """Thinking models: when a turn carries a ``<think>...</think>`` block, the environment gets
+    only the text after it (``spadekit.rollout.thinking.split_thinking``); the trajectory keeps the full
+    text in its messages and every sampled token stays trainable. Texts without a think tag
+    are passed unchanged either way."""
+
+
+@dataclass
+class EpisodeSpec:
+    program: EnvProgram | None
+    """An untrusted program, played in a sandbox; None when ``env_factory`` is given."""
+    seed: int
+    hint: str | None = None
+    tag: dict[str, Any] = field(default_factory=dict)
+    """Free metadata carried to the trajectory (env id, group, with_hint, ...)."""
+    env_factory: Callable[[], Any] | None = None
+    """Trusted code only (benchmark adapters, packaged environments such as rlve-gym): builds an
+    object with the Gymnasium text contract (``reset(*, seed, options)``, 5-tuple ``step``, and
+    optionally ``tools()``) that is stepped in this process, without a sandbox."""
+    system: str | None = None
+    """This episode's system prompt (default: the config's, else the setting's built-in one)."""
+    max_turns: int | None = None
+    """This episode's turn cap, given to the program's constructor (``max_turns=``) and the most
+    turns it plays (fewer if the program reports a smaller ``max_turns``); None: the config's."""
+
+    def __post_init__(self) -> None:
+        if (self.program is None) == (self.env_factory is None):
+            raise ValueError("an EpisodeSpec needs exactly one of program and env_factory")
+        if self.max_turns is not None and (isinstance(self.max_turns, bool) or not isinstance(
+                self.max_turns, int) or self.max_turns < 1):
+            raise ValueError(f"EpisodeSpec.max_turns must be a positive int or None, got "
+                             f"{self.max_turns!r}")
+
+    @property
+    def env_key(self) -> str:
+        """The program's sha256, or ``local:<id>`` for an in-process environment."""
+        return self.program.sha256 if self.program is not None else f"local:{id(self)}"
+
+
+@dataclass
+class TurnRecord:
+    action: str
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    new_tokens: int
+    finish_reason: str
+    exact_render: bool = True
+    generate_s: float = 0.0
+    step_s: float = 0.0
+    thinking_chars: int = 0
+    """Characters of thinking taken out of the sampled text before the environment saw it
+    (``action`` is what the environment got); 0 when nothing was stripped."""
+
+
+@dataclass
+class Trajectory:
+    spec: EpisodeSpec
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = field(default_factory=list)
+    """Behaviour logprobs at sampled positions, 0.0 elsewhere (aligned with token_ids); None
+    once a sampled turn came without logprobs (the sample then has no behaviour logprobs)."""
+    messages: list[dict[str, str]] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
+    prompt_len: int = 0
+    terminated: bool = False
+    truncated: bool = False
+    stop_reason: str = ""
+    """terminated | truncated | max_turns | context | env_error | policy_error"""
+    failure: dict[str, Any] | None = None
+    episode_return: float = 0.0
+    tools: list[dict] | None = None
+    max_turns: int = 0
+    """The turn cap this episode was played under (0 until it started)."""
+    _env: Any = field(default=None, repr=False)
+    """A backend's episode handle (``RemoteEnv`` locally), a ``LocalEnv``, or None when over."""
+    _index: int = field(default=0, repr=False)
+    _sampled_end: bool = field(default=False, repr=False)
+
+    @property
+    def live(self) -> bool:
+        return not self.stop_reason
+
+    @property
+    def num_sampled(self) -> int:
+        return sum(self.loss_mask)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"program_sha256": self.spec.program.sha256 if self.spec.program else None,
+                "seed": self.spec.seed,
+                "hint": self.spec.hint, "tag": self.spec.tag, "token_ids": self.token_ids,
+                "loss_mask": self.loss_mask, "logprobs": self.logprobs, "messages": self.messages,
+                "turns": [asdict(t) for t in self.turns], "prompt_len": self.prompt_len,
+                "terminated": self.terminated, "truncated": self.truncated,
+                "stop_reason": self.stop_reason, "failure": self.failure,
+                "episode_return": self.episode_return, "num_sampled": self.num_sampled,
+                "max_turns": self.max_turns}
+
+
+StartItem = tuple[str, str, int | None, int]
+"""What a backend starts: (program sha256, program code, max_turns for the constructor, reset
+seed). Items with the same sha share one sandbox."""
+Started = tuple[Any, str, dict, list[dict] | None]
+"""A started episode: (handle, first observation, info, tool schemas or None)."""
+StepResult = tuple[str, float, bool, bool, dict]
+
+
+class EnvSession(ABC):
+    """The environments of one rollout run. Every failure is a typed ``SandboxError`` in the
+    result list, on that item only; ``release`` frees every sandbox the session used."""
+
+    @abstractmethod
+    def start(self, items: list[StartItem]) -> list[Started | SandboxError]:
+        """Load each distinct program once (one sandbox per program), create one instance per
+        item and reset it with its seed; results in item order."""
+
+    step_seconds: list[float] | None = None
+    """After ``step``: each item's own step time where the backend measures it, else None."""
+
+    @abstractmethod
+    def step(self, pairs: list[tuple[Any, str]]) -> list[StepResult | SandboxError]:
+        """Step many episodes at once: (handle, action) in, checked 5-tuple out, in order."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """End the session: kill its sandboxes (instances die with them). Idempotent."""
+
+    def __enter__(self) -> "EnvSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+class EnvBackend(ABC):
+    """Where untrusted environment programs run: opens one session per rollout run."""
+
+    @abstractmethod
+    def session(self) -> EnvSession:
+        """A new session; use it as a context manager (``release`` on exit)."""
+
+    def close(self) -> None:
+        """Free what the backend owns (the local backend owns nothing: its pool is the
+        caller's)."""
+
+
+class LocalPoolBackend(EnvBackend):
+    """Sandboxes from a local ``SandboxPool``, stepped with ``spadekit.sandbox.batch``.
+
+    A session holds the pool's background boots (``SandboxPool.paused``) while it lives,
+    acquires one sandbox per distinct program (``load_workers`` loads in parallel) and releases
+    them all at its end. Its loading threads live as long as the session: a worker cold-started
+    by a thread gets its parent-death signal when that thread ends."""
+
+    def __init__(self, pool: SandboxPool, load_workers: int = 8) -> None:
+        self.pool = pool
+        self.load_workers = max(1, load_workers)
+
+    def session(self) -> "LocalPoolSession":
+        return LocalPoolSession(self.pool, self.load_workers)
+
+
+class LocalPoolSession(EnvSession):
+    def __init__(self, pool: SandboxPool, load_workers: int) -> None:
+        self.pool = pool
+        self.load_workers = load_workers
+        self.sandboxes: dict[str, Sandbox] = {}
+        self._ex: ThreadPoolExecutor | None = None
+        self._paused: contextlib.ExitStack | None = contextlib.ExitStack()
+        self._paused.enter_context(pool.paused())
+
+    def start(self, items: list[StartItem]) -> list[Started | SandboxError]:
+        codes: dict[str, str] = {}
+        shas = [item[0] for item in items]
+        for sha, code, _mt, _seed in items:
+            codes.setdefault(sha, code)
+        failed: dict[str, SandboxError] = {}
+        todo = [kv for kv in codes.items() if kv[0] not in self.sandboxes]
+
+        def acquire(item: tuple[str, str]):
+            sha, code = item
+            try:
+                return sha, self.pool.acquire(code), None
+            except SandboxError as exc:
+                return sha, None, exc
+
+        if todo:
+            if self._ex is None:
+                self._ex = ThreadPoolExecutor(self.load_workers)
+            for sha, sb, exc in self._ex.map(acquire, todo):
+                if sb is not None:
+                    self.sandboxes[sha] = sb
+                else:
+                    failed[sha] = exc
+        out: list[Any] = [None] * len(items)
+        live = [i for i, sha in enumerate(shas) if sha not in failed]
+        for i, sha in enumerate(shas):
+            if sha in failed:
+                out[i] = failed[sha]
+        started = start_many([(self.sandboxes[shas[i]], items[i][2], items[i][3], None)
+                              for i in live])
+        wants_tools = [k for k, r in enumerate(started) if not isinstance(r, SandboxError)
+                       and r[0].sandbox.program.get("has_tools")]
+        tools_raw = request_many([(started[k][0].sandbox, "call",
+                                   {"instance": started[k][0].instance, "method": "tools"})
+                                  for k in wants_tools])
+        tools_of: dict[int, Any] = {}
+        for k, raw in zip(wants_tools, tools_raw):
+            try:
+                tools_of[k] = RemoteEnv.checked_tools(raw, started[k][0].sandbox) if not \
+                    isinstance(raw, SandboxError) else raw
+            except SandboxError as exc:
+                tools_of[k] = exc
+        for k, (i, result) in enumerate(zip(live, started)):
+            tools = tools_of.get(k)
+            if isinstance(result, SandboxError):
+                out[i] = result
+            elif isinstance(tools, SandboxError):
+                out[i] = tools
+            else:
+                out[i] = (result[0], result[1], result[2], tools)
+        return out
+
+    def step(self, pairs: list[tuple[Any, str]]) -> list[StepResult | SandboxError]:
+        seconds: list[float] = []
+        results = step_many(pairs, seconds)
+        self.step_seconds = seconds
+        return results
+
+    def release(self) -> None:
+        try:
+            for sb in self.sandboxes.values():
+                self.pool.release(sb)
+            self.sandboxes.clear()
+        finally:
+            if self._paused is not None:
+                self._paused, paused = None, self._paused
+                paused.close()
+            if self._ex is not None:
+                self._ex, ex = None, self._ex
+                ex.shutdown()
+
+
+class RolloutEngine:
+    """Plays episodes of programs with a policy. Owns nothing: give it a policy and a pool
+    (or any ``EnvBackend``)."""
+
+    def __init__(self, policy: Policy, pool: SandboxPool | EnvBackend | None,
+                 config: RolloutConfig | None = None, *,
+                 chat_template_kwargs: dict[str, Any] | None = None):
+        """``pool``: a ``SandboxPool`` (wrapped in ``LocalPoolBackend``), an ``EnvBackend``
+        (e.g. ``RayEnvBackend``), or None when every episode runs an in-process
+        ``env_factory``. ``chat_template_kwargs``: the agent's chat-template options
+        (``enable_thinking`` ...), used for every prompt and observation."""
+        self.policy = policy
+        self.config = config or RolloutConfig()
+        if isinstance(pool, SandboxPool):
+            self.backend: EnvBackend | None = LocalPoolBackend(pool, self.config.load_workers)
+        elif pool is None or isinstance(pool, EnvBackend):
+            self.backend = pool
+        else:
+            raise TypeError(f"RolloutEngine needs a SandboxPool, an EnvBackend or None, got "
+                            f"{type(pool).__name__}")
+        self.pool: SandboxPool | None = getattr(self.backend, "pool", None)
+        vocab = policy.tokenizer.get_vocab()
+        stops = tuple(t for t in END_OF_TURN_TEXTS if t in vocab)
+        eos = getattr(policy.tokenizer, "eos_token", None)
+        self.stop_texts = tuple(dict.fromkeys(((eos,) if eos else ()) + stops))
+        self.renderer = ChatRenderer(policy.tokenizer, self.stop_texts, chat_template_kwargs)
+        self._stop_ids = {vocab[t] for t in self.stop_texts if t in vocab}
+        self.stats: dict[str, float] = {}
+
+    # -- public ---------------------------------------------------------------------------
+
+    def run(self, specs: list[EpisodeSpec]) -> list[Trajectory]:
+        t0 = time.perf_counter()
+        self.stats = {"model_s": 0.0, "env_s": 0.0, "sampled_tokens": 0, "turns": 0,
+                      "trajectories_without_logprobs": 0}
+        trajs = [Trajectory(spec=s, _index=i) for i, s in enumerate(specs)]
+        for tr in trajs:
+            tr.max_turns = self._cap(tr)
+        if self.backend is None and any(s.program is not None for s in specs):
+            raise ValueError("episodes of untrusted programs need a SandboxPool or an EnvBackend")
+        with self._session() as session:
+            self._start(trajs, session)
+            turn = 0
+            while any(t.live for t in trajs):
+                self._turn([t for t in trajs if t.live], turn, session)
+                turn += 1
+        self.stats["total_s"] = time.perf_counter() - t0
+        return trajs
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[EnvSession | None]:
+        if self.backend is None:
+            yield None
+            return
+        with self.backend.session() as session:
+            yield session
+
+    # -- phases ---------------------------------------------------------------------------
+
+    def _start(self, trajs: list[Trajectory], session: EnvSession | None) -> None:
+        """One sandbox per distinct program; one environment instance per episode; reset."""
+        local = [t for t in trajs if t.spec.program is None]
+        live = [t for t in trajs if t.spec.program is not None]
+        t = time.perf_counter()
+        started: list[Any] = session.start(
+            [(tr.spec.program.sha256, tr.spec.program.code, self._cap(tr), tr.spec.seed)
+             for tr in live]
+        ) if live else []
+        for tr in local:
+            env = LocalEnv(tr.spec.env_factory)
+            result = env.reset(tr.spec.seed)
+            tools = env.tools() if not isinstance(result, SandboxError) else None
+            live.append(tr)
+            started.append(result if isinstance(result, SandboxError) else
+                           tools if isinstance(tools, SandboxError) else (env, *result, tools))
+        prompts: list[tuple[Trajectory, str]] = []
+        for tr, result in zip(live, started):
+            if isinstance(result, SandboxError):
+                self._fail(tr, result, "env_error")
+                continue
+            env, obs, _info, tools = result
+            tr._env, tr.tools = env, tools
+            own = getattr(env.env if isinstance(env, LocalEnv) else env, "max_turns", None)
+            if isinstance(own, int) and not isinstance(own, bool) and own >= 1:
+                tr.max_turns = min(tr.max_turns, own)  # the program's own smaller cap holds
+            setting = "tooluse" if tools else "games"
+            system = tr.spec.system or self.config.system_prompt or (
+                TOOLUSE_SYSTEM if tools else GAMES_SYSTEM)
+            tr.messages = [{"role": "system", "content": system},
+                           {"role": "user", "content": with_hint(obs, tr.spec.hint)}]
+            tr.spec.tag.setdefault("setting", setting)
+            native = tools if (tools and self.config.native_tools) else None
+            prompts.append((tr, self.renderer.prompt_text(system, tr.messages[1]["content"],
+                                                          native)))
+        for (tr, _text), ids in zip(prompts, encode_texts(self.policy.tokenizer,
+                                                          [p[1] for p in prompts])):
+            tr.token_ids = ids
+            tr.loss_mask = [0] * len(tr.token_ids)
+            tr.logprobs = [0.0] * len(tr.token_ids)
+            tr.prompt_len = len(tr.token_ids)
+        self.stats["env_s"] += time.perf_counter() - t
+
+    def _turn(self, live: list[Trajectory], turn: int, session: EnvSession | None) -> None:
+        cfg = self.config
+        ready, requests = [], []
+        for tr in live:
+            room = cfg.max_context_tokens - len(tr.token_ids)
+            if room < 1:
+                self._end(tr, "context", truncated=True)
+                continue
+            seed = None if cfg.seed is None else _seed(cfg.seed, tr.spec.seed, tr._index, turn)
+            params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
+                                    max_new_tokens=min(cfg.max_new_tokens, room),
+                                    stop=cfg.stop, seed=seed)
+            ready.append(tr)
+            requests.append(GenerationRequest(prompt_ids=list(tr.token_ids), params=params))
+        if not ready:
+            return
+        t = time.perf_counter()
+        try:
+            gens = self.policy.generate(requests)
+        except Exception as exc:  # the policy failing ends these episodes, typed
+            for tr in ready:
+                self._fail(tr, exc, "policy_error")
+            return
+        gen_s = time.perf_counter() - t
+        self.stats["model_s"] += gen_s
+        for tr, gen in zip(ready, gens):
+            tr.token_ids += gen.token_ids
+            tr.loss_mask += [1] * len(gen.token_ids)
+            if gen.logprobs is None or len(gen.logprobs) != len(gen.token_ids):
+                if tr.logprobs is not None:  # never filled in: the sample loses them all
+                    self.stats["trajectories_without_logprobs"] += 1
+                tr.logprobs = None
+            elif tr.logprobs is not None:
+                tr.logprobs += list(gen.logprobs)
+            tr.messages.append({"role": "assistant", "content": gen.text})
+            tr._sampled_end = bool(gen.token_ids) and gen.token_ids[-1] in self._stop_ids
+            self.stats["sampled_tokens"] += len(gen.token_ids)
+
+        actions, thought = [], []
+        for gen in gens:
+            thinking, visible = split_thinking(gen.text) if cfg.strip_thinking else ("", "")
+            actions.append(visible if thinking else gen.text)
+            thought.append(len(thinking))
+        t = time.perf_counter()
+        remote = [i for i, tr in enumerate(ready) if not isinstance(tr._env, LocalEnv)]
+        results: list[Any] = [None] * len(ready)
+        own_s: list[float | None] = [None] * len(ready)
+        if remote:
+            session.step_seconds = None
+            for i, result in zip(remote, session.step([(ready[i]._env, actions[i])
+                                                       for i in remote])):
+                results[i] = result
+            measured = session.step_seconds
+            if measured is not None and len(measured) == len(remote):
+                for i, sec in zip(remote, measured):
+                    own_s[i] = sec
+        for i, tr in enumerate(ready):
+            if isinstance(tr._env, LocalEnv):
+                t_local = time.perf_counter()
+                results[i] = tr._env.step(actions[i])
+                own_s[i] = time.perf_counter() - t_local
+        mean_s = (time.perf_counter() - t) / len(ready)
+        pending: list[tuple[Trajectory, str]] = []
+        for tr, gen, result, action, n_thought, sec in zip(ready, gens, results, actions, thought,
+                                                           own_s):
+            if isinstance(result, SandboxError):
+                self._fail(tr, result, "env_error")
+                continue
+            obs, reward, term, trunc, _info = result
+            record = TurnRecord(action=action, observation=obs, reward=reward, terminated=term,
+                                truncated=trunc, new_tokens=len(gen.token_ids),
+                                finish_reason=gen.finish_reason, generate_s=gen_s / len(ready),
+                                step_s=mean_s if sec is None else sec, thinking_chars=n_thought)
+            tr.turns.append(record)
+            self.stats["turns"] += 1
+            if term or trunc:
+                self._end(tr, "terminated" if term else "truncated", term, trunc)
+            elif len(tr.turns) >= tr.max_turns:
+                self._end(tr, "max_turns", truncated=True)
+            else:
+                text, exact = self.renderer.observation_text(
+                    tr.messages, tr._sampled_end, obs,
+                    tr.tools if (tr.tools and cfg.native_tools) else None)
+                record.exact_render = exact
+                tr.messages.append({"role": "user", "content": obs})
+                pending.append((tr, text))
+        for (tr, _text), ids in zip(pending, encode_texts(self.policy.tokenizer,
+                                                          [p[1] for p in pending])):
+            tr.token_ids += ids
+            tr.loss_mask += [0] * len(ids)
+            if tr.logprobs is not None:
+                tr.logprobs += [0.0] * len(ids)
+        self.stats["env_s"] += time.perf_counter() - t
+
+    def _cap(self, tr: Trajectory) -> int:
+        """The cap an episode is constructed with: its spec's, else the config's."""
+        return tr.spec.max_turns if tr.spec.max_turns is not None else self.config.max_turns
+
+    # -- endings --------------------------------------------------------------------------
+
+    def _end(self, tr: Trajectory, reason: str, terminated: bool = False,
+             truncated: bool = False) -> None:
+        tr.stop_reason = reason
+        tr.terminated, tr.truncated = terminated, truncated
+        last = tr.turns[-1].reward if tr.turns else None
+        tr.episode_return = episode_return(last, terminated)
+        if tr.messages and tr.messages[-1]["role"] == "assistant":
+            closing = self.renderer.closing_ids(tr._sampled_end)
+            tr.token_ids += closing
+            tr.loss_mask += [0] * len(closing)
+            if tr.logprobs is not None:
+                tr.logprobs += [0.0] * len(closing)
+        self._drop(tr)
+
+    def _fail(self, tr: Trajectory, exc: Exception, reason: str) -> None:
+        tr.failure = exc.to_dict() if hasattr(exc, "to_dict") else {
+            "type": type(exc).__name__, "message": str(exc)[:2000]}
+        tr.stop_reason = reason
+        tr.episode_return = 0.0
+        self._drop(tr)
+
+    @staticmethod
+    def _drop(tr: Trajectory) -> None:
+        # the instance dies with its sandbox at the end of the run; no round trip to drop it
+        tr._env = None
+
+
+def _seed(base: int, episode_seed: int, key: int, turn: int) -> int:
+    return zlib.crc32(f"{base}:{episode_seed}:{key}:{turn}".encode())

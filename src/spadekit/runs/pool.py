@@ -1,0 +1,174 @@
+"""The environment-pool directory: the fixed-environment pool format, read and written.
+
+``spadekit generate`` writes pools, ``spadekit import-reference`` and ``spadekit validate --out``
+append to them, and fixed curricula, the memory seed and evaluation read them back.
+
+Pool directory
+--------------
+``pool.jsonl``
+    one line per valid program: ``EnvProgram.to_dict()`` plus ``validation`` (the report's
+    summary) and ``generation`` (job, index, skill, document id, token counts, finish reason,
+    seeds, hint provenance, timestamps). :func:`load_pool` reads it back as ``EnvProgram`` objects
+    (``validation`` and ``generation`` land in ``meta``): the fixed-environment pool format.
+``programs/<short_id>.py``
+    each valid program's code under a comment header naming its skill and hint.
+``rejected.jsonl``
+    one line per rejected output: stage, reason, message, the raw text and its provenance
+    (``reason: duplicate`` marks a valid program already in the pool).
+``summary.json``
+    the latest run: counts, valid share, reason histogram, timings, tokens, model and settings.
+
+Records are appended and flushed one at a time, a program file is written before its pool line,
+and summaries are replaced atomically (``_atomic_write``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from spadekit.common.jsonl import JsonlAppender
+from spadekit.envs.program import EnvProgram
+
+__all__ = ["POOL_FILE", "PROGRAMS_DIR", "PoolError", "REJECTED_FILE", "SUMMARY_FILE",
+           "load_pool", "write_pool"]
+
+POOL_FILE, REJECTED_FILE, SUMMARY_FILE, PROGRAMS_DIR = (
+    "pool.jsonl", "rejected.jsonl", "summary.json", "programs")
+_EXTRA_KEYS = ("validation", "generation")
+
+
+class PoolError(ValueError):
+    """A pool file that cannot be read (names the file and line)."""
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_jsonl(path: Path, strict: bool) -> Iterable[tuple[int, dict[str, Any]]]:
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if strict:
+                    raise PoolError(f"{path}: line {lineno} is not valid JSON ({exc.msg}); "
+                                    "fix or delete that line") from None
+                continue
+            if not isinstance(record, dict):
+                if strict:
+                    raise PoolError(f"{path}: line {lineno} is not a JSON object")
+                continue
+            yield lineno, record
+
+
+def load_pool(path: str | Path) -> list[EnvProgram]:
+    """The programs of a pool directory (or a ``pool.jsonl`` path), in file order.
+
+    Every line must be a JSON object that ``EnvProgram.from_dict`` accepts once its
+    ``validation``/``generation`` entries are moved into ``meta`` (and whose ``sha256`` matches
+    the code); a bad line raises :class:`PoolError` naming its line number. A program repeated
+    on a later line is returned once.
+    """
+    path = Path(path)
+    file = path / POOL_FILE if path.is_dir() else path
+    if not file.exists():
+        raise PoolError(f"no pool at {file}")
+    programs, seen = [], set()
+    for lineno, record in _read_jsonl(file, strict=True):
+        extra = {key: record.pop(key) for key in _EXTRA_KEYS if key in record}
+        record.pop("pool_format", None)
+        meta = record.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise PoolError(f"{file}: line {lineno}: 'meta' must be an object")
+        record["meta"] = {**meta, **extra}
+        try:
+            program = EnvProgram.from_dict(record)
+        except (TypeError, ValueError) as exc:
+            raise PoolError(f"{file}: line {lineno}: not a valid program record: {exc}") from None
+        if program.sha256 not in seen:
+            seen.add(program.sha256)
+            programs.append(program)
+    return programs
+
+
+def _report_summary(report: Any) -> dict[str, Any]:
+    d = report.details
+    keep = ("class_name", "domain", "max_turns", "solution", "solution_turns", "ends", "tools",
+            "garbage_best_reward", "has_solution")
+    out = {"ok": report.ok, "stage": report.stage, "reason": report.reason,
+           "message": report.message[:500]}
+    out.update({k: d[k] for k in keep if k in d})
+    out["ms"] = d.get("timings_ms", {}).get("total")
+    return out
+
+
+def write_pool(out: str | Path, entries: Iterable[tuple[EnvProgram, Any]]) -> dict[str, int]:
+    """Append programs made elsewhere (imported, hand-written) to the pool directory ``out``,
+    in the format above: each ``(program, validation report or None)`` whose report is valid
+    (or absent) becomes a program file and a ``pool.jsonl`` line (its domain taken from the
+    report when the program has none, ``validation`` from the report); an invalid one becomes a
+    ``rejected.jsonl`` line (stage ``validate``). Programs already in the pool are skipped.
+    Returns ``{"written", "rejected", "duplicate"}``."""
+    out = Path(out)
+    (out / PROGRAMS_DIR).mkdir(parents=True, exist_ok=True)
+    known = {r.get("sha256") for _n, r in _read_jsonl(out / POOL_FILE, strict=False)}
+    counts = {"written": 0, "rejected": 0, "duplicate": 0}
+    with JsonlAppender(out / POOL_FILE) as pool_out, \
+            JsonlAppender(out / REJECTED_FILE) as rejected_out:
+        for program, report in entries:
+            if report is not None and not report.ok:
+                rejected_out.write({"stage": "validate", "reason": report.reason,
+                                    "message": report.message[:500], "sha256": program.sha256,
+                                    "lineage": dict(program.meta.get("lineage") or {}),
+                                    "validation": _report_summary(report), "text": program.code,
+                                    "written_at": _now()})
+                counts["rejected"] += 1
+                continue
+            if program.sha256 in known:
+                counts["duplicate"] += 1
+                continue
+            if report is not None:
+                program = report.program or program
+                if program.domain is None and report.details.get("domain") in ("games",
+                                                                              "tooluse"):
+                    program = dataclasses.replace(program, domain=report.details["domain"])
+            _atomic_write(out / PROGRAMS_DIR / f"{program.short_id}.py",
+                          _header(program, program.domain or "unknown") + program.code)
+            record = program.to_dict()
+            if report is not None:
+                record["validation"] = _report_summary(report)
+            record["generation"] = {"imported": True, "written_at": _now()}
+            pool_out.write(record)
+            known.add(program.sha256)
+            counts["written"] += 1
+    return counts
+
+
+def _header(program: EnvProgram, setting: str) -> str:
+    hint = program.hint or "(none)"
+    return (f"# spadekit generated environment {program.short_id}\n# skill: {program.skill}"
+            f"   setting: {setting}   source: {program.source}\n# hint: {hint}\n\n")

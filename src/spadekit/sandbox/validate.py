@@ -1,0 +1,520 @@
+"""Staged validation of environment programs, each stage run in the sandbox under a deadline.
+
+extract -> syntax -> load -> interface -> determinism -> solution -> not_trivially_won -> ends
+(+ ``tools`` for tool-use programs, SPEC point 3). The result is a ``ValidationReport`` with
+``ok``, the ``stage`` reached, a short stable ``reason`` code and a human ``message``; ``details``
+holds what each stage found (timings, class name, max_turns, solution length, how episodes end).
+
+A program that hangs gets reason ``timeout`` (the designer reward turns that into -0.5 and a
+blacklist entry); anything else invalid gets its own code and is never played.
+
+Validation cannot be recognised by a program: every validation draws a ``validation_seed`` (from
+the caller's seed, or at random) and from it every reset seed and every garbage action
+(``spadekit.sandbox.probes``); ``details`` records the seed and what was drawn, so
+``validate(program, seed=report.details["validation_seed"])`` repeats a validation exactly. Each
+check runs on a fresh instance, so one check's state cannot tell the next. The interface probe
+also sends the actions the program itself advertises in its observations (and, for tool use,
+calls every tool it lists with missing and ill-typed arguments), so a crash reachable by a
+suggested action is found here. The turn cap is the program's ``max_turns`` clamped to the
+configured cap (a value below 1, or not an int, counts as none: the configured cap applies, as
+the sandbox and the runner do), so the garbage episodes always run, each until the program ends
+it or the cap; garbage must never reach reward 1.0. Every reset and step is
+timed: a program whose calls turn slow (``slow_steps`` calls over ``slow_step_s``) is refused
+with reason ``slow``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from spadekit.envs.extract import ExtractionError, extract_program
+from spadekit.envs.program import EnvProgram
+from spadekit.common.errors import ConfigError, EnvRaised, InvalidResult, SandboxError
+from spadekit.sandbox.probes import (ANSWER, GAME_EDGE_PROBES, TOOL_EDGE_PROBES, advertised_actions,
+                             garbage_actions, merge_advertised, mutate, tool_probes)
+from spadekit.sandbox.pool import SandboxPool
+from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
+from spadekit.envs import pyparse, refstyle
+
+__all__ = ["ANSWER", "DEFAULT_SEEDS", "GAME_PROBES", "STAGES", "TOOL_PROBES", "ValidationReport",
+           "Validator", "ValidatorSettings", "garbage_actions", "to_program", "turn_cap"]
+
+STAGES = ("extract", "syntax", "load", "interface", "tools", "determinism", "solution",
+          "not_trivially_won", "ends")
+
+GAME_PROBES = GAME_EDGE_PROBES
+TOOL_PROBES = TOOL_EDGE_PROBES
+DEFAULT_SEEDS = (0, 1, 2)
+SEED_SPACE = 2 ** 31
+"""Drawn reset seeds are in ``range(SEED_SPACE)``; validation seeds are 63-bit."""
+
+
+@dataclass
+class ValidationReport:
+    ok: bool
+    stage: str
+    reason: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+    program: EnvProgram | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["program"] = None if self.program is None else {
+            "sha256": self.program.sha256, "class_name": self.program.class_name,
+            "hint": self.program.hint}
+        return out
+
+
+@dataclass(frozen=True)
+class ValidatorSettings:
+    """How programs are checked.
+
+    - ``max_turns``: passed to the constructor, and the turn cap: a program's own smaller
+      ``max_turns`` is used, a larger one is clamped to this, one below 1 is ignored.
+    - ``seeds``: fixed seeds for the solution replay and the tool-use structural check (SPEC
+      point 3 uses 0, 1, 2).
+    - ``drawn_seeds``: seeds drawn per validation on which the tool-use structural check runs
+      too (criteria met by answering at once only off the fixed seeds are found). The solution
+      replay keeps to the fixed seeds: a solution that works only there gains a program nothing.
+    - ``total_timeout``: budget in seconds for one program's whole validation.
+    - ``garbage_episodes``: episodes of drawn garbage (each on a fresh instance, a drawn seed,
+      played until the program ends it or the turn cap); none may reach reward 1.0, and the
+      first is replayed on another fresh instance for the determinism check.
+    - ``slow_step_s`` / ``slow_steps``: a program with ``slow_steps`` resets or steps slower than
+      ``slow_step_s`` seconds each is refused (reason ``slow``), well before the per-call
+      deadline or the total budget run out.
+    """
+
+    max_turns: int = 12
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    total_timeout: float = 60.0
+    drawn_seeds: int = 1
+    garbage_episodes: int = 2
+    slow_step_s: float = 0.5
+    slow_steps: int = 3
+
+    def __post_init__(self) -> None:
+        def whole(name: str, value: Any, low: int) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"ValidatorSettings.{name} must be an int >= {low}, got "
+                                  f"{value!r}")
+
+        whole("max_turns", self.max_turns, 1)
+        whole("drawn_seeds", self.drawn_seeds, 0)
+        whole("garbage_episodes", self.garbage_episodes, 1)
+        whole("slow_steps", self.slow_steps, 1)
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+            raise ConfigError(f"ValidatorSettings.seeds must be ints, got {self.seeds!r}")
+        if not self.seeds:
+            raise ConfigError("ValidatorSettings.seeds needs at least one seed")
+        for name in ("total_timeout", "slow_step_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"ValidatorSettings.{name} must be a number > 0, got "
+                                  f"{value!r}")
+
+
+class _Fail(Exception):
+    def __init__(self, stage: str, reason: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.stage, self.reason, self.message, self.details = stage, reason, message, details
+
+
+def to_program(source: str | EnvProgram) -> EnvProgram:
+    """Accept a program or raw model output (bare code is raw output too: its module-level
+    ``HINT`` literal is picked up); raw text goes through ``extract_program``."""
+    return source if isinstance(source, EnvProgram) else extract_program(source).to_program()
+
+
+def turn_cap(declared: Any, cap: int) -> int:
+    """The turns one episode of a program gets: its own ``max_turns`` when that is an int from
+    1 to ``cap``, else ``cap`` (absent, not an int, ``<= 0`` or larger than ``cap``)."""
+    if isinstance(declared, bool) or not isinstance(declared, int) or not 1 <= declared <= cap:
+        return cap
+    return declared
+
+
+class Validator:
+    """Validates programs against the contract; owns a pool unless one is given.
+
+    ``seed`` fixes the sequence of validation seeds (one drawn per ``validate`` call that is not
+    given its own ``seed=``); without it they are drawn from the system's randomness."""
+
+    def __init__(self, pool: SandboxPool | None = None,
+                 settings: ValidatorSettings | None = None, seed: int | None = None) -> None:
+        self._own_pool = pool is None
+        self.pool = pool or SandboxPool(warm=2)
+        self.settings = settings or ValidatorSettings()
+        self._seeds = random.SystemRandom() if seed is None else random.Random(seed)
+        self._seeds_lock = threading.Lock()
+
+    def close(self) -> None:
+        if self._own_pool:
+            self.pool.close()
+
+    def __enter__(self) -> "Validator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def draw_seed(self) -> int:
+        """The next validation seed."""
+        with self._seeds_lock:
+            return self._seeds.getrandbits(63)
+
+    def validate_many(self, sources: list[str | EnvProgram], workers: int = 2,
+                      seeds: list[int] | None = None) -> list[ValidationReport]:
+        """Validate in parallel; the validation seeds are drawn in order before any starts."""
+        seeds = list(seeds) if seeds is not None else [self.draw_seed() for _ in sources]
+        if len(seeds) != len(sources):
+            raise ConfigError(f"{len(seeds)} seeds for {len(sources)} programs")
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+            return list(ex.map(lambda pair: self.validate(*pair), zip(sources, seeds)))
+
+    def validate(self, source: str | EnvProgram, seed: int | None = None) -> ValidationReport:
+        validation_seed = self.draw_seed() if seed is None else seed
+        details: dict[str, Any] = {"validation_seed": validation_seed, "timings_ms": {}}
+        program: EnvProgram | None = None
+        stage = "extract"
+        sb: Sandbox | None = None
+        run: _Runner | None = None
+        clock = time.monotonic()
+        try:
+            try:
+                program = to_program(source)
+            except ExtractionError as exc:
+                raise _Fail("extract", exc.reason, str(exc)) from None
+            details["timings_ms"]["extract"] = _ms(clock)
+            stage = "syntax"
+            try:
+                pyparse.parse(program.code)
+            except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+                raise _Fail("syntax", "syntax", f"{type(exc).__name__}: {exc}",
+                            line=getattr(exc, "lineno", None)) from None
+            stage = "load"
+            t = time.monotonic()
+            try:
+                sb = self.pool.acquire(program.code)
+            except SandboxError as exc:
+                raise _Fail("load", exc.reason, exc.message, **_err(exc)) from None
+            if program.class_name not in (None, sb.program["class_name"]):
+                details["class_name_given"] = program.class_name
+            details.update(class_name=sb.program["class_name"],
+                           has_solution=sb.program["has_solution"],
+                           has_tools=sb.program["has_tools"])
+            tooluse = program.domain == "tooluse" or (program.domain is None
+                                                      and sb.program["has_tools"])
+            run = _Runner(self.settings, sb, random.Random(validation_seed), clock, tooluse,
+                          details)
+            env, cap = run.fresh("load")
+            details["max_turns"] = cap
+            details["timings_ms"]["load"] = _ms(t)
+            details["domain"] = "tooluse" if tooluse else "games"
+            run.first = env
+            for stage, fn in (("interface", run.interface), ("tools", run.tools),
+                              ("determinism", run.determinism), ("solution", run.solution),
+                              ("not_trivially_won", run.not_trivially_won), ("ends", run.ends)):
+                if stage == "tools" and not tooluse:
+                    continue
+                t = time.monotonic()
+                details.update(fn() or {})
+                details["timings_ms"][stage] = _ms(t)
+            if program.class_name != details["class_name"]:
+                program = dataclasses.replace(program, class_name=details["class_name"])
+            return ValidationReport(True, "done", "ok", "valid", details, program)
+        except _Fail as fail:
+            details.update(fail.details)
+            return ValidationReport(False, fail.stage, fail.reason, fail.message, details,
+                                    program)
+        finally:
+            if run is not None:
+                details["step_ms"] = run.timing()
+            compat = getattr(getattr(self.pool, "config", None), "compat", False)
+            if program is not None and compat:  # what it relies on (a stand-in pool: no config)
+                details["compat"] = sorted(set(refstyle.static_features(program.code)) |
+                                           (sb.compat_used if sb is not None else set()))
+            if sb is not None:
+                if sb.alive:
+                    details["output_tail"] = sb.output_tail()[-2000:]
+                self.pool.release(sb)
+            details["timings_ms"]["total"] = _ms(clock)
+
+
+def _ms(t0: float) -> float:
+    return round((time.monotonic() - t0) * 1000, 2)
+
+
+def _err(exc: SandboxError) -> dict[str, Any]:
+    return {"error": exc.to_dict()}
+
+
+def _checked(stage: str, fn):
+    """Run one sandbox call; a typed failure becomes this stage's failure."""
+    try:
+        return fn()
+    except SandboxError as exc:
+        raise _Fail(stage, exc.reason, exc.message, **_err(exc)) from None
+
+
+def _ending(episode: dict) -> str:
+    if episode["terminated"] or episode["truncated"]:
+        how = "terminated" if episode["terminated"] else "truncated"
+        return f"{how} after {len(episode['rewards'])} steps"
+    return (f"runner_cap: the program did not end the episode within {episode['cap']} steps; "
+            "the runner's own cap applies")
+
+
+class _Runner:
+    """The checks of one validation: one sandbox, a fresh instance per check, every seed and
+    garbage action drawn from ``rng`` (seeded with the validation seed)."""
+
+    def __init__(self, settings: ValidatorSettings, sb: Sandbox, rng: random.Random,
+                 clock: float, tooluse: bool, details: dict[str, Any]) -> None:
+        self.settings, self.sb, self.rng, self.clock = settings, sb, rng, clock
+        self.tooluse, self.details = tooluse, details
+        self.first: RemoteEnv | None = None
+        self.seeds: dict[str, Any] = details.setdefault("seeds", {})
+        self.advertised: list[str] = []
+        self.schemas: list = []
+        self.episodes: list[dict] = []
+        self.times: list[float] = []
+        self.slow = 0
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def draw(self) -> int:
+        return self.rng.randrange(SEED_SPACE)
+
+    def fresh(self, stage: str) -> tuple[RemoteEnv, int]:
+        """A new instance of the program and its turn cap."""
+        if self.first is not None:  # the load stage's instance goes to the interface probe
+            env, self.first = self.first, None
+        else:
+            env = _checked(stage, lambda: self.sb.new_env(max_turns=self.settings.max_turns))
+        declared = env.max_turns  # the sandbox clamps it too; this holds for any sandbox
+        cap = turn_cap(declared, self.settings.max_turns)
+        if declared is not None and declared != cap:
+            self.details["max_turns_declared"] = declared
+        return env, cap
+
+    def _budget(self, stage: str) -> None:
+        if time.monotonic() - self.clock > self.settings.total_timeout:
+            raise _Fail(stage, "timeout", f"validation exceeded its total budget of "
+                        f"{self.settings.total_timeout:g}s")
+
+    def _timed(self, stage: str, what: str, fn):
+        self._budget(stage)
+        t = time.perf_counter()
+        out = _checked(stage, fn)
+        dt = time.perf_counter() - t
+        self.times.append(dt)
+        if dt > self.settings.slow_step_s:
+            self.slow += 1
+            if self.slow >= self.settings.slow_steps:
+                raise _Fail(stage, "slow", f"{self.slow} calls took longer than "
+                            f"{self.settings.slow_step_s:g}s (the last, {what}, {dt:.2f}s): "
+                            "the program is too slow to play", slow_calls=self.slow)
+        return out
+
+    def timing(self) -> dict[str, Any]:
+        """Reset and step latencies seen (a baseline for the training-time watch)."""
+        if not self.times:
+            return {"calls": 0}
+        ordered = sorted(self.times)
+        return {"calls": len(ordered), "p50": round(statistics.median(ordered) * 1e3, 3),
+                "p90": round(ordered[int(0.9 * (len(ordered) - 1))] * 1e3, 3),
+                "max": round(ordered[-1] * 1e3, 3), "slow": self.slow}
+
+    def _reset(self, stage: str, env: RemoteEnv, seed: int) -> str:
+        obs, _info = self._timed(stage, f"reset(seed={seed})", lambda: env.reset(seed=seed))
+        if not obs.strip():
+            raise _Fail(stage, "empty_observation", f"reset(seed={seed}) returned an empty "
+                        "observation")
+        return obs
+
+    def _step(self, stage: str, env: RemoteEnv, action: str) -> tuple:
+        try:
+            return self._timed(stage, "step", lambda: env.step(action))
+        except _Fail as fail:
+            fail.details.setdefault("action", action[:200])
+            raise
+
+    def _play(self, stage: str, env: RemoteEnv, seed: int, actions: list[str]) -> list[tuple]:
+        """Reset with ``seed`` and play ``actions`` until the episode ends; returns the reset
+        observation and the step tuples (without info)."""
+        trace = [(self._reset(stage, env, seed),)]
+        for action in actions:
+            obs, reward, term, trunc, _ = self._step(stage, env, action)
+            trace.append((obs, reward, term, trunc))
+            if term or trunc:
+                break
+        return trace
+
+    def _probe(self, stage: str, env: RemoteEnv, seed: int, actions: list[str],
+               live: bool) -> tuple[int, list[str], bool]:
+        """Send every action, starting a new episode (next seed) whenever one ends (and first,
+        unless ``live``), so that an environment that ends early still meets every probe.
+        Returns the last seed used, the observations seen and whether the episode is live."""
+        seen: list[str] = []
+        for action in actions:
+            if not live:
+                seed += 1
+                seen.append(self._reset(stage, env, seed))
+            obs, _reward, term, trunc, _ = self._step(stage, env, action)
+            seen.append(obs)
+            live = not (term or trunc)
+        return seed, seen, live
+
+    # -- checks --------------------------------------------------------------------------
+
+    def interface(self) -> dict:
+        """SPEC's probe with drawn seeds: reset, the edge probes, every action the program
+        advertises (and those with their numbers put out of range), then reset again."""
+        env, _cap = self.fresh("interface")
+        first, again = self.draw(), self.draw()
+        self.seeds["interface"] = [first, again]
+        self.details["advertised"] = self.advertised  # filled in as they are found
+        obs = self._reset("interface", env, first)
+        todo = list(TOOL_PROBES if self.tooluse else GAME_PROBES)
+        seed, seen, live, sent = first, [obs], True, set(todo)
+        for _round in range(2):  # the second round: actions advertised by step observations
+            added = merge_advertised(self.advertised, (  # (not echoes of what was sent)
+                a for o in seen for a in advertised_actions(o, self.tooluse) if a not in sent))
+            todo += added + [m for m in (mutate(a, self.rng) for a in added) if m]
+            if not todo:
+                break
+            seed, seen, live = self._probe("interface", env, seed, todo, live)
+            sent.update(todo)
+            todo = []
+        self._reset("interface", env, again)
+        return {}
+
+    def tools(self) -> dict:
+        names: list[str] = []
+        seeds = list(self.settings.seeds) + [self.draw() for _ in range(self.settings.drawn_seeds)]
+        self.seeds["tools"] = seeds
+        env, _cap = self.fresh("tools")
+        for seed in seeds:
+            self._reset("tools", env, seed)
+            schemas = _checked("tools", env.tools)
+            problem = _schema_problem(schemas)
+            if problem:
+                raise _Fail("tools", "bad_tools", f"tools() after reset(seed={seed}): {problem}")
+            names = [s["function"]["name"] for s in schemas]
+            self.schemas = schemas
+            _o, reward, _te, _tr, _i = self._step("tools", env, ANSWER)
+            if reward >= 1.0:
+                raise _Fail("tools", "criteria_trivial", f"answering at once after reset(seed="
+                            f"{seed}) already scores 1.0: the success criteria check nothing")
+        seed = self.draw()
+        self.seeds["tool_probes"] = seed
+        self._reset("tools", env, seed)
+        self._probe("tools", env, seed, tool_probes(self.schemas, self.rng), True)
+        return {"tools": names}
+
+    def _garbage_episode(self, stage: str) -> dict:
+        """A fresh instance plays drawn garbage from a drawn seed until it ends or the cap."""
+        env, cap = self.fresh(stage)
+        seed, action_seed = self.draw(), self.draw()
+        actions = garbage_actions(action_seed, cap, self.tooluse, self.advertised, self.schemas)
+        trace = self._play(stage, env, seed, actions)
+        steps = trace[1:]
+        last = steps[-1]
+        return {"seed": seed, "action_seed": action_seed, "cap": cap,
+                "actions": actions[:len(steps)], "rewards": [s[1] for s in steps],
+                "terminated": last[2], "truncated": last[3], "trace": trace}
+
+    def determinism(self) -> dict:
+        episode = self._garbage_episode("determinism")
+        env, _cap = self.fresh("determinism")
+        first, second = episode["trace"], self._play("determinism", env, episode["seed"],
+                                                     episode["actions"])
+        if first != second:
+            at = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b) \
+                if len(first) == len(second) else min(len(first), len(second))
+            raise _Fail("determinism", "nondeterministic", "the same seed and actions gave a "
+                        f"different {'reset observation' if at == 0 else f'step {at} result'} "
+                        "on a new instance; use random.Random(seed) for all randomness",
+                        first_difference=at)
+        self.episodes.append(episode)
+        return {"reference_episode": {k: episode[k] for k in
+                                      ("seed", "actions", "rewards", "terminated", "truncated")}}
+
+    def solution(self) -> dict:
+        if not self.sb.program.get("has_solution"):
+            return {"solution": "absent"}
+        turns = []
+        env, cap = self.fresh("solution")
+        for seed in self.settings.seeds:
+            self._reset("solution", env, seed)
+            try:
+                actions = env.solution()
+            except InvalidResult as exc:
+                if exc.reason == "not_replayable":  # a reference-style prose solution
+                    return {"solution": "not_replayable", "solution_note": exc.message}
+                raise _Fail("solution", "solution_fails", exc.message) from None
+            except EnvRaised as exc:
+                if exc.exc_type == "NotImplementedError":
+                    return {"solution": "absent"}
+                raise _Fail("solution", "solution_fails", f"solution() failed: {exc.message}",
+                            **_err(exc)) from None
+            except SandboxError as exc:
+                raise _Fail("solution", "solution_fails" if exc.reason == "env_raised"
+                            else exc.reason, f"solution() failed: {exc.message}",
+                            **_err(exc)) from None
+            if len(actions) > cap:
+                raise _Fail("solution", "solution_fails", f"solution() for seed {seed} has "
+                            f"{len(actions)} actions, more than max_turns={cap}")
+            trace = self._play("solution", env, seed, actions)
+            last = trace[-1]
+            if len(last) < 4 or last[1] < 1.0 or not last[2]:
+                got = "no steps" if len(last) < 4 else (f"reward {last[1]:g}, terminated="
+                                                        f"{last[2]}")
+                raise _Fail("solution", "solution_fails", f"replaying solution() for seed {seed} "
+                            f"does not reach reward 1.0 ({got} after {len(trace) - 1} of "
+                            f"{len(actions)} actions)", seed=seed)
+            turns.append(len(trace) - 1)
+        return {"solution": "replayed", "solution_turns": turns}
+
+    def not_trivially_won(self) -> dict:
+        while len(self.episodes) < self.settings.garbage_episodes:
+            self.episodes.append(self._garbage_episode("not_trivially_won"))
+        self.seeds["garbage"] = [e["seed"] for e in self.episodes]
+        best = 0.0
+        for episode in self.episodes:
+            for i, reward in enumerate(episode["rewards"]):
+                best = max(best, reward)
+                if reward >= 1.0:
+                    raise _Fail("not_trivially_won", "trivially_won", f"garbage actions reached "
+                                f"reward 1.0 (seed {episode['seed']}, garbage action {i + 1}: "
+                                f"{episode['actions'][i][:80]!r})", garbage_seed=episode["seed"],
+                                garbage_actions=episode["actions"][:i + 1])
+        return {"garbage_best_reward": best,
+                "garbage_steps": sum(len(e["rewards"]) for e in self.episodes)}
+
+    def ends(self) -> dict:
+        return {"ends": _ending(self.episodes[0])}
+
+
+def _schema_problem(schemas: list) -> str | None:
+    if not schemas:
+        return "no tools"
+    for i, s in enumerate(schemas):
+        fn = s.get("function") if isinstance(s, dict) else None
+        if s.get("type") != "function" or not isinstance(fn, dict):
+            return f"schema {i} is not {{'type': 'function', 'function': {{...}}}}"
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            return f"schema {i} has no name"
+        params = fn.get("parameters", {"type": "object"})
+        if not isinstance(params, dict) or params.get("type") != "object":
+            return f"tool {fn['name']!r}: parameters must be a JSON schema of type object"
+    return None

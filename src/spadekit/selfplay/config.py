@@ -1,0 +1,596 @@
+"""The self-play configuration: one dataclass tree, YAML presets, ``--set key=value`` overrides.
+
+``SelfPlayConfig`` holds every knob of a run, with SPEC.md's values where the paper fixes them
+and small values in the ``cpu-tiny`` preset (the default). Presets live in ``configs/*.yaml`` at
+the repository root and inside the package (``spadekit/selfplay/presets``); a config file or ``--set``
+overrides any field by dotted path (``--set train.learning_rate=1e-5``). The resolved config is
+written to the run directory as ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spadekit.common.errors import ConfigError
+from spadekit.rollout.engine import RolloutConfig
+from spadekit.sandbox.config import SandboxConfig
+from spadekit.train.config import TrainConfig
+from spadekit.selfplay.watch import WatchConfig
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+
+
+@dataclass(frozen=True)
+class DesignerConfig:
+    temperature: float = 0.6
+    top_p: float = 1.0
+    max_new_tokens: int = 1024
+    """Designer output budget (paper: 16384)."""
+    hint_mode: str = "second_call"
+    """``second_call``: the same policy writes the hint after reading the code (temperature
+    ``hint_temperature``); ``designer``: take the hint from the designer's own output."""
+    hint_temperature: float = 0.3
+    hint_max_new_tokens: int = 128
+    positive_seeds: int = 2
+    max_words: int | None = None
+    """Grounding document truncation; None: 6000 words for games, 4000 for tool use."""
+    repair_attempts: int = 0
+    """Inference-only repair turns for a program that fails validation (the failure report is
+    fed back); the designer still trains on its first attempt only (``spadekit.selfplay.repair``)."""
+    judge: str | bool = "auto"
+    """The policy as judge after the mechanical checks (rejects fatal bugs only): ``auto`` (on
+    for tool use, off for games), ``on`` or ``off`` (YAML's true/false too; ``spadekit.selfplay.judge``)."""
+    judge_temperature: float = 0.3
+    judge_max_new_tokens: int = 512
+    hint_model: str | None = None
+    """A separate hint writer (a policy spec, e.g. ``openai:NAME@URL``) instead of the policy."""
+
+
+CHAT_ROLES = ("agent", "designer", "hint")
+"""The roles whose prompts go through the chat template (the judge and repair turns are the
+designer's)."""
+
+
+@dataclass(frozen=True)
+class ChatTemplateConfig:
+    """Keyword options for the tokenizer's chat template (``apply_chat_template(...,
+    **options)``), vLLM's and TRL's ``chat_template_kwargs``: e.g. Qwen3's
+    ``{enable_thinking: false}``. ``all`` applies to every role; ``agent``, ``designer`` (also
+    the judge and repair turns) and ``hint`` (the second hint call) add to it or override it
+    key by key. A role's reply cut inside an unclosed ``<think>`` is counted as
+    ``thinking_cut/<role>`` in the round's metrics."""
+
+    all: dict[str, Any] = field(default_factory=dict)
+    agent: dict[str, Any] = field(default_factory=dict)
+    designer: dict[str, Any] = field(default_factory=dict)
+    hint: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("all", *CHAT_ROLES):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ConfigError(f"chat_template.{name} must be a mapping of option names to "
+                                  f"values, got {value!r}")
+
+    def for_role(self, role: str) -> dict[str, Any]:
+        """The options of one role (``all`` overlaid with the role's own)."""
+        if role not in CHAT_ROLES:
+            raise ConfigError(f"chat_template: unknown role {role!r}; known: "
+                              f"{', '.join(CHAT_ROLES)}")
+        return {**self.all, **getattr(self, role)}
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """The designer's reward (``spadekit.selfplay.rewards``) and the agent's failure return. Every field
+    reaches the reward through ``RewardParams.from_config`` / the EMA trackers, and every one may
+    be changed by round with ``schedule`` (e.g. the 4B run's later band [0.2, 0.4])."""
+
+    signal: str = "blend"
+    """Designer reward: blend (regret_weight * regret_norm + plateau_weight * plateau),
+    regret, plateau, learning_potential, solve_rate, azr."""
+    regret_scale: float = 0.15
+    """regret_norm = clip(regret / regret_scale, 0, 1)."""
+    regret_weight: float = 0.4
+    plateau_weight: float = 0.6
+    plateau_low: float = 0.4
+    """The plateau band [plateau_low, plateau_high] of the lifetime win rate scores 1."""
+    plateau_high: float = 0.6
+    plateau_ramp: float = 0.25
+    """Outside the band the plateau falls linearly to 0 over this distance."""
+    failed_episode_reward: float = 0.0
+    """Return given to a crashed agent episode (the reference uses -1)."""
+    designer_weight_cap: float = 50.0
+    """Cap of the designer's loss weight min(n_agent / n_designer * regen_interval, cap)."""
+    ema_alpha_fast: float = 0.3
+    """learning_potential: the fast EMA's weight of each round's win rate (reference 0.99)."""
+    ema_alpha_slow: float = 0.05
+    """learning_potential: the slow EMA's weight (reference 0.95)."""
+    ema_scale: float = 1.0
+    """learning_potential = ema_scale * |fast - slow| (reference 1 / (2 * (0.99 - 0.95)))."""
+
+    def __post_init__(self) -> None:
+        from spadekit.selfplay.rewards import DESIGNER_SIGNALS, EmaTracker, RewardParams
+
+        if self.signal not in DESIGNER_SIGNALS:
+            raise ConfigError(f"reward.signal must be one of {', '.join(sorted(DESIGNER_SIGNALS))}"
+                              f", got {self.signal!r}")
+        params = RewardParams.from_config(self)
+        try:  # the functions' own checks, at load instead of at the first reward
+            params.plateau(0.5)
+            params.regret_norm(0.0)
+            EmaTracker(self.ema_alpha_fast, self.ema_alpha_slow, self.ema_scale)
+        except ValueError as exc:
+            raise ConfigError(f"reward: {exc}") from None
+        if not self.designer_weight_cap > 0:
+            raise ConfigError("reward.designer_weight_cap must be > 0")
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    """From round ``from_round`` on, set the dotted keys of ``set`` (a later-phase change, e.g.
+    the paper's 4B plateau band [0.2, 0.4]). Only keys in :data:`SCHEDULABLE` may be set."""
+
+    from_round: int = 0
+    set: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.from_round < 0:
+            raise ConfigError(f"schedule: from_round must be >= 0, got {self.from_round}")
+        if not isinstance(self.set, dict) or not self.set:
+            raise ConfigError("schedule: each entry needs a non-empty 'set' mapping of "
+                              "dotted keys to values")
+
+
+#: Keys a schedule may change by round: every ``reward.*`` field and a few per-round sizes that
+#: the loop reads afresh each round. Structural keys (model, setting, regen_interval, memory,
+#: rollout/train/sandbox settings baked into objects at start) are refused.
+SCHEDULABLE_PREFIXES = ("reward.",)
+SCHEDULABLE = ("envs_per_round", "agent_samples_per_round", "num_generations",
+               "hint_generations", "bootstrap_per_round", "skills_per_epoch", "train_designer")
+
+
+@dataclass(frozen=True)
+class CurriculumConfig:
+    """What the agent trains on: SPADE's designer (``spade``) or a baseline with the same
+    trainer and budget: ``fixed`` (a static pool) or ``rlve`` (RLVE's adaptive ladder)."""
+
+    kind: str = "spade"
+    pool: str = "library"
+    """``fixed``: the programs' source: library, a pool directory or a run directory."""
+    rlve_envs: list[str] | None = None
+    """``rlve``: environment names of rlve-gym (None: all 400)."""
+    rlve_threshold: float = 0.9
+    rlve_window_factor: int = 8
+    """Raise an environment's difficulty bound after this many x num_generations plays at it."""
+    rlve_levels: int = 4
+    """Difficulties sampled from the last this-many levels up to the bound."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("spade", "fixed", "rlve"):
+            raise ConfigError(f"curriculum.kind must be spade, fixed or rlve, got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class EvalLoopConfig:
+    """Evaluation inside the run: ``suites`` every ``every`` rounds, logged with the metrics
+    (``eval/<suite>/win_rate`` ...) and written in full to ``run_dir/evals/step-N.json``."""
+
+    suites: list[str] = field(default_factory=list)
+    every: int = 0
+    """Rounds between evaluations; 0 turns in-loop evaluation off."""
+    limit: int | None = 2
+    """Items per dataset (keep it small: the run waits for it)."""
+    k: int | None = 1
+    max_new_tokens: int | None = 256
+    max_turns: int | None = None
+    temperature: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ConfigError("eval.every must be >= 0")
+        if self.every and not self.suites:
+            raise ConfigError("eval.every is set but eval.suites is empty")
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """Where environments run: ``local`` (this machine's sandbox pool) or ``ray`` (sandbox
+    workers as Ray actors on any node, each applying its own isolation tier)."""
+
+    env_backend: str = "local"
+    ray_address: str | None = None
+    """None: a local Ray; ``auto`` (a running cluster) or ``ray://host:10001``."""
+    env_workers: int = 2
+    """Ray actors, each with its own warm sandbox pool."""
+
+    def __post_init__(self) -> None:
+        if self.env_backend not in ("local", "ray") or self.env_workers < 1:
+            raise ConfigError("distributed.env_backend must be local or ray, and "
+                              "distributed.env_workers >= 1")
+
+
+@dataclass(frozen=True)
+class SelfPlayConfig:
+    setting: str = "games"
+    """``games`` (reasoning puzzles) or ``tooluse`` (multi-turn API calling)."""
+    model: str = "smollm2-135m"
+    generation_model: str | None = None
+    """A separate generation engine whose weights follow the trainer after every update (no
+    reload from disk): ``vllm:PATH`` (in-process, colocated; GPU), ``openai:NAME@URL`` of a
+    ``spadekit serve --model M --allow-weight-updates`` server (token in
+    ``SPADEKIT_WEIGHTS_TOKEN``), or ``hf:PATH``/``tiny`` (a copy in this process). None: the
+    trained model generates. Its samples are then importance-corrected like the designer's."""
+    rounds: int = 2
+    envs_per_round: int = 4
+    """Environments the designer writes at each regeneration (paper: 24)."""
+    agent_samples_per_round: int | None = None
+    """The agent's no-hint budget per round, as the paper states it (192): every pooled
+    environment is played ``ceil(agent_samples_per_round / environments in the pool)`` times
+    (8 at 192 / 24). Exactly one of this and ``num_generations`` is set (the other null)."""
+    num_generations: int | None = 4
+    """TRL's name, kept for a fixed count: no-hint plays of every pooled environment per round,
+    whatever the pool's size (``plays_per_env``). Null when ``agent_samples_per_round`` is set
+    (the paper presets); a run directory written before that field existed sets this one."""
+    hint_generations: int = 4
+    """Hinted plays of each new designer environment at its generation step, for regret (paper:
+    16). Regret compares them with the same round's no-hint plays (``plays_per_env`` of them)."""
+    regen_interval: int = 4
+    """Rounds an environment stays in the pool; also the designer update delay k."""
+    skills_per_epoch: int = 3
+    env_max_turns: int = 12
+    """The episode cap (SPEC: 12; paper cap 25). One number, ``turn_cap`` = ``min(env_max_turns,
+    rollout.max_turns)``, is stated in the designer's contract, given to the validator and to
+    every played program's constructor, and caps each play (a program's own smaller
+    ``max_turns`` is respected): ``rollout.max_turns`` is a ceiling that clamps it."""
+    bootstrap: str | None = "library"
+    """Environments the agent plays while the designer is still weak: ``library`` (the
+    reference environments of the active skills), a pool directory, or None."""
+    bootstrap_per_round: int = 2
+    corpus: str | None = None
+    """Grounding corpus: None for the offline default, or a path (JSONL, Parquet, folder)."""
+    memory_seed_library: bool = True
+    """Start the environment memory with the reference library (designer seeds from round 0)."""
+    memory_seed: str | None = None
+    """An environment source (a pool directory, e.g. one ``spadekit import-reference`` wrote, a
+    plain directory of programs, a run directory) whose programs also start the memory, with
+    their lineage recorded in a ``memory_seeded`` event; None: none."""
+    memory_size: int = 200
+    dedup_threshold: float = 0.9
+    grounding: bool = True
+    """Ablation switch: False gives the designer no grounding document (no corpus is loaded)."""
+    use_memory: bool = True
+    """Ablation switch: False shows the designer no memory seeds (positive or negative); the
+    memory still records environments and still rejects near duplicates."""
+    train_designer: bool = True
+    """Ablation switch: False drops the designer's samples before the update (no designer-role
+    gradient); they are still rewarded and logged (``designer_samples_dropped``)."""
+    schedule: list[ScheduleEntry] = field(default_factory=list)
+    """Per-round changes: the config of round N is this one plus every entry with
+    ``from_round <= N``, applied in order (see :func:`scheduled_config`)."""
+    seed: int = 0
+    checkpoint_every: int = 1
+    tensorboard: bool = True
+    """Also write each round's metrics to ``run_dir/tensorboard`` when the ``tensorboard``
+    package is installed (``pip install -e ".[tensorboard]"``)."""
+    designer: DesignerConfig = field(default_factory=DesignerConfig)
+    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(
+        max_turns=12, max_new_tokens=256, temperature=0.6, max_context_tokens=4096))
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    chat_template: ChatTemplateConfig = field(default_factory=ChatTemplateConfig)
+    """Chat-template options per role (``enable_thinking`` ...)."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The GRPO update (TRL's knob names); its ``temperature`` is set from the rollout's."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    eval: EvalLoopConfig = field(default_factory=EvalLoopConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    """Pooled programs watched during training: spot checks with garbage actions, step times;
+    a program that hangs, slows down, is won by garbage or turns nondeterministic is retired
+    and its designer sample gets -0.5 (``spadekit.selfplay.watch``)."""
+
+    @property
+    def turn_cap(self) -> int:
+        """The one episode cap of the designer prompt, the validator and play:
+        ``min(env_max_turns, rollout.max_turns)``."""
+        return min(self.env_max_turns, self.rollout.max_turns)
+
+    def __post_init__(self) -> None:
+        if self.setting not in ("games", "tooluse"):
+            raise ConfigError(f"setting must be games or tooluse, got {self.setting!r}")
+        for name in ("rounds", "envs_per_round", "regen_interval", "skills_per_epoch",
+                     "env_max_turns"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        if (self.num_generations is None) == (self.agent_samples_per_round is None):
+            raise ConfigError(
+                "set exactly one of agent_samples_per_round (the paper's budget: plays per "
+                "environment = ceil(samples / pooled environments)) and num_generations (a fixed "
+                "count per environment); set the other to null, e.g. --set num_generations=null")
+        for name in ("num_generations", "agent_samples_per_round"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1")
+        if self.hint_generations < 0 or self.bootstrap_per_round < 0:
+            raise ConfigError("hint_generations and bootstrap_per_round must be >= 0")
+        if self.designer.temperature != self.rollout.temperature:
+            raise ConfigError("designer.temperature and rollout.temperature must be equal: the "
+                              "trainer scores both roles' samples with one temperature, and "
+                              "importance ratios need the sampling temperature")
+        if self.schedule:
+            check_schedule(self)
+
+    def plays_per_env(self, pooled: int) -> int:
+        """No-hint plays of each environment in a round whose pool holds ``pooled``
+        environments: ``num_generations``, or ``ceil(agent_samples_per_round / pooled)``."""
+        if self.num_generations is not None:
+            return self.num_generations
+        assert self.agent_samples_per_round is not None
+        return -(-self.agent_samples_per_round // max(1, pooled))
+
+
+# ---------------------------------------------------------------------------------------------
+# per-round schedule
+
+
+def _schedule_nested(entry: ScheduleEntry) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for key, value in entry.set.items():
+        if not isinstance(key, str) or not (key in SCHEDULABLE or (
+                key.startswith(SCHEDULABLE_PREFIXES) and key.count(".") == 1)):
+            raise ConfigError(
+                f"schedule (from_round {entry.from_round}): {key!r} cannot be scheduled; "
+                f"allowed: reward.<field>, {', '.join(SCHEDULABLE)}")
+        cursor = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            cursor = cursor.setdefault(part, {})
+        cursor[parts[-1]] = value
+    return nested
+
+
+def check_schedule(config: "SelfPlayConfig") -> None:
+    """Validate every entry (keys allowed and existing, values typed) by building the config
+    each entry leads to; raises ConfigError."""
+    for entry in config.schedule:
+        if not isinstance(entry, ScheduleEntry):
+            raise ConfigError("schedule entries must be {from_round: int, set: {key: value}}")
+    _apply_schedule(config, max(e.from_round for e in config.schedule))
+
+
+def _apply_schedule(config: "SelfPlayConfig", round_: int) -> "SelfPlayConfig":
+    effective = dataclasses.replace(config, schedule=[])
+    for entry in config.schedule:
+        if entry.from_round <= round_:
+            effective = build(SelfPlayConfig, _schedule_nested(entry),
+                              f"schedule[from_round={entry.from_round}].", base=effective)
+    return effective
+
+
+def scheduled_config(config: "SelfPlayConfig", round_: int) -> "SelfPlayConfig":
+    """The effective config of round ``round_``: ``config`` plus every schedule entry with
+    ``from_round <= round_``, in order. Deterministic in the round number (resume-safe)."""
+    if not config.schedule:
+        return config
+    return dataclasses.replace(_apply_schedule(config, round_), schedule=config.schedule)
+
+
+def schedule_values(config: "SelfPlayConfig") -> dict[str, Any]:
+    """The current values of every key the schedule touches (for logging)."""
+    out: dict[str, Any] = {}
+    for entry in config.schedule:
+        for key in entry.set:
+            value: Any = config
+            for part in key.split("."):
+                value = getattr(value, part)
+            out[key] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the budgets a config implies (``spadekit selfplay --dry-run``)
+
+
+def budgets(config: "SelfPlayConfig") -> dict[str, Any]:
+    """The per-round sizes ``config`` leads to when every designed environment is valid: the
+    pool (``envs_per_round`` designed plus ``bootstrap_per_round`` reference environments when
+    a bootstrap is set), the no-hint plays of each (``plays_per_env``), the agent samples, the
+    hinted plays of a new environment and the designer's loss weight
+    ``min(n_agent / n_designer * regen_interval, cap)`` (agent samples counted as episodes:
+    with ``train.sample_granularity=turn`` the loop counts turns, a larger weight). Fewer
+    valid environments mean more plays each under ``agent_samples_per_round`` (the total stays
+    put). ``env_max_turns`` is the
+    episode cap of the designer's prompt, the validator and play (``turn_cap``)."""
+    from spadekit.selfplay.advantages import designer_weight
+
+    bootstrap = config.bootstrap_per_round if config.bootstrap else 0
+    designed = config.envs_per_round if config.curriculum.kind == "spade" else 0
+    pool = designed + bootstrap if config.curriculum.kind == "spade" else config.envs_per_round
+    plays = config.plays_per_env(pool)
+    n_agent = plays * pool
+    weight = (designer_weight(n_agent, designed, config.regen_interval,
+                              config.reward.designer_weight_cap) if designed else 0.0)
+    return {
+        "setting": config.setting, "model": config.model, "curriculum": config.curriculum.kind,
+        "rounds": config.rounds, "regen_interval": config.regen_interval,
+        "envs_per_round": config.envs_per_round, "pool_size": pool,
+        "agent_samples_per_round": n_agent,
+        "plays_per_env": plays,
+        "hint_plays": config.hint_generations if designed else 0,
+        "designer_samples_per_regen": designed,
+        "designer_weight": weight,
+        "designer_weight_cap": config.reward.designer_weight_cap,
+        "env_max_turns": config.turn_cap,  # min(env_max_turns, rollout.max_turns)
+        "rollout_max_turns": config.rollout.max_turns,
+        "agent_max_new_tokens": config.rollout.max_new_tokens,
+        "designer_max_new_tokens": config.designer.max_new_tokens,
+        "hint_max_new_tokens": config.designer.hint_max_new_tokens,
+        "max_context_tokens": config.rollout.max_context_tokens,
+        "chat_template_kwargs": {role: config.chat_template.for_role(role)
+                                 for role in CHAT_ROLES},
+        "total_agent_samples": n_agent * config.rounds,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# loading, overriding, saving
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
+                overrides: list[str] | None = None) -> SelfPlayConfig:
+    """Preset, then file, then ``key=value`` overrides, each on top of the previous."""
+    import yaml
+
+    data: dict[str, Any] = {}
+    if preset:
+        data = _merge(data, _preset_data(preset))
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path} must be a mapping")
+        # a --config file layers its own keys on the chosen preset: its ``extends:`` is ignored
+        # (so an ablation preset file applies to any base: --preset games-4b --config FILE)
+        loaded = {k: v for k, v in loaded.items() if k != "extends"}
+        data = _merge(data, loaded)
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        cursor = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            cursor = cursor.setdefault(part, {})
+            if not isinstance(cursor, dict):
+                raise ConfigError(f"{key}: {part} is not a section")
+        cursor[parts[-1]] = yaml.safe_load(value)
+    return build(SelfPlayConfig, data)
+
+
+def _preset_data(preset: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A preset's settings; ``extends: NAME`` loads preset NAME underneath (cycles refused)."""
+    import yaml
+
+    if preset in chain:
+        raise ConfigError(f"preset cycle: {' -> '.join((*chain, preset))}")
+    file = PRESET_DIR / f"{preset}.yaml"
+    if not file.is_file():
+        raise ConfigError(f"unknown preset {preset!r}; available: {', '.join(preset_names())}")
+    loaded = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"preset {preset!r} must be a mapping")
+    parent = loaded.pop("extends", None)
+    if parent is None:
+        return loaded
+    if not isinstance(parent, str):
+        raise ConfigError(f"preset {preset!r}: extends must be a preset name")
+    return _merge(_preset_data(parent, (*chain, preset)), loaded)
+
+
+def build(cls: type, data: dict[str, Any], where: str = "", base: Any = None) -> Any:
+    """Construct dataclass ``cls`` from nested dicts, checking names and types. Fields not in
+    ``data`` keep their values from ``base`` (or the field defaults), at every depth."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise ConfigError(f"unknown setting(s) {', '.join(sorted(where + k for k in unknown))}")
+    kwargs = {}
+    for name, value in data.items():
+        default = getattr(base, name, None) if base is not None else _default(fields[name])
+        kwargs[name] = _coerce(hints[name], value, f"{where}{name}", default)
+    try:
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where.rstrip('.') or 'config'}: {exc}") from None
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _coerce(hint: Any, value: Any, where: str, default: Any = None) -> Any:
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, where + ".", default if dataclasses.is_dataclass(default)
+                     else None)
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        return tuple(_coerce(args[0], v, where) for v in value)
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        return [_coerce(args[0], v, where) for v in value] if args else list(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float) and isinstance(value, str):  # YAML reads "1e-4" as a string
+        try:
+            return hint(value)
+        except ValueError:
+            raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}") from None
+    if hint in (int, float, str, bool) and not (type(value) is hint):
+        raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}")
+    return value
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    out = dataclasses.asdict(config)
+    return _plain(out)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def save_config(config: SelfPlayConfig, path: Path) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))

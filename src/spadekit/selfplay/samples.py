@@ -1,0 +1,177 @@
+"""The per-role training samples of one self-play round (SPEC points 4-7).
+
+- agent: GRPO z-scores of returns within each environment's no-hint plays of the round (hint
+  plays measure regret only); a crashed episode gets ``reward.failed_episode_reward``; one
+  sample per episode, or one per assistant turn (``train.sample_granularity=turn``, for
+  thinking models) with the episode's advantage on each; ``thinking_cut/agent`` counts the
+  turns (hinted plays too) whose reply ended inside an unclosed ``<think>``;
+- designer: the samples due now, rewarded by ``reward.signal`` with the round's ``reward.*``
+  constants (so a schedule entry moves them) over the environment's plays, centred per skill,
+  upweighted, importance-corrected later by the trainer (their behaviour logprobs were stored at
+  generation time); each sample's reward, advantage and weight is recorded as a
+  ``designer_samples`` event in the run database;
+- the learning-potential trackers: each pooled environment's EMAs get that round's no-hint win
+  rate (``update_ema``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spadekit.selfplay.advantages import (Sample, agent_advantages, designer_advantages, designer_weight,
+                                 per_turn_samples)
+from spadekit.selfplay.rewards import EmaTracker, EnvStats, RewardParams, designer_signal
+from spadekit.rollout.engine import Trajectory
+from spadekit.rollout.thinking import ends_inside_thinking
+
+__all__ = ["agent_samples", "designer_samples", "env_stats", "round_win_rate", "update_ema"]
+
+
+def agent_samples(trajs: list[Trajectory], config: Any, metrics: dict) -> list[Sample]:
+    """GRPO within each environment's no-hint plays (hint plays measure regret only)."""
+    fail = config.reward.failed_episode_reward
+    groups: dict[str, list[Trajectory]] = {}
+    for tr in trajs:
+        if not tr.spec.tag["with_hint"] and tr.num_sampled:
+            groups.setdefault(tr.spec.tag["env"], []).append(tr)
+    returns = {env: [fail if t.failure else t.episode_return for t in group]
+               for env, group in groups.items()}
+    advs = agent_advantages(returns)
+    samples = []
+    per_turn = config.train.sample_granularity == "turn"
+    for env, group in groups.items():
+        for tr, adv in zip(group, advs[env]):
+            if per_turn:  # one sample per assistant turn, the episode's advantage on each
+                samples += per_turn_samples(tr, adv, role="agent", group_id=env,
+                                            truncated=tr.truncated and not tr.terminated)
+                continue
+            samples.append(Sample(role="agent", group_id=env, token_ids=tr.token_ids,
+                                  loss_mask=tr.loss_mask, behaviour_logprobs=tr.logprobs,
+                                  advantage=adv, weight=1.0,
+                                  truncated=tr.truncated and not tr.terminated))
+    played = [r for rs in returns.values() for r in rs]
+    metrics.update(agent_episodes=len(played),
+                   agent_mean_return=sum(played) / len(played) if played else 0.0,
+                   agent_win_rate=sum(r > 0 for r in played) / len(played) if played else 0.0,
+                   agent_failures=sum(1 for t in trajs if t.failure),
+                   sampled_tokens=sum(t.num_sampled for t in trajs),
+                   **{"thinking_cut/agent": sum(
+                       ends_inside_thinking(m.get("content") or "") for t in trajs
+                       for m in t.messages if m.get("role") == "assistant")},
+                   agent_samples_per_episode=len(samples) / len(played) if played else 0.0)
+    return samples
+
+def designer_samples(store: Any, memory: Any, ema: dict[str, EmaTracker], config: Any, step: int,
+                     n_agent: int, metrics: dict) -> list[Sample]:
+    """The designer samples due at ``step``: :func:`designer_rewards` then
+    :func:`designer_samples_from` (the loop calls the two as its reward and advantage steps)."""
+    return designer_samples_from(designer_rewards(store, memory, ema, config, step, metrics),
+                                 store, config, step, n_agent, metrics)
+
+
+@dataclass
+class DueRewards:
+    """The designer samples due this round and the reward of each (same order)."""
+
+    due: list[dict] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+
+
+def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config: Any, step: int,
+                     metrics: dict) -> DueRewards:
+    """SPEC points 4-5: the rewards of the designer samples due at ``step`` (written
+    ``regen_interval`` rounds ago): the configured designer signal, or the fixed reward of an
+    invalid or hanging program; the memory learns each environment's designer reward."""
+    cfg = config
+    due = store.pop_due(step)
+    if not due:
+        return DueRewards()
+    rewards, regrets = [], []
+    params = RewardParams.from_config(cfg.reward)
+    for item in due:
+        meta = item.get("meta") or {}
+        if "fixed_reward" in meta:
+            rewards.append(float(meta["fixed_reward"]))
+            continue
+        stats = env_stats(store, ema, item["env_sha"])
+        reward = designer_signal(cfg.reward.signal, stats, params)
+        rewards.append(reward)
+        regret = store.env_stats(item["env_sha"])["regret_at_gen"]
+        if regret is not None:
+            regrets.append(regret)
+        memory.refresh_from_store(item["env_sha"], designer_reward=reward, step=step)
+    metrics.update(designer_reward=sum(rewards) / len(rewards),
+                   regret=sum(regrets) / len(regrets) if regrets else 0.0)
+    return DueRewards(due, rewards)
+
+
+def designer_samples_from(scored: DueRewards, store: Any, config: Any, step: int, n_agent: int,
+                          metrics: dict) -> list[Sample]:
+    """SPEC points 6-7: the designer samples of ``scored``: rewards centred per skill, weighted
+    by ``min(n_agent / n_designer * regen_interval, cap)``."""
+    cfg, due, rewards = config, scored.due, scored.rewards
+    if not due:
+        return []
+    by_skill: dict[str, list[int]] = {}
+    for i, item in enumerate(due):
+        by_skill.setdefault(item.get("skill") or "?", []).append(i)
+    centred = designer_advantages({s: [rewards[i] for i in idx]
+                                   for s, idx in by_skill.items()})
+    weight = designer_weight(max(n_agent, 1), len(due), cfg.regen_interval,
+                             cfg.reward.designer_weight_cap)
+    samples, records = [], []
+    for skill, idx in by_skill.items():
+        for i, adv in zip(idx, centred[skill]):
+            item = due[i]
+            records.append({"sample_id": item.get("sample_id"), "env_sha": item.get("env_sha"),
+                            "skill": skill, "generated_step": item.get("generated_step"),
+                            "reward": rewards[i], "advantage": adv, "weight": weight})
+            samples.append(Sample(role="designer", group_id=skill,
+                                  token_ids=item["token_ids"], loss_mask=item["loss_mask"],
+                                  behaviour_logprobs=item.get("logprobs"), advantage=adv,
+                                  weight=weight, generated_at_step=item["generated_step"]))
+    # one record per designer sample in the run database (events, kind designer_samples): what
+    # each environment's program was rewarded, its centred advantage and its loss weight
+    store.append_event({"kind": "designer_samples", "step": step, "signal": cfg.reward.signal,
+                        "samples": records})
+    metrics.update(designer_samples=len(samples), designer_weight=weight)
+    return samples
+
+def env_stats(store: Any, ema: dict[str, EmaTracker], sha: str) -> EnvStats:
+    """An environment's returns for the designer signal: with and without the hint at its
+    creation step (regret, matched timing) and every no-hint play of its life (win rate)."""
+    rows = store.query("SELECT episode_return, with_hint, step FROM plays "
+                            "WHERE env_sha = ?", (sha,))
+    created = store.get_environment(sha)["created_step"]
+    with_hint = [r[0] for r in rows if r[1] and r[2] == created]
+    without = [r[0] for r in rows if not r[1] and r[2] == created]
+    lifetime = [r[0] for r in rows if not r[1]]
+    return EnvStats(returns_with_hint=with_hint or [0.0], returns_without_hint=without or
+                    [0.0], lifetime_returns=lifetime or None, ema=ema.get(sha))
+
+
+def round_win_rate(store: Any, sha: str, step: int) -> float | None:
+    """The share of the environment's no-hint plays of round ``step`` with return > 0 (None:
+    it was not played without the hint that round)."""
+    rows = store.query("SELECT episode_return FROM plays WHERE env_sha = ? AND step = ? "
+                       "AND with_hint = 0", (sha, step))
+    if not rows:
+        return None
+    return sum(1 for r in rows if r[0] > 0) / len(rows)
+
+
+def update_ema(store: Any, ema: dict[str, EmaTracker], config: Any, sha: str,
+               step: int) -> None:
+    """Fold round ``step``'s win rate of ``sha`` into its learning-potential tracker (created on
+    first use), with the round's ``reward.ema_*`` constants."""
+    w = round_win_rate(store, sha, step)
+    if w is None:
+        return
+    r = config.reward
+    tracker = ema.get(sha)
+    if tracker is None:
+        tracker = ema[sha] = EmaTracker(r.ema_alpha_fast, r.ema_alpha_slow, r.ema_scale)
+    tracker.alpha_fast, tracker.alpha_slow = float(r.ema_alpha_fast), float(r.ema_alpha_slow)
+    tracker.scale = float(r.ema_scale)
+    tracker.update(w)

@@ -1,0 +1,195 @@
+"""The setup steps of a self-play run: open or resume the run, load the model, build the
+trainer and the environment side, restore the last checkpoint and loop state.
+
+A mixin of :class:`spadekit.selfplay.loop.SelfPlay`, whose ``_setup`` calls these steps in
+order; ``spadekit.selfplay.distributed.PLACEMENT`` says on which ranks each runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from spadekit.common.errors import ConfigError, SpadekitError
+from spadekit.policy.loading import quiet_transformers
+from spadekit.rollout.engine import RolloutEngine
+from spadekit.runs.store import RunStore
+from spadekit.sandbox.pool import SandboxPool
+from spadekit.sandbox.validate import Validator, ValidatorSettings
+from spadekit.selfplay.config import SelfPlayConfig, build, save_config
+from spadekit.selfplay.design import DesignPhase
+from spadekit.selfplay.memory import EnvironmentMemory, SeedlessMemory
+from spadekit.selfplay.rewards import EmaTracker
+from spadekit.selfplay.watch import PoolWatch
+
+__all__ = ["ResumeError", "SetupSteps"]
+
+
+class ResumeError(SpadekitError):
+    """A run directory cannot be continued (its checkpoint is missing or unreadable)."""
+
+    reason = "resume"
+
+
+class SetupSteps:
+    """The steps that open a run (see the module docstring)."""
+
+    def open_run(self, config: SelfPlayConfig, resume: bool) -> tuple[SelfPlayConfig, str]:
+        """The run's config (the stored one on resume) and directory."""
+        if resume:
+            self.store = RunStore.open(self.run_dir)
+            return self._stored_config(config), str(self.run_dir)
+        if (self.run_dir / "run.sqlite").exists():
+            raise ConfigError(f"{self.run_dir} already holds a run; use --resume to "
+                              "continue it, or choose another --run-dir")
+        return config, str(self.run_dir)
+
+    def load_model(self, policy: Any) -> Any:
+        """The trained policy (loaded from ``config.model`` unless given); it must train here."""
+        config = self.config
+        quiet_transformers()  # the run shows its own progress
+        if policy is None:
+            from spadekit.policy.registry import load_policy
+
+            policy = load_policy(config.model, seed=config.seed)
+        if "train" not in getattr(policy, "capabilities", ()):
+            raise ConfigError(
+                f"self-play updates the policy in this process, but {config.model!r} "
+                f"({getattr(policy, 'name', type(policy).__name__)}) cannot be trained "
+                "here (no 'train' capability): use a transformers model (hf:PATH, "
+                "smollm2-135m, tiny); servers and vLLM serve generation only")
+        return policy
+
+    def prepare_generation(self, policy: Any) -> None:
+        """The baseline curriculum (a bad source fails before any file is written) and the
+        generation engine of ``config.generation_model``."""
+        config = self.config
+        from spadekit.curriculum import build_curriculum
+
+        self.curriculum = build_curriculum(config)
+        if config.generation_model:
+            from spadekit.policy.weight_sync import generation_policy
+
+            self.gen_policy = generation_policy(config.generation_model, policy,
+                                                seed=config.seed)
+
+    def create_run(self) -> None:
+        """The run directory: ``run.sqlite`` and the resolved ``config.yaml``."""
+        self.store = RunStore(self.run_dir, create=True)
+        save_config(self.config, self.run_dir / "config.yaml")
+
+    def build_trainer(self) -> None:
+        """The GRPO trainer of the policy (wrapping it for DDP/FSDP is collective)."""
+        from spadekit.train.trainer import PolicyTrainer
+
+        config = self.config
+        train = dataclasses.replace(config.train, temperature=config.rollout.temperature,
+                                    seed=config.seed)
+        if config.generation_model and "agent" not in train.importance_sampling_roles:
+            # another engine sampled the agent's tokens: correct them like delayed samples
+            train = dataclasses.replace(train, importance_sampling_roles=(
+                *train.importance_sampling_roles, "agent"))
+        self.trainer = PolicyTrainer(self.policy, train)
+        if self.trainer.dist.world_size != self.dist.world_size:
+            raise ConfigError(
+                f"launched as {self.dist.world_size} processes but the trainer runs in "
+                f"{self.trainer.dist.world_size} (train.distributed_strategy="
+                f"{config.train.distributed_strategy!r}): use auto, ddp or fsdp")
+
+    def start_environment_side(self, resume: bool
+                               ) -> tuple[int | None, dict[str, Any] | None]:
+        """Sandboxes, validator, rollout engine, memory, corpus, designer and watch; returns the
+        last committed round and its checkpoint pointer (None, None for a new run)."""
+        config = self.config
+        self.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
+        from spadekit.rollout.ray_envs import RayValidator, make_env_backend
+
+        d, settings = config.distributed, ValidatorSettings(max_turns=config.turn_cap)
+        self.env_backend = make_env_backend(d.env_backend, config.sandbox, pool=self.pool,
+                                            num_workers=d.env_workers, address=d.ray_address)
+        self.validator = (RayValidator(self.env_backend, settings) if d.env_backend == "ray"
+                          else Validator(self.pool, settings))
+        # one turn cap for the designer's prompt, the validator and play
+        self.engine = RolloutEngine(
+            self.gen_policy or self.policy, self.env_backend, dataclasses.replace(
+                config.rollout, max_turns=config.turn_cap),
+            chat_template_kwargs=config.chat_template.for_role("agent"))
+        self.memory = EnvironmentMemory(self.store, cap=config.memory_size,
+                                        duplicate_threshold=config.dedup_threshold)
+        from spadekit.selfplay.corpus import load_corpus
+
+        # ablation switches (config.grounding / config.use_memory): no document, no seeds
+        self.corpus = (load_corpus(config.corpus, seed=config.seed) if config.grounding
+                       else None)
+        self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
+                                  self.store, self.memory if config.use_memory
+                                  else SeedlessMemory(self.memory), self.corpus)
+        self.watch = PoolWatch(config.watch, self.store, self.memory, self.env_backend,
+                               config.turn_cap, config.setting == "tooluse")
+        self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
+        last = self.store.latest_complete_step()
+        if last is None:
+            fresh = not resume and len(self.memory) == 0
+            if fresh and config.memory_seed_library:
+                self.memory.seed_from_library()
+            if fresh and config.memory_seed:
+                self.memory.seed_from_source(config.memory_seed, config.setting)
+            return None, None
+        pointer = self.store.latest_checkpoint()
+        return last, None if pointer is None else {"step": pointer["step"],
+                                                   "path": str(pointer["path"])}
+
+    def _stored_config(self, given: SelfPlayConfig) -> SelfPlayConfig:
+        import yaml
+
+        data = yaml.safe_load((self.run_dir / "config.yaml").read_text())
+        stored = build(SelfPlayConfig, data)
+        return dataclasses.replace(stored, rounds=given.rounds)
+
+    def _restore(self, step: int) -> None:
+        """One process: load the last checkpoint and the loop state (also used by
+        ``spadekit.integrations.slime``)."""
+        pointer = self.store.latest_checkpoint()
+        self.load_checkpoint(pointer)
+        self.restore_loop_state()
+
+    def load_checkpoint(self, pointer: dict[str, Any] | None) -> None:
+        """The trainer's state (weights, optimizer, RNG) from the checkpoint ``pointer``."""
+        if pointer is None:
+            return
+        try:
+            self.trainer.load(pointer["path"])
+        except Exception as exc:  # whatever the file problem, the run cannot go on from it
+            raise ResumeError(f"cannot resume {self.run_dir}: the checkpoint of round "
+                              f"{pointer['step']} ({pointer['path']}) does not load: {exc}",
+                              step=pointer["step"]) from exc
+
+    def restore_loop_state(self) -> None:
+        """The loop's random stream, corpus, curriculum and win-rate trackers, as committed."""
+        state = self.store.get_state("loop", {})
+        if "rng" in state:
+            self.rng.setstate(_tuplify(state["rng"]))
+        if "corpus" in state and self.corpus is not None:
+            self.corpus.set_state(state["corpus"])
+        if self.curriculum is not None and state.get("curriculum") is not None:
+            self.curriculum.load_state_dict(state["curriculum"])
+        for sha, tracker in state.get("ema", {}).items():
+            self.ema[sha] = EmaTracker()
+            self.ema[sha].load_state_dict(tracker)
+
+
+def _tensorboard(run_dir: Path):
+    """A TensorBoard writer into ``run_dir/tensorboard``, or None without the package."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(run_dir / "tensorboard"))
+
+
+def _tuplify(value: Any) -> Any:
+    """JSON turned random.getstate()'s tuples into lists; turn them back."""
+    if isinstance(value, list):
+        return tuple(_tuplify(v) for v in value)
+    return value
