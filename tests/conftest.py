@@ -1,4 +1,8 @@
-"""Shared fixtures: real sandbox pools per isolation tier, and host-side checks."""
+"""Shared fixtures: real sandbox pools per isolation tier, and host-side checks.
+
+The tests mirror the package: ``tests/<layer>/test_<module>.py`` for ``spadekit.<layer>``
+(``tests/test_layers.py`` checks the layering itself).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# tests mirror the package (tests/<layer>/test_<module>.py); shared pieces (tests/*.py) and test
+# modules that others reuse (e.g. test_selfplay's programs) import by their plain names
+_TESTS = Path(__file__).resolve().parent
+for _sub in sorted(p for p in _TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_sub) not in sys.path:
+        sys.path.append(str(_sub))
 
 from spadekit.common.errors import SandboxError  # noqa: E402
 from spadekit.sandbox import SandboxConfig, SandboxPool  # noqa: E402

@@ -1,4 +1,4 @@
-"""The observers of ``tests/test_config_knobs.py``: cheap runs of the real parts that consume
+"""The observers of ``tests/selfplay/test_config_knobs.py``: cheap runs of the real parts that consume
 the self-play config, each returning a comparable summary of what that part did.
 
 - ``design``: one design phase (scripted designer on a hybrid-thinking template, real

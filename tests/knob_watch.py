@@ -1,4 +1,4 @@
-"""The knob-walk observer of ``watch.*`` (``tests/test_config_knobs.py``): one round of the pool
+"""The knob-walk observer of ``watch.*`` (``tests/selfplay/test_config_knobs.py``): one round of the pool
 watch on a real run database and real sandboxes, with a program that any garbage wins and a
 program whose steps take about 0.1 s against the 0.5 ms validation recorded for it."""
 

@@ -1,5 +1,5 @@
 """Programs that try to game the validator (issue 13 part 2); shared by
-``tests/test_validate_gaming.py`` and kept apart so that they can be run through any validator.
+``tests/sandbox/test_validate_gaming.py`` and kept apart so that they can be run through any validator.
 
 Each one passed (or crashed) the validator before issue 13: it could tell validation from play
 because the probe actions, the reset seeds and the single probed instance were fixed and public,

@@ -14,7 +14,7 @@ from spadekit.envs.refimport import import_reference, programs_from_dir
 from spadekit.runs.sources import load_programs
 from spadekit.common.errors import ConfigError
 
-REFSTYLE = Path(__file__).parent / "data" / "refstyle"
+REFSTYLE = Path(__file__).parents[1] / "data" / "refstyle"
 MATH = "game_00000_000_mathematical_reasoning.py"
 RETRIEVAL = "game_00000_002_data_retrieval.py"
 OPTIMIZATION = "game_00000_001_optimization.py"

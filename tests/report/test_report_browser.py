@@ -24,7 +24,7 @@ if CHROMIUM is None:
     pytest.skip("no chromium binary (install.sh installs Debian's chromium with the dev extra)",
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
 
 @pytest.fixture(scope="module")

@@ -503,7 +503,7 @@ def test_killed_trainer_leaves_no_worker_behind(tmp_path):
 
     from spadekit.sandbox.launch import sweep_stale_dirs
 
-    src = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "src")
+    src = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "src")
     for tier in TIERS:
         proc = subprocess.Popen([__import__("sys").executable, "-c", KILLED_PARENT, src, tier],
                                 stdout=subprocess.PIPE, text=True)

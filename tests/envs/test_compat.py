@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from spadekit.envs.schemas import SchemaError, normalize_tools, solution_actions
 from spadekit.sandbox.validate import Validator
 
-REFSTYLE = Path(__file__).parent / "data" / "refstyle"
+REFSTYLE = Path(__file__).parents[1] / "data" / "refstyle"
 FIXTURES = {p.name: p.read_text() for p in sorted(REFSTYLE.glob("*.py"))}
 EXPECTED = {  # file -> (solution verdict, compatibility features that must be reported)
     "game_00000_000_mathematical_reasoning.py": (

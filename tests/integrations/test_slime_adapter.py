@@ -38,7 +38,7 @@ from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
 from spadekit.train.loss import clipped_surrogate, grpo_loss
 from test_selfplay import designer_responder  # noqa: E402 (tests/ is on sys.path)
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 GAMES = ["games_code_breaker", "games_modular_search", "games_sequence_rule"]
 GAME_SOURCES = [library.source(name) for name in GAMES]  # what the scripted designer writes
 

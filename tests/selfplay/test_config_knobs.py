@@ -39,7 +39,7 @@ from spadekit.selfplay.config import (SCHEDULABLE, SCHEDULABLE_PREFIXES, RewardC
                              SelfPlayConfig, build, scheduled_config)
 
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "spadekit"
+SRC = Path(__file__).resolve().parents[2] / "src" / "spadekit"
 
 
 # -- the walk ------------------------------------------------------------------------------------
@@ -112,7 +112,7 @@ probe("corpus", write_corpus, design)
 probe("grounding", False, design)
 probe("use_memory", False, design)
 probe("memory_seed_library", False, design)
-probe("memory_seed", str(Path(__file__).parent / "data" / "refstyle"), design)
+probe("memory_seed", str(Path(__file__).parents[1] / "data" / "refstyle"), design)
 probe("memory_size", 1, design)
 probe("dedup_threshold", 1.01, design)
 probe("designer.temperature", 0.9, design, joint={"rollout.temperature": 0.9})
@@ -216,23 +216,23 @@ DOCUMENTED: dict[str, str] = {
     "train.temperature": "set by the loop from rollout.temperature (both roles sample with it)",
     "train.seed": "set by the loop from the top-level seed",
     "train.per_device_train_batch_size": "performance: micro-batching leaves the update equal "
-                                         "(tests/test_trainer.py)",
+                                         "(tests/train/test_trainer.py)",
     "train.max_tokens_per_microbatch": "performance: micro-batching leaves the update equal "
-                                       "(tests/test_trainer.py)",
+                                       "(tests/train/test_trainer.py)",
     "train.logprob_chunk_size": "performance: chunked log-softmax, the same numbers",
     "train.gradient_checkpointing": "memory only: the same gradients",
-    "train.distributed_strategy": "several processes (tests/test_distributed.py)",
-    "train.split_batches": "several processes (tests/test_distributed.py)",
-    "train.ddp_backend": "several processes (tests/test_distributed.py)",
-    "train.ddp_timeout": "several processes (tests/test_distributed.py)",
-    "train.ddp_find_unused_parameters": "several processes (tests/test_distributed.py)",
+    "train.distributed_strategy": "several processes (tests/train/test_distributed.py)",
+    "train.split_batches": "several processes (tests/train/test_distributed.py)",
+    "train.ddp_backend": "several processes (tests/train/test_distributed.py)",
+    "train.ddp_timeout": "several processes (tests/train/test_distributed.py)",
+    "train.ddp_find_unused_parameters": "several processes (tests/train/test_distributed.py)",
     "train.ddp_bucket_cap_mb": "several processes: communication only",
     "train.fsdp_reshard_after_forward": "several processes: memory only",
-    "distributed.env_backend": "Ray sandbox workers (tests/test_ray_envs.py)",
-    "distributed.ray_address": "Ray sandbox workers (tests/test_ray_envs.py)",
-    "distributed.env_workers": "Ray sandbox workers (tests/test_ray_envs.py)",
-    "eval.suites": "in-loop evaluation (spadekit.eval.inloop; tests/test_eval_runner.py)",
-    "eval.every": "in-loop evaluation (spadekit.eval.inloop; tests/test_eval_runner.py)",
+    "distributed.env_backend": "Ray sandbox workers (tests/rollout/test_ray_envs.py)",
+    "distributed.ray_address": "Ray sandbox workers (tests/rollout/test_ray_envs.py)",
+    "distributed.env_workers": "Ray sandbox workers (tests/rollout/test_ray_envs.py)",
+    "eval.suites": "in-loop evaluation (spadekit.eval.inloop; tests/eval/test_eval_runner.py)",
+    "eval.every": "in-loop evaluation (spadekit.eval.inloop; tests/eval/test_eval_runner.py)",
     "eval.limit": "in-loop evaluation (spadekit.eval.inloop)",
     "eval.k": "in-loop evaluation (spadekit.eval.inloop)",
     "eval.max_new_tokens": "in-loop evaluation (spadekit.eval.inloop)",

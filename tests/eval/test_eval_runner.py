@@ -20,7 +20,7 @@ from spadekit.eval.runner import EvalSettings, aggregate, run_suite, sample_seed
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 class SumSuite(Suite):

@@ -18,7 +18,7 @@ from spadekit.policy.registry import load_policy
 
 from test_selfplay import WORDS
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def write_pool(folder: Path, codes: list[str]) -> Path:

@@ -21,7 +21,7 @@ from spadekit.selfplay.config import load_config
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 # A partial-credit game: the share of letters in the answer (capped below 1) is the reward, so
 # a random model's returns vary and GRPO has signal; \boxed{solve} is the solution.
@@ -175,7 +175,7 @@ def test_sigkill_at_any_moment_resumes_losing_at_most_the_round_in_flight(tmp_pa
     run = tmp_path / "run"
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
-    tests_dir = str(Path(__file__).resolve().parent)
+    tests_dir = str(Path(__file__).resolve().parents[1])
     proc = subprocess.Popen([sys.executable, str(script), SRC, tests_dir, str(run)],
                             stdout=subprocess.PIPE, text=True)
     done = []
@@ -246,7 +246,7 @@ def test_a_run_made_before_the_layout_change_resumes(tmp_path):
     import sqlite3
 
     run = tmp_path / "old-run"
-    shutil.copytree(Path(__file__).parent / "data" / "run_before_layout", run)
+    shutil.copytree(Path(__file__).parents[1] / "data" / "run_before_layout", run)
     before = sqlite3.connect(run / "run.sqlite")
     envs_before = {r[0] for r in before.execute("SELECT sha256 FROM environments")}
     metrics_before = before.execute(

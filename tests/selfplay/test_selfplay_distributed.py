@@ -28,7 +28,7 @@ pytest.importorskip("transformers")
 
 WORLD = 2
 TOL = 1e-5
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 SRC = HERE.parent / "src"
 
 

@@ -411,7 +411,7 @@ def test_killed_save_keeps_the_previous_checkpoint(tmp_path):
     trainer.train_step(random_samples(seed=25))
     trainer.save(ckpt)
     saved = params(trainer.model)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     proc = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(ckpt)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 17, proc.stderr

@@ -12,7 +12,7 @@ import pytest
 from spadekit.eval.base import EvalError, EvalItem
 from spadekit.eval.qa import MAX_ANSWER_CHARS, QASuite, repair_escapes
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 MATH = DATA / "qa_math.jsonl"
 CHOICE = DATA / "qa_choice.jsonl"
 

@@ -21,7 +21,7 @@ from spadekit.runs.store import (
 from spadekit.runs.schema import pack_array, unpack_array
 from spadekit.sandbox.validate import ValidationReport
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 TABLES = {"schema_version", "environments", "plays", "episodes", "turns", "memory",
           "delay_buffer", "blacklist", "hint_cache", "kv", "metrics", "events", "rounds",
           "checkpoints"}

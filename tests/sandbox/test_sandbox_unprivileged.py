@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 NOBODY = 65534
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 DRIVER = r'''
 import json, os, socket, sys

@@ -31,7 +31,7 @@ REL = 1e-5
 """Relative tolerance of statistics accumulated over a whole batch (loss, grad_norm, ...): one
 process and several ranks sum in a different order, and float32 sums of n terms differ by up to
 about sqrt(n) * 6e-8 relative (grad_norm 3.384102919 vs 3.384101748 was seen: 3.5e-7)."""
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def global_batch(seed: int = 0, n: int = 8) -> list[Sample]:

@@ -29,7 +29,7 @@ from conftest import ECHO, TEST_CONFIG, TIERS, assert_pool_works, live_processes
 from spadekit.sandbox import SandboxConfig, SandboxPool
 from spadekit.sandbox.launch import _UidAllocator, uid_lock_dir
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 tiers = pytest.mark.parametrize("tier", TIERS or [pytest.param("none", marks=pytest.mark.skip(
     reason="no safe sandbox tier works on this machine"))])
 
