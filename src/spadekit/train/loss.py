@@ -1,6 +1,6 @@
 """The policy-gradient loss of both SPADE roles (SPEC points 7-8).
 
-One function per mechanism, each checked against hand computations in ``tests/test_loss.py``:
+One function per mechanism, each checked against hand computations in ``tests/train/test_loss.py``:
 
 - ``clipped_surrogate``: PPO's clipped surrogate with asymmetric bounds ("clip-higher"):
   ``loss_t = -min(r_t * A, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A)`` with
