@@ -175,7 +175,7 @@ def test_sigkill_at_any_moment_resumes_losing_at_most_the_round_in_flight(tmp_pa
     run = tmp_path / "run"
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
-    tests_dir = str(Path(__file__).resolve().parents[1])
+    tests_dir = str(Path(__file__).resolve().parent)
     proc = subprocess.Popen([sys.executable, str(script), SRC, tests_dir, str(run)],
                             stdout=subprocess.PIPE, text=True)
     done = []

@@ -457,9 +457,39 @@ def build_default_documents(stdlib: Iterable[str] = DEFAULT_STDLIB_MODULES,
     return unique
 
 
+_CLEAN_BUILD = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from spadekit.selfplay.corpus import build_default_documents
+docs = build_default_documents()
+versions = {m: getattr(sys.modules.get(m), "__version__", None) for m in sys.argv[2:]}
+json.dump({"docs": [[d.id, d.text, d.source] for d in docs], "versions": versions}, sys.stdout)
+"""
+
+
+def _clean_default_documents() -> tuple[list[Document], dict[str, str | None]]:
+    """:func:`build_default_documents` in a fresh interpreter (``-I``: no site hooks, no user
+    path): imported packages patch standard-library members (Ray replaces
+    ``inspect.isgenerator`` and ``zlib.compressobj``), so a corpus read from this process would
+    depend on what it imported before; the fresh one is the same in every process, which a
+    resumed run's document stream relies on. Falls back to this process when no interpreter
+    can be started."""
+    import subprocess
+
+    src = str(Path(__file__).resolve().parents[2])
+    roots = sorted({m.split(".")[0] for m in DEFAULT_SCIENTIFIC_MODULES})
+    try:
+        done = subprocess.run([sys.executable, "-I", "-c", _CLEAN_BUILD, src, *roots],
+                              capture_output=True, text=True, timeout=300, check=True)
+        data = json.loads(done.stdout)
+        return [Document(*row) for row in data["docs"]], data["versions"]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return build_default_documents(), {p: _version_of(p) for p in roots}
+
+
 @functools.lru_cache(maxsize=1)
 def _default_documents() -> tuple[tuple[Document, ...], dict[str, Any]]:
-    docs = build_default_documents()
+    docs, versions = _clean_default_documents()
     by_origin: dict[str, int] = {}
     for doc in docs:
         origin = doc.id.split(":", 1)[0]
@@ -468,7 +498,8 @@ def _default_documents() -> tuple[tuple[Document, ...], dict[str, Any]]:
     info = {
         "python": sys.version.split()[0],
         "documents_by_package": dict(sorted(by_origin.items())),
-        "package_versions": {p: _version_of(p) for p in packages if p != "stdlib"},
+        "package_versions": {p: versions.get(p, _version_of(p)) for p in packages
+                             if p != "stdlib"},
         "stdlib_modules": list(DEFAULT_STDLIB_MODULES),
         "scientific_modules": list(DEFAULT_SCIENTIFIC_MODULES),
         "min_prose_words": DEFAULT_MIN_WORDS,
