@@ -57,7 +57,8 @@ class Plan:
     python_prefix: str = field(default_factory=lambda: os.path.realpath(sys.base_prefix))
 
 
-RUNTIME_PARTS = ("__init__.py", "errors.py", "envs", "sandbox/worker.py")
+RUNTIME_PARTS = ("__init__.py", "errors.py", "envs", "sandbox/worker.py",
+                 "sandbox/worker_replies.py")
 
 
 @functools.lru_cache(maxsize=1)

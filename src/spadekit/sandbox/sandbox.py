@@ -36,7 +36,7 @@ from spadekit.errors import (ERROR_TYPES, EnvRaised, InvalidResult, ProgramLoadE
                              SandboxStartError, SandboxTimeout, WorkerDied)
 from spadekit.envs import refstyle
 from spadekit.sandbox import replies
-from spadekit.sandbox import worker as checks
+from spadekit.sandbox import worker_replies as checks
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.sandbox.launch import Plan, WorkerProcess, spawn
 
