@@ -181,6 +181,32 @@ def test_flat_info_shortcut_agrees_with_the_full_walk(info):
                                                               + 1)
 
 
+class _Tuple(tuple):
+    """A tuple that is not exactly ``tuple``: ``check_step`` takes its one-by-one checks."""
+
+
+ODD_PART = st.one_of(st.none(), st.integers(-2, 2), st.just("\ud800"), st.floats(), st.just([]),
+                     st.booleans(), st.text(max_size=2))
+STEP = st.tuples(st.text(max_size=6) | st.just("é" * 3), st.floats(0, 1), st.booleans(),
+                 st.booleans(), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+
+
+@SETTINGS
+@given(parts=STEP, spoil=st.integers(-1, 4), bad=ODD_PART, cap=st.integers(0, 8))
+def test_step_check_shortcut_agrees_with_the_checks_one_by_one(parts, spoil, bad, cap):
+    """A valid step result with at most one part replaced: the one-expression shortcut (exact
+    tuple) and the one-by-one checks (a tuple subclass) give the same verdict and value."""
+    if spoil >= 0:
+        parts = parts[:spoil] + (bad,) + parts[spoil + 1:]
+    fast, slow = worker_replies.check_step(parts, cap), worker_replies.check_step(
+        _Tuple(parts), cap)
+    assert repr(fast) == repr(slow)
+    if fast[0] is not None:
+        assert [type(v) for v in fast[0]] == [type(v) for v in slow[0]]
+    if spoil < 0 and len(parts[0]) <= cap:
+        assert fast[1] is None  # a valid result is accepted
+
+
 # ---------------------------------------------------------------------------------------------
 # budgets: the Python functions one step runs
 

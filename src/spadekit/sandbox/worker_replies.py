@@ -212,6 +212,15 @@ def check_reset(result, cap):
 
 
 def check_step(result, cap):
+    """``([obs, reward, terminated, truncated, info], None)`` for a valid step result, else
+    ``(None, error)``. The usual result (exact types, an ASCII observation, a float reward)
+    passes every check in one expression; anything else takes the checks one by one."""
+    if type(result) is tuple and len(result) == 5:
+        obs, reward, terminated, truncated, info = result
+        if (type(obs) is str and len(obs) <= cap and obs.isascii() and type(reward) is float
+                and 0.0 <= reward <= 1.0 and type(terminated) is bool
+                and type(truncated) is bool and type(info) is dict):
+            return [obs, reward, terminated, truncated, info], None
     if not isinstance(result, tuple) or len(result) != 5:
         return None, invalid("bad_step_type", "step() must return a 5-tuple (observation, reward,"
                              " terminated, truncated, info), got %s" % _describe(result))
