@@ -2,6 +2,11 @@
 
 - in-process step: the program's class exec'd in this process (no isolation at all);
 - bare pipe round trip: a plain child interpreter echoing JSON lines (no isolation, no checks);
+  the target's baseline;
+- same-codec pipe round trip: that child with the JSON calls the sandbox protocol uses on its
+  hot path (a formatted request, the decoder's C scanner, one reusable C encoder), for
+  information: against it, ``isolated_vs_same_codec_pipe_step_p50`` is what isolation and the
+  reply checks cost on their own, with the codec difference taken out;
 - isolated step: a real sandbox at the detected tier (p50, p99);
 - cold start (boot a worker) vs warm-pool acquire (take a booted worker and load the program);
 - validator throughput over the reference library, 2 programs at a time;
@@ -10,14 +15,16 @@
   0.5 s without requests), with idle stopping (``idle_stop_ms``) on and off.
 
 Usage: python benchmarks/sandbox.py [--steps N]. The last line is one JSON object.
-Targets (issue 2): isolated step p50 <= 1.3x the bare pipe; warm acquire p50 <= 5 ms;
->= 20 validations/s on 2 cores; an idle worker with a spinning thread near 0 CPU.
+Targets (issue 2): isolated step p50 <= 1.3x the bare pipe (not the same-codec one); warm
+acquire p50 <= 5 ms; >= 20 validations/s on 2 cores; an idle worker with a spinning thread near
+0 CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import json.encoder
 import os
 import statistics
 import subprocess
@@ -55,6 +62,20 @@ for line in sys.stdin.buffer:
     out.flush()
 '''
 
+PIPE_CHILD_SAME_CODEC = r'''
+import json, json.encoder, sys
+out = sys.stdout.buffer
+scan = json.JSONDecoder().scan_once
+enc = json.encoder.c_make_encoder(None, None, json.encoder.encode_basestring_ascii, None, ":",
+                                  ",", False, False, False)
+for line in sys.stdin.buffer:
+    req = scan(line.decode(), 0)[0]
+    out.write("".join(enc({"id": req["id"], "ok": True,
+                           "result": ["obs:" + req["action"][:100], 0.5, False, False,
+                                      {"t": req["id"]}]}, 0)).encode() + b"\n")
+    out.flush()
+'''
+
 
 def pct(values, q):
     values = sorted(values)
@@ -83,8 +104,8 @@ def inprocess_step(n):
 class PipeChild:
     """The baseline: a plain child interpreter answering JSON lines over pipes."""
 
-    def __init__(self, python: str) -> None:
-        self.proc = subprocess.Popen([python, "-I", "-S", "-c", PIPE_CHILD],
+    def __init__(self, python: str, code: str = PIPE_CHILD) -> None:
+        self.proc = subprocess.Popen([python, "-I", "-S", "-c", code],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.counter = iter(range(1 << 30))
 
@@ -97,6 +118,22 @@ class PipeChild:
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
+
+
+class SameCodecPipeChild(PipeChild):
+    """The baseline child and parent with the sandbox protocol's hot-path JSON calls."""
+
+    scan = json.JSONDecoder().scan_once
+    encode_str = json.encoder.encode_basestring_ascii
+
+    def __init__(self, python: str) -> None:
+        super().__init__(python, PIPE_CHILD_SAME_CODEC)
+
+    def step(self) -> None:
+        self.proc.stdin.write(b'{"id":%d,"op":"step","action":%s}\n' % (
+            next(self.counter), self.encode_str("x" * 50).encode()))
+        self.proc.stdin.flush()
+        self.scan(self.proc.stdout.readline().decode(), 0)
 
 
 def settle(pool, timeout=5.0):
@@ -118,6 +155,7 @@ def pipe_vs_isolated(config, plan, n, block=250):
     os.sched_setaffinity(0, {min(allowed)})
     try:
         child = PipeChild(plan.python)  # the workers' interpreter, so only isolation differs
+        same = SameCodecPipeChild(plan.python)
         sb = Sandbox.start(config, plan)
     finally:
         os.sched_setaffinity(0, allowed)
@@ -125,18 +163,21 @@ def pipe_vs_isolated(config, plan, n, block=250):
     sb.load(ECHO)
     env = sb.new_env()
     env.reset(seed=0)
-    pipe, iso = [], []
+    pipe, same_codec, iso = [], [], []
     try:
         time_calls(child.step, 100)
+        time_calls(same.step, 100)
         time_calls(lambda: env.step("x" * 50), 100)
         for _ in range(max(1, n // block)):
             pipe += time_calls(child.step, block, warmup=5)
             iso += time_calls(lambda: env.step("x" * 50), block, warmup=5)
+            same_codec += time_calls(same.step, block, warmup=5)
     finally:
         os.sched_setaffinity(0, allowed)
         child.close()
+        same.close()
         sb.close()
-    return pipe, iso
+    return pipe, iso, same_codec
 
 
 SPINNER = '''
@@ -249,7 +290,7 @@ def main() -> None:
     config = SandboxConfig()
     _report, plan = detect(config)
     inproc = inprocess_step(args.steps)
-    pipe, iso = pipe_vs_isolated(config, plan, args.steps)
+    pipe, iso, same_codec = pipe_vs_isolated(config, plan, args.steps)
     pool = SandboxPool(config, warm=args.workers)
     try:
         cold, warm = starts(pool, args.starts)
@@ -270,6 +311,9 @@ def main() -> None:
         "isolated_step_p50_us": round(statistics.median(iso) * us, 1),
         "isolated_step_p99_us": round(pct(iso, 0.99) * us, 1),
         "isolated_vs_pipe_step_p50": round(statistics.median(iso) / statistics.median(pipe), 3),
+        "same_codec_pipe_step_p50_us": round(statistics.median(same_codec) * us, 1),
+        "isolated_vs_same_codec_pipe_step_p50": round(statistics.median(iso) /
+                                                      statistics.median(same_codec), 3),
         "isolated_vs_inprocess_step_p50": round(statistics.median(iso) /
                                                 statistics.median(inproc), 1),
         "cold_start_p50_ms": round(statistics.median(cold) * 1e3, 2),

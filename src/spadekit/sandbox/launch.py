@@ -58,7 +58,7 @@ class Plan:
 
 
 RUNTIME_PARTS = ("__init__.py", "common/__init__.py", "common/errors.py", "envs",
-                 "sandbox/worker.py")
+                 "sandbox/worker.py", "sandbox/worker_replies.py")
 
 
 @functools.lru_cache(maxsize=1)

@@ -29,7 +29,7 @@ import math
 import re
 from typing import Any
 
-from spadekit.sandbox.worker import valid_text  # one test of valid Unicode, both sides
+from spadekit.sandbox.worker_replies import valid_text  # one test of valid Unicode, both sides
 
 MAX_DEPTH = 32
 """Deepest nesting of arrays/objects in one reply line (envelope included). The worker cuts
@@ -83,6 +83,7 @@ def _finite_float(text: str) -> float:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+_SCAN = _DECODER.scan_once  # the C scanner, with the two hooks above
 
 
 def decode_line(line: bytes) -> Any:
@@ -91,7 +92,7 @@ def decode_line(line: bytes) -> Any:
         if (line.count(b"[") + line.count(b"{") > MAX_DEPTH) and not _depth_ok(line):
             raise BadReply(f"nested deeper than {MAX_DEPTH} levels")
         text = line.decode("utf-8")  # strict: no invalid bytes, no encoded surrogates
-        value = _DECODER.decode(text)
+        value = _parse(text)
         if "\\u" in text or not text.isascii():
             _check_strings(value)
         return value
@@ -99,6 +100,19 @@ def decode_line(line: bytes) -> Any:
         raise
     except (ValueError, RecursionError, MemoryError, OverflowError, TypeError) as exc:
         raise BadReply(f"not a JSON reply ({type(exc).__name__})") from None
+
+
+def _parse(text: str) -> Any:
+    """``_DECODER.decode(text)``, same result and same errors, without its Python-level regex
+    passes on the usual line (one value from the first character, then nothing but JSON
+    whitespace): the decoder's C scanner reads it directly, about 1.5 us less per reply."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:  # leading whitespace, or no value at all: the full decoder decides
+        return _DECODER.decode(text)
+    if end != len(text) and text[end:].strip(" \t\n\r"):
+        raise BadReply("not a JSON reply (JSONDecodeError)")  # extra data, as decode says
+    return value
 
 
 def _check_strings(value: Any) -> None:

@@ -36,7 +36,7 @@ from spadekit.common.errors import (ERROR_TYPES, EnvRaised, InvalidResult, Progr
                              SandboxStartError, SandboxTimeout, WorkerDied)
 from spadekit.envs import refstyle
 from spadekit.sandbox import replies
-from spadekit.sandbox import worker as checks
+from spadekit.sandbox import worker_replies as checks
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.sandbox.launch import Plan, WorkerProcess, spawn
 
@@ -192,7 +192,8 @@ class Sandbox:
     def request(self, op: str, payload: dict, timeout: float | None = None) -> Any:
         """Send one request and return its result, or raise a typed ``SandboxError``."""
         with self._lock:
-            self._check_open()
+            if self.failure is not None or self.worker.closed:
+                self._check_open()  # raises
             self.check_quiet(op)
             rid = next(self._ids)
             deadline = timeout if timeout is not None else self.deadline(op)
@@ -240,15 +241,15 @@ class Sandbox:
         return exc
 
     def _send(self, data: bytes, op: str, deadline: float, end: float) -> None:
-        view = memoryview(data)
         try:  # the usual case: the request fits in the pipe at once
-            view = view[os.write(self._in_fd, view):]
+            sent = os.write(self._in_fd, data)
         except BlockingIOError:
-            pass
+            sent = 0
         except OSError:
             raise self._fail(self._died(op)) from None
-        if not view:
+        if sent == len(data):
             return
+        view = memoryview(data)[sent:]
         with selectors.DefaultSelector() as sel:
             sel.register(self._in_fd, selectors.EVENT_WRITE)
             while view:

@@ -15,7 +15,9 @@ Run as a script (``python -I -S -B worker.py``), standard library only. Bootstra
 
 Replies stay inside the parent's schema (``spadekit.sandbox.replies``): valid Unicode (a lone
 surrogate in an observation is an ``InvalidResult``), bounded depth and error sizes. A reply
-the parent refuses was therefore forged by the program, never sent by this code.
+the parent refuses was therefore forged by the program, never sent by this code. The result
+checks and the reply encoding live in ``worker_replies.py`` (copied next to this script into
+the workers' runtime library), which the parent uses for its own checks too.
 
 The parent enforces wall-clock deadlines and kills this process (and its namespace/cgroup) on
 timeout; nothing here relies on signals or alarms, which environment code could swallow.
@@ -24,10 +26,22 @@ timeout; nothing here relies on signals or alarms, which environment code could 
 import ctypes
 import faulthandler
 import json
-import math
 import os
 import resource
 import sys
+
+if __name__ == "__main__":  # the worker script: its package root (three levels up) is on the
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(  # path for this import
+        os.path.abspath(__file__)))))
+# Re-exported: the parent runs check_reset/check_step on every reply (sandbox.py, local_env.py).
+from spadekit.sandbox.worker_replies import (ERROR_FIELD_CHARS, MAX_NAME_CHARS,  # noqa: F401,E402
+                                             RESULT_DEPTH, _short, bounded_error, check_obs,
+                                             check_reset, check_step, decode_request,
+                                             encode_reply, invalid, mend_text, plain, sanitize,
+                                             valid_text)
+
+if __name__ == "__main__":
+    del sys.path[0]  # only: the boot config decides the path programs see
 
 PROTO_IN = None
 PROTO_OUT = None
@@ -173,30 +187,10 @@ def apply_seccomp(bpf_hex):
 # protocol
 
 
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
-# Limits of the parent's reply schema (spadekit.sandbox.replies, which refuses replies nested
-# deeper than 32 levels): info and method results nest at most RESULT_DEPTH levels as they are.
-RESULT_DEPTH = 16
-ERROR_FIELD_CHARS = {"message": 4000, "traceback": 8000, "exc_type": 200, "reason": 64,
-                     "kind": 32, "type": 64}
-MAX_NAME_CHARS = 200
-_FLAT = frozenset({type(None), bool, int})
-
-
 def send(obj):
-    """Write one reply line. Values that JSON cannot carry (sets, objects, NaN inside ``info``,
-    deep nesting, lone surrogates) are made safe by ``sanitize`` only when needed."""
-    try:
-        data = _ENCODER.encode(obj).encode() + b"\n"
-        if b"\\ud" in data and not plain(obj, 64):
-            data = _ENCODER.encode(sanitize(obj, -64)).encode() + b"\n"
-    except Exception:
-        try:
-            data = _ENCODER.encode(sanitize(obj)).encode() + b"\n"
-        except Exception as exc:
-            data = json.dumps({"id": obj.get("id"), "ok": False, "error": {
-                "type": "InvalidResult", "reason": "bad_result",
-                "message": "result is not JSON-serialisable: %s" % _short(exc)}}).encode() + b"\n"
+    """Write one reply line (``encode_reply``: values JSON cannot carry are made safe first).
+    A module global on purpose: the forged-reply tests replace it from inside a program."""
+    data = encode_reply(obj)
     n = os.write(PROTO_OUT, data)
     if n < len(data):
         view = memoryview(data)[n:]
@@ -222,154 +216,6 @@ def error_from_exception(exc):
         return {"type": "ResourceLimit", "kind": "file_size", "message": msg, "traceback": tb}
     return {"type": "EnvRaised", "exc_type": name, "message": "%s: %s" % (name, msg),
             "traceback": tb}
-
-
-def _short(exc, limit=2000):
-    try:
-        text = str(exc)
-    except BaseException:
-        text = "<unprintable %s>" % type(exc).__name__
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def invalid(reason, message):
-    return {"type": "InvalidResult", "reason": reason, "message": message}
-
-
-def sanitize(value, depth=0):
-    """Make ``info`` JSON-safe: keep JSON types, stringify the rest, bound depth and size,
-    replace lone surrogates. (``depth`` below 0 gives room for deeper values: ``send`` uses it
-    to only mend text in replies that are already well formed.)"""
-    if depth > 8:
-        return "<too deep>"
-    if isinstance(value, str):
-        return mend_text(value)
-    if value is None or isinstance(value, (bool, int)):
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2 ** 63:
-            return str(value)
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, dict):
-        return {mend_text(str(k)[:200]): sanitize(v, depth + 1)
-                for k, v in list(value.items())[:1000]}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [sanitize(v, depth + 1) for v in list(value)[:1000]]
-    text = repr(value)
-    return mend_text(text[:1000])
-
-
-def valid_text(text):
-    """True when ``text`` can be encoded as UTF-8 (it holds no lone surrogate)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def mend_text(text):
-    """``text`` with each lone surrogate replaced by U+FFFD."""
-    return text if valid_text(text) else text.encode("utf-8", "surrogatepass").decode(
-        "utf-8", "replace")
-
-
-def plain(value, limit=RESULT_DEPTH):
-    """True when ``value`` can be sent as is: JSON types only, finite floats, string keys,
-    valid text, at most ``limit`` levels deep. Otherwise ``sanitize`` it first."""
-    if type(value) is dict and all(type(k) is str and k.isascii() and (
-            type(v) in _FLAT or (type(v) is str and v.isascii())) for k, v in value.items()):
-        return True  # the usual info: a flat dict of ASCII text, ints, bools, None
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is str:
-            if not valid_text(item):
-                return False
-        elif kind is dict or kind is list or kind is tuple:
-            if depth >= limit or (kind is dict and not all(type(k) is str and valid_text(k)
-                                                            for k in item)):
-                return False
-            stack.extend((sub, depth + 1) for sub in (item.values() if kind is dict else item))
-        elif kind is float:
-            if not math.isfinite(item):
-                return False
-        elif not (item is None or kind is bool or kind is int):
-            return False
-    return True
-
-
-def bounded_error(err):
-    """An error reply's fields cut to the parent's sizes, text mended."""
-    out = {}
-    for key, value in err.items():
-        limit = ERROR_FIELD_CHARS.get(key)
-        if limit is not None:
-            text = mend_text(value if isinstance(value, str) else str(value))
-            out[key] = text if len(text) <= limit else text[:limit - 3] + "..."
-        elif key == "line":
-            out[key] = value if type(value) is int else None
-    return out
-
-
-def check_obs(obs, where, cap):
-    if not isinstance(obs, str):
-        return invalid("bad_%s_type" % where, "observation must be str, got %s" % type(obs).__name__)
-    if len(obs) > cap:
-        return invalid("observation_too_large",
-                       "observation has %d characters (limit %d)" % (len(obs), cap))
-    if not obs.isascii() and not valid_text(obs):  # isascii first: the hot path's call
-        return invalid("bad_text", "observation is not valid Unicode (it holds a lone "
-                       "surrogate)")
-    return None
-
-
-def check_reset(result, cap):
-    if not isinstance(result, tuple) or len(result) != 2:
-        return None, invalid("bad_reset_type", "reset() must return (observation: str, info: dict),"
-                             " got %s" % _describe(result))
-    obs, info = result
-    err = check_obs(obs, "reset", cap)
-    if err:
-        return None, err
-    if not isinstance(info, dict):
-        return None, invalid("bad_reset_type", "reset() info must be a dict, got %s"
-                             % type(info).__name__)
-    return [obs, info], None
-
-
-def check_step(result, cap):
-    if not isinstance(result, tuple) or len(result) != 5:
-        return None, invalid("bad_step_type", "step() must return a 5-tuple (observation, reward,"
-                             " terminated, truncated, info), got %s" % _describe(result))
-    obs, reward, terminated, truncated, info = result
-    err = check_obs(obs, "step", cap)
-    if err:
-        return None, err
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-        return None, invalid("bad_step_type", "reward must be a number, got %s"
-                             % type(reward).__name__)
-    reward = float(reward)
-    if not math.isfinite(reward):
-        return None, invalid("reward_not_finite", "reward must be finite, got %r" % reward)
-    if not 0.0 <= reward <= 1.0:
-        return None, invalid("reward_out_of_range", "reward must be in [0, 1], got %r" % reward)
-    for name, flag in (("terminated", terminated), ("truncated", truncated)):
-        if not isinstance(flag, bool):
-            return None, invalid("bad_step_type", "%s must be a bool, got %s"
-                                 % (name, type(flag).__name__))
-    if not isinstance(info, dict):
-        return None, invalid("bad_step_type", "info must be a dict, got %s" % type(info).__name__)
-    return [obs, reward, terminated, truncated, info], None
-
-
-def _describe(value):
-    if isinstance(value, (tuple, list)):
-        return "%s of length %d" % (type(value).__name__, len(value))
-    return type(value).__name__
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,7 +402,7 @@ def serve(reader):
         if not line:
             return
         try:
-            req = json.loads(line)
+            req = decode_request(line)
             handler = OPS[req["op"]]
         except Exception as exc:
             send({"id": None, "ok": False, "error": {"type": "ProtocolViolation",
