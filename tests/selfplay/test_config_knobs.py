@@ -205,6 +205,7 @@ probe("hint_generations", 1, loop)
 probe("bootstrap", "library", loop)
 probe("bootstrap_per_round", 1, loop, bootstrap="library")
 probe("train_designer", False, loop, rounds=3)
+probe("designer.model", "tiny", loop, rounds=3)  # a frozen designer: its samples are dropped
 probe("checkpoint_every", 2, loop)
 probe("generation_model", "tiny", loop)
 

@@ -165,6 +165,10 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
                           f"{sp.next_step}" + (f"; {world} processes "
                                                f"({sp.trainer.dist.strategy})"
                                                if world > 1 else ""))
+            console.print("roles: " + "; ".join(
+                f"{role} {terminal_text(str(r['policy']))} ({r['engine']}"
+                f"{', trained' if r['trained'] else ', frozen'})"
+                for role, r in sp.roles.items()))
         for _ in range(sp.config.rounds):
             try:
                 metrics = sp.round(sp.next_step)

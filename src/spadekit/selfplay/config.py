@@ -49,6 +49,12 @@ class DesignerConfig:
     judge_max_new_tokens: int = 512
     hint_model: str | None = None
     """A separate hint writer (a policy spec, e.g. ``openai:NAME@URL``) instead of the policy."""
+    model: str | None = None
+    """A frozen designer: a policy spec (any backend: ``hf:PATH``, ``vllm:...``,
+    ``openai:NAME@URL``, ``smollm2-135m``, ...) that writes the environments (and the hints,
+    unless ``hint_model`` is set) instead of the trained policy. Its samples are rewarded and
+    logged but never trained (``designer_samples_dropped``): the honest frozen-designer
+    ablation. None: the trained policy designs (the paper)."""
 
 
 CHAT_ROLES = ("agent", "designer", "hint")

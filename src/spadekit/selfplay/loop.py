@@ -79,7 +79,7 @@ class SelfPlay(SetupSteps):
                  designer_policy: Any = None, resume: bool = False, console: Any = None):
         self.run_dir = Path(run_dir)
         self.store = self.pool = self.tb = self.curriculum = None  # for close() on any failure
-        self.gen_policy = None
+        self.gen_policy = self.frozen_designer = None
         # under a launcher: join the process group (same decision on every rank: same config),
         # and let spadekit.selfplay.distributed place each named step on its ranks
         self.dist = join_launch(config)
@@ -103,7 +103,8 @@ class SelfPlay(SetupSteps):
         if not resume:
             self.create_run()  # only once the model is known to work
         self.policy = policy
-        self.designer_policy = designer_policy or self.gen_policy or policy
+        self.designer_policy = (designer_policy or self.frozen_designer or self.gen_policy
+                                or policy)
         self.rng = random.Random(config.seed)
         self.ema: dict[str, EmaTracker] = {}
         self._bootstrap_created: dict[str, int] = {}
@@ -277,7 +278,8 @@ class SelfPlay(SetupSteps):
         agent = agent_samples(plays, self.config, r.metrics)
         designer = designer_samples_from(due, self.store, self.config, r.step, len(agent),
                                          r.metrics)
-        if not self.config.train_designer:  # ablation: rewarded and logged, never trained
+        if not self.config.train_designer or self.config.designer.model:
+            # ablation, or a frozen designer model: rewarded and logged, never trained
             r.metrics["designer_samples_dropped"] = len(designer)
             designer = []
         r.n_agent = len(agent)

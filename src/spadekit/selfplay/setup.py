@@ -73,6 +73,15 @@ class SetupSteps:
 
             self.gen_policy = generation_policy(config.generation_model, policy,
                                                 seed=config.seed)
+        if config.designer.model:  # a frozen designer (and hint writer) of its own
+            from spadekit.policy.registry import load_policy, split_spec
+
+            options = {}
+            tokenizer = getattr(policy, "tokenizer", None)
+            if split_spec(config.designer.model)[0] == "openai" and tokenizer is not None:
+                options["tokenizer"] = tokenizer
+            self.frozen_designer = load_policy(config.designer.model, seed=config.seed,
+                                               **options)
 
     def create_run(self) -> None:
         """The run directory: ``run.sqlite`` and the resolved ``config.yaml``."""
@@ -128,6 +137,7 @@ class SetupSteps:
         self.watch = PoolWatch(config.watch, self.store, self.memory, self.env_backend,
                                config.turn_cap, config.setting == "tooluse")
         self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
+        self.roles = self._record_roles()
         last = self.store.latest_complete_step()
         if last is None:
             fresh = not resume and len(self.memory) == 0
@@ -139,6 +149,25 @@ class SetupSteps:
         pointer = self.store.latest_checkpoint()
         return last, None if pointer is None else {"step": pointer["step"],
                                                    "path": str(pointer["path"])}
+
+    def _record_roles(self) -> dict[str, dict[str, Any]]:
+        """Which policy and engine plays each role, in the run database (state ``roles`` and a
+        ``roles`` event each time the run is opened)."""
+        def describe(policy: Any, trained: bool) -> dict[str, Any]:
+            return {"policy": getattr(policy, "name", None) or type(policy).__name__,
+                    "engine": type(policy).__name__, "trained": trained}
+
+        frozen = bool(self.config.designer.model)
+        roles = {"agent": describe(self.gen_policy or self.policy, True),
+                 "designer": describe(self.designer_policy,
+                                      not frozen and self.config.train_designer),
+                 "hint": describe(self.design.hint_policy, False)}
+        if self.gen_policy is not None:
+            roles["agent"]["trained_copy"] = describe(self.policy, True)["policy"]
+        self.store.put_state("roles", roles)
+        self.store.append_event({"kind": "roles", "step": self.store.latest_complete_step(),
+                                 **roles})
+        return roles
 
     def _stored_config(self, given: SelfPlayConfig) -> SelfPlayConfig:
         import yaml
