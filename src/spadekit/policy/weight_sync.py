@@ -212,12 +212,16 @@ def generation_policy(spec: str, trained: Any, *, seed: int = 0) -> Any:
 
 
 def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
-                 version: int | None = None) -> dict[str, Any]:
+                 version: int | None = None, verify: Any = None) -> dict[str, Any]:
     """Feed ``weights`` (``(name, tensor)`` pairs, a mapping, or a trainer/model, which goes
     through ``trainer_weights``) to ``policy.load_weights`` in chunks of about ``chunk_mb``
     (``None``: all in one call). ``version`` (e.g. the trainer's step) is passed on to backends
-    that record one. Returns ``{"tensors", "loaded", "bytes", "chunks", "seconds",
-    "mb_per_s"}``."""
+    that record one. ``verify``: the model to check the engine against after the push
+    (``weight_probe.probe_push``: a failed check restores the engine's previous weights where it
+    can and raises ``WeightSyncError``); None checks against ``weights`` itself when it is a
+    trainer or model, False never checks. Returns ``{"tensors", "loaded", "bytes", "chunks",
+    "seconds", "mb_per_s"}`` (plus ``probe_max_abs_diff``, ``probe_tokens``, ``verify_s``
+    when checked)."""
     load = getattr(policy, "load_weights", None)
     name = getattr(policy, "name", type(policy).__name__)
     if not callable(load):
@@ -227,6 +231,8 @@ def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
     if isinstance(weights, Mapping):
         weights = weights.items()
     elif any(hasattr(weights, a) for a in ("parameters", "train_step", "model")):
+        if verify is None:
+            verify = weights
         weights = trainer_weights(weights)
     accepts = inspect.signature(load).parameters
     t0 = time.perf_counter()
@@ -245,6 +251,15 @@ def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
         stats["chunks"] += 1
     stats["seconds"] = time.perf_counter() - t0
     stats["mb_per_s"] = stats["bytes"] / 2**20 / max(stats["seconds"], 1e-9)
+    if verify is not None and verify is not False and "logprobs" in getattr(
+            policy, "capabilities", ()):
+        from spadekit.policy.weight_probe import probe_push, reference_model
+
+        model = reference_model(verify)
+        if model is not None:
+            t1 = time.perf_counter()
+            stats.update(probe_push(policy, model))
+            stats["verify_s"] = time.perf_counter() - t1
     return stats
 
 
