@@ -78,6 +78,10 @@ def probe_push(policy: Any, model: Any, *, tolerance: float | None = None,
     confirm = getattr(policy, "confirm_weights", None)
     if callable(confirm):
         confirm()  # what a later failed push goes back to
+    elif getattr(policy, "_vllm_server", False):
+        from spadekit.policy import vllm_server
+
+        vllm_server.confirm(policy)
     return {"probe_max_abs_diff": diff, "probe_tokens": len(gen.token_ids)}
 
 
@@ -85,6 +89,10 @@ def restore_previous(policy: Any) -> str:
     """Put the engine back on the weights it had before the failed push, where it can; a
     sentence saying what happened (for the error message)."""
     restore = getattr(policy, "restore_weights", None)
+    if not callable(restore) and getattr(policy, "_vllm_server", False):
+        from spadekit.policy import vllm_server
+
+        restore = lambda: vllm_server.restore(policy)  # noqa: E731
     if not callable(restore):
         return "this engine cannot restore its previous weights: treat it as broken"
     try:

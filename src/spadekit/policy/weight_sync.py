@@ -32,14 +32,19 @@ keeps its own ``hf`` policy, rollouts use ``gen_policy = load_policy(NAME)``, an
 version=trainer.step)``. On CPU ``generation_model=tiny`` (an ``hf`` copy) exercises the path.
 
 vLLM in-process (colocated): ``generation_model=vllm:PATH``; ``VLLMPolicy.load_weights`` takes
-the same Hugging Face names (vLLM's ``model.load_weights`` fuses q/k/v and gate/up itself) and
-resets the prefix cache. NEEDS A GPU CHECK: ``benchmarks/vllm_check.py`` (check 4).
+the same Hugging Face names (``spadekit.policy.vllm_weights``: checked, then vLLM's in-place
+``reload_weights``; tested on vLLM's CPU build, ``tests/test_vllm_engine.py``).
 
-Server: ``spadekit serve --model vllm:PATH --allow-weight-updates --weights-token SECRET`` (our
-server wrapping the vLLM backend; ``hf``/``tiny`` work the same) is the only server path that
-accepts pushes; ``vllm serve`` itself does not (TRL's ``vllm-serve`` has its own protocol, not
-spoken here). The client is ``OpenAIPolicy`` (``openai:MODEL@URL``, ``weights_token=`` or env
-``SPADEKIT_WEIGHTS_TOKEN``), whose ``load_weights`` posts safetensors payloads:
+Every push from a trainer or model is checked (``verify``, ``spadekit.policy.weight_probe``):
+the engine's logprobs of a fixed probe must equal the trainer's, else the engine is restored
+to its previous weights where it can be and ``WeightSyncError`` is raised.
+
+Servers: a real ``vllm serve`` in dev mode takes pushes through ``/collective_rpc``
+(``spadekit.policy.vllm_server``: how to start it, and the route). ``spadekit serve --model
+vllm:PATH --allow-weight-updates --weights-token SECRET`` (our server wrapping any backend)
+takes them as below. The client is ``OpenAIPolicy`` (``openai:MODEL@URL``, ``weights_token=`` or
+env ``SPADEKIT_WEIGHTS_TOKEN``), whose ``load_weights`` recognises a vLLM server by its
+``GET /version`` and otherwise posts safetensors payloads:
 
 ``POST /v1/spadekit/weights`` -- body: the bytes of ``safetensors.torch.save({name: tensor})``
 (Content-Type ``application/octet-stream``, at most ``max_weights_request`` bytes, default
@@ -310,6 +315,10 @@ def push_to_server(policy: Any, weights: Any, *, final: bool = True,
                    version: int | None = None) -> int:
     """``OpenAIPolicy.load_weights``: post ``weights`` to the server behind ``policy``. Several
     calls with ``final=False`` and a last one with ``final=True`` form one atomic upload."""
+    from spadekit.policy import vllm_server
+
+    if vllm_server.is_vllm(policy):  # a real vllm serve: its own route (vllm_server)
+        return vllm_server.push(policy, weights, final=final, version=version)
     items = as_items(weights)
     if not items and final and getattr(policy, "_weights_upload", None) is None:
         return 0
