@@ -137,12 +137,14 @@ def test_refused_pushes_change_nothing(engine, hf, original):
         engine.load_weights([("model.layers.0.self_attn.q_proj.weight",
                               original["model.layers.0.self_attn.q_proj.weight"])])
     assert fingerprint(engine) == before  # nothing reached the engine
+    version = engine.weights_version
     # a push the engine takes but that is not the trainer's: the check after it fails, and
     # the engine is put back on the weights it had
     wrong = {k: v * 1.02 if v.ndim == 2 else v for k, v in original.items()}
     with pytest.raises(WeightSyncError, match="does not serve the trainer's weights.*restored"):
         push_weights(engine, wrong, verify=hf.model)
     assert fingerprint(engine) == pytest.approx(before, abs=1e-5)
+    assert engine.weights_version == version  # the undone push is not counted
 
 
 def test_a_selfplay_round_generates_through_vllm(engine, hf, original, tmp_path, monkeypatch):

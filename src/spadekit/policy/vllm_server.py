@@ -173,7 +173,7 @@ def push(policy: Any, weights: Any, *, final: bool = True, version: int | None =
     folder.mkdir(parents=True)
     path = folder / "model.safetensors"
     save_file({n: t.detach().to("cpu").contiguous() for n, t in items}, str(path))
-    state["pending"] = (path, set(n for n, _ in items))
+    state["pending"] = (path, set(n for n, _ in items), getattr(policy, "weights_version", 0))
     t0 = time.perf_counter()
     try:
         _apply(policy, state, path)
@@ -191,7 +191,7 @@ def confirm(policy: Any) -> None:
     state = _state(policy)
     if state["pending"] is None:
         return
-    path, names = state["pending"]
+    path, names, _ = state["pending"]
     state["pending"] = None
     keep = []
     for old, old_names in state["confirmed"]:
@@ -218,6 +218,7 @@ def restore(policy: Any) -> None:
     _call(policy, "POST", "/reset_prefix_cache", timeout=60)
     if pending is not None:
         _remove(pending[0])
+        policy.weights_version = pending[2]  # the undone push never happened
 
 
 def _restore_note(policy: Any) -> str:

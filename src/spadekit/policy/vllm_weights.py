@@ -151,6 +151,7 @@ class EngineWeights:
         self._staged: list[tuple[str, Any]] = []
         self._copy: dict[str, Any] = {}
         self._pending: dict[str, Any] | None = None
+        self._undo_version = 0
 
     def load(self, items: Iterable[tuple[str, Any]], final: bool = True,
              version: int | None = None) -> int:
@@ -177,8 +178,9 @@ class EngineWeights:
                                   + ("the previous weights were restored" if restored else
                                      "restoring the previous weights failed too")) from exc
         self.confirm()  # the push before this one stands: it was not undone
-        if self.keep_copy:
-            self._pending = {n: t.detach().to("cpu", copy=True) for n, t in batch}
+        self._undo_version = self.version
+        self._pending = {n: t.detach().to("cpu", copy=True) for n, t in batch} \
+            if self.keep_copy else {}
         self.pushes += 1
         self.version = int(version) if version is not None else self.version + 1
         return len(batch)
@@ -197,6 +199,8 @@ class EngineWeights:
         if self.pushes and not self.keep_copy:
             raise WeightSyncError(f"{self.name}: cannot restore the previous weights: the "
                                   "policy keeps no copy (keep_weights_copy=False)")
+        if self._pending is not None:
+            self.version = self._undo_version  # the undone push never happened
         self._pending = None
         self._rpc(None)
         if self._copy:
