@@ -7,8 +7,9 @@ One run, in this order:
    (transformers, this package's batched sampler); tokens per second of each, and their ratio;
 2. logprob agreement: every sampled token's vLLM logprob against one fresh transformers forward
    pass (``sequence_logprobs``, the trainer's computation) at temperature 0 (greedy), 0.6 and 1.0
-   with top_p = 1 (judged: at most ``--tolerance``), and at top_p = 0.9 (reported only: vLLM's
-   logprobs are then the nucleus's);
+   with top_p = 1, and at 0.6 with top_p = 0.9; judged (at most ``--tolerance``) where the
+   backend says its logprobs are exact (``logprobs_exact``: every case with the engine in this
+   process);
 3. push: every matrix of the transformers model is scaled by 1.01 and pushed
    (``push_weights``, checked by the probe after the push), then the original weights are pushed
    back; ``push_changes_output`` is true when the first push changed the engine's greedy
@@ -116,6 +117,7 @@ def main() -> int:
     judged = [c["max_abs_diff"] for c in checks if c["judged"]]
     report["logprob_max_abs_diff"] = max(judged)
     report["top_p_0.9_max_abs_diff"] = checks[-1]["max_abs_diff"]
+    report["logprobs_mode"] = engine.logprobs_mode
 
     # 3. a push that changes the engine, and a push back
     original = {k: v.detach().clone() for k, v in hf.model.state_dict().items()}

@@ -87,7 +87,7 @@ def one_update(hf):
 def test_the_bundled_model_is_named_through_vllm(engine, hf):
     assert engine.name == "vllm:smollm2-135m"
     assert engine.capabilities == frozenset({"token_ids", "logprobs"})
-    assert engine.logprobs_mode == "processed_logprobs"
+    assert engine.logprobs_mode == "processed_logits+normaliser"
     assert engine.tokenizer.get_vocab() == hf.tokenizer.get_vocab()
     assert engine.weights.route.startswith("in-process")
 
@@ -98,14 +98,13 @@ def test_logprobs_equal_a_fresh_trainer_forward_pass(engine, hf, temperature):
     assert max_diff(engine, hf.model, temperature) <= TOL
 
 
-def test_top_p_logprobs_are_the_nucleus_ones_and_flagged(engine, hf):
-    """vLLM's processed logprobs renormalise over the nucleus: not the trainer's numbers, and the
-    backend says so (this is what logprobs_exact guards)."""
-    params = SamplingParams(temperature=0.6, top_p=0.8)
-    assert not engine.logprobs_exact(params)
-    with pytest.warns(UserWarning, match="top_p"):
-        diff = max_diff(engine, hf.model, 0.6, top_p=0.8)
-    assert diff > 10 * TOL
+@pytest.mark.parametrize("top_p", [0.9, 0.5])
+def test_top_p_logprobs_are_the_trainers_too(engine, hf, top_p):
+    """vLLM's own processed logprobs would be the nucleus's (0.1 off at 0.9): the backend
+    subtracts the full normaliser recorded before the top-p mask instead."""
+    assert engine.logprobs_mode == "processed_logits+normaliser"
+    assert engine.logprobs_exact(SamplingParams(temperature=0.6, top_p=top_p))
+    assert max_diff(engine, hf.model, 0.6, top_p=top_p) <= TOL
 
 
 def test_a_push_changes_the_engine_and_a_restore_brings_it_back(engine, hf, original):

