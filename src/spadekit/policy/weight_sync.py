@@ -32,14 +32,19 @@ keeps its own ``hf`` policy, rollouts use ``gen_policy = load_policy(NAME)``, an
 version=trainer.step)``. On CPU ``generation_model=tiny`` (an ``hf`` copy) exercises the path.
 
 vLLM in-process (colocated): ``generation_model=vllm:PATH``; ``VLLMPolicy.load_weights`` takes
-the same Hugging Face names (vLLM's ``model.load_weights`` fuses q/k/v and gate/up itself) and
-resets the prefix cache. NEEDS A GPU CHECK: ``benchmarks/vllm_check.py`` (check 4).
+the same Hugging Face names (``spadekit.policy.vllm_weights``: checked, then vLLM's in-place
+``reload_weights``; tested on vLLM's CPU build, ``tests/policy/test_vllm_engine.py``).
 
-Server: ``spadekit serve --model vllm:PATH --allow-weight-updates --weights-token SECRET`` (our
-server wrapping the vLLM backend; ``hf``/``tiny`` work the same) is the only server path that
-accepts pushes; ``vllm serve`` itself does not (TRL's ``vllm-serve`` has its own protocol, not
-spoken here). The client is ``OpenAIPolicy`` (``openai:MODEL@URL``, ``weights_token=`` or env
-``SPADEKIT_WEIGHTS_TOKEN``), whose ``load_weights`` posts safetensors payloads:
+Every push from a trainer or model is checked (``verify``, ``spadekit.policy.weight_probe``):
+the engine's logprobs of a fixed probe must equal the trainer's, else the engine is restored
+to its previous weights where it can be and ``WeightSyncError`` is raised.
+
+Servers: a real ``vllm serve`` in dev mode takes pushes through ``/collective_rpc``
+(``spadekit.policy.vllm_server``: how to start it, and the route). ``spadekit serve --model
+vllm:PATH --allow-weight-updates --weights-token SECRET`` (our server wrapping any backend)
+takes them as below. The client is ``OpenAIPolicy`` (``openai:MODEL@URL``, ``weights_token=`` or
+env ``SPADEKIT_WEIGHTS_TOKEN``), whose ``load_weights`` recognises a vLLM server by its
+``GET /version`` and otherwise posts safetensors payloads:
 
 ``POST /v1/spadekit/weights`` -- body: the bytes of ``safetensors.torch.save({name: tensor})``
 (Content-Type ``application/octet-stream``, at most ``max_weights_request`` bytes, default
@@ -212,12 +217,16 @@ def generation_policy(spec: str, trained: Any, *, seed: int = 0) -> Any:
 
 
 def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
-                 version: int | None = None) -> dict[str, Any]:
+                 version: int | None = None, verify: Any = None) -> dict[str, Any]:
     """Feed ``weights`` (``(name, tensor)`` pairs, a mapping, or a trainer/model, which goes
     through ``trainer_weights``) to ``policy.load_weights`` in chunks of about ``chunk_mb``
     (``None``: all in one call). ``version`` (e.g. the trainer's step) is passed on to backends
-    that record one. Returns ``{"tensors", "loaded", "bytes", "chunks", "seconds",
-    "mb_per_s"}``."""
+    that record one. ``verify``: the model to check the engine against after the push
+    (``weight_probe.probe_push``: a failed check restores the engine's previous weights where it
+    can and raises ``WeightSyncError``); None checks against ``weights`` itself when it is a
+    trainer or model, False never checks. Returns ``{"tensors", "loaded", "bytes", "chunks",
+    "seconds", "mb_per_s"}`` (plus ``probe_max_abs_diff``, ``probe_tokens``, ``verify_s``
+    when checked)."""
     load = getattr(policy, "load_weights", None)
     name = getattr(policy, "name", type(policy).__name__)
     if not callable(load):
@@ -227,6 +236,8 @@ def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
     if isinstance(weights, Mapping):
         weights = weights.items()
     elif any(hasattr(weights, a) for a in ("parameters", "train_step", "model")):
+        if verify is None:
+            verify = weights
         weights = trainer_weights(weights)
     accepts = inspect.signature(load).parameters
     t0 = time.perf_counter()
@@ -245,6 +256,15 @@ def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
         stats["chunks"] += 1
     stats["seconds"] = time.perf_counter() - t0
     stats["mb_per_s"] = stats["bytes"] / 2**20 / max(stats["seconds"], 1e-9)
+    if verify is not None and verify is not False and "logprobs" in getattr(
+            policy, "capabilities", ()):
+        from spadekit.policy.weight_probe import probe_push, reference_model
+
+        model = reference_model(verify)
+        if model is not None:
+            t1 = time.perf_counter()
+            stats.update(probe_push(policy, model))
+            stats["verify_s"] = time.perf_counter() - t1
     return stats
 
 
@@ -295,6 +315,10 @@ def push_to_server(policy: Any, weights: Any, *, final: bool = True,
                    version: int | None = None) -> int:
     """``OpenAIPolicy.load_weights``: post ``weights`` to the server behind ``policy``. Several
     calls with ``final=False`` and a last one with ``final=True`` form one atomic upload."""
+    from spadekit.policy import vllm_server
+
+    if vllm_server.is_vllm(policy):  # a real vllm serve: its own route (vllm_server)
+        return vllm_server.push(policy, weights, final=final, version=version)
     items = as_items(weights)
     if not items and final and getattr(policy, "_weights_upload", None) is None:
         return 0

@@ -1,0 +1,222 @@
+"""Weight pushes into an in-process vLLM engine: checked before they touch it, undone on failure.
+
+What works on vLLM 0.32 (measured on CPU): the worker's ``reload_weights(weights_iterator=[(hf_name,
+tensor), ...])``, reached through ``LLM.collective_rpc``. Writing into ``param.data`` silently
+changes nothing on CPU (vLLM repacks linear weights for its kernels), and
+``model.load_weights`` fails there. ``reload_weights`` accepts a subset of the weights, but a
+fused projection (q/k/v, gate/up) must arrive whole, and a tensor of the wrong shape leaves the
+engine with half-initialised layers (every later forward pass fails). So before anything reaches
+the engine, ``check_items`` compares the names and shapes with the checkpoint the engine was
+built from (read from its safetensors headers) and refuses, with ``WeightSyncError``, unknown
+names, wrong shapes and incomplete fused groups.
+
+Undo: ``EngineWeights`` keeps a CPU copy of every tensor pushed and confirmed so far
+(``keep_copy=True``; the model's size in memory). A push is confirmed by ``confirm()``
+(``push_weights`` calls it once the check after the push passed) or by the next push.
+``restore()`` reloads the checkpoint from disk (``reload_weights()`` without arguments) and
+re-applies the confirmed copy: the engine then holds the weights it had before the unconfirmed
+push. ``push_weights`` calls it when the check fails (``spadekit.policy.weight_probe``).
+
+Route by capability: in one process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the backend's
+default) the callable runs on the worker directly; with the engine in another process
+``collective_rpc`` pickles the callable and the tensors (vLLM asks for
+``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; set here only for this route). vLLM's CUDA-only RL
+weight-transfer API (NCCL broadcast) is not used: on a GPU the route above works too, through host
+memory; ``route`` says which was taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from pathlib import Path
+from typing import Any, Iterable
+
+from spadekit.policy.weight_sync import WeightSyncError
+
+FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+"""Projections vLLM fuses into one parameter: pushed together or not at all."""
+
+TIED_HEAD, TIED_EMBED = "lm_head.weight", "model.embed_tokens.weight"
+"""A checkpoint without ``lm_head.weight`` ties it to the embeddings: a pushed ``state_dict()``
+that has both gives the head once, as the embeddings."""
+
+
+def checkpoint_shapes(model_dir: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """``{name: shape}`` of every tensor in the ``*.safetensors`` files of ``model_dir``, read
+    from their headers only (no tensor data). Empty when the directory holds none."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    root = Path(model_dir)
+    if not root.is_dir():
+        return shapes
+    for path in sorted(root.glob("*.safetensors")):
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) != 8:
+                raise WeightSyncError(f"{path}: not a safetensors file")
+            (n,) = struct.unpack("<Q", head)
+            if n > 100 << 20:
+                raise WeightSyncError(f"{path}: a safetensors header of {n} bytes")
+            header = json.loads(fh.read(n))
+        for name, info in header.items():
+            if name != "__metadata__":
+                shapes[name] = tuple(int(d) for d in info["shape"])
+    return shapes
+
+
+def check_items(items: list[tuple[str, Any]], shapes: dict[str, tuple[int, ...]],
+                what: str) -> None:
+    """Refuse a push the engine cannot take whole (module docstring); ``shapes`` from
+    ``checkpoint_shapes`` (an empty mapping skips the name and shape checks)."""
+    names = [n for n, _ in items]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise WeightSyncError(f"{what}: tensor names sent twice: {dup[:5]}")
+    problems = []
+    if shapes:
+        unknown = [n for n in names if n not in shapes]
+        wrong = [f"{n}: {tuple(t.shape)} != {shapes[n]}" for n, t in items
+                 if n in shapes and tuple(t.shape) != shapes[n]]
+        if unknown:
+            problems.append(f"{len(unknown)} unknown names, e.g. {unknown[:5]}")
+        if wrong:
+            problems.append(f"{len(wrong)} shape mismatches, e.g. {wrong[:3]}")
+    given = set(names)
+    missing = []
+    for name in names:
+        for group in FUSED_GROUPS:
+            m = re.search(r"\.(" + "|".join(group) + r")\.", name)
+            if m is None:
+                continue
+            for part in group:
+                other = name[:m.start(1)] + part + name[m.end(1):]
+                if other not in given and (not shapes or other in shapes):
+                    missing.append(other)
+    if missing:
+        problems.append(f"fused projections must be pushed together; missing "
+                        f"{sorted(set(missing))[:5]}")
+    if problems:
+        raise WeightSyncError(f"{what}: the engine cannot take these weights (nothing was "
+                              "loaded): " + "; ".join(problems))
+
+
+def _reload(worker: Any, items: list[tuple[str, Any]] | None) -> None:
+    """Runs on vLLM's worker: the in-place reload (``None``: the checkpoint from disk), then
+    the output layer tied again to the embeddings where the model ties them."""
+    if items is None:
+        worker.reload_weights()
+    else:
+        worker.reload_weights(weights_iterator=items)
+    _retie(worker)
+
+
+def _retie(worker: Any) -> None:
+    """vLLM's tied ``lm_head`` is skipped by the reload (its checkpoint has no such tensor), which
+    then puts the OLD kernel tensors back ("ParallelLMHead: Failed to load weights"): the head
+    would keep the old embeddings. Tie it to the new ones and let its quant method prepare them
+    (on CPU that repacks the matrix for oneDNN)."""
+    runner = getattr(worker, "model_runner", worker)
+    model = runner.get_model()
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    config = worker.vllm_config.model_config.hf_config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if head is None or embed is None or not getattr(text, "tie_word_embeddings", False):
+        return
+    head.quant_method.tie_weights(head, embed)
+    head.quant_method.process_weights_after_loading(head)
+
+
+def in_process(llm: Any) -> bool:
+    """Whether vLLM's engine core runs in this process (its executor is reachable here)."""
+    engine = getattr(llm, "llm_engine", None)
+    return getattr(engine, "model_executor", None) is not None or \
+        getattr(getattr(getattr(engine, "engine_core", None), "engine_core", None),
+                "model_executor", None) is not None
+
+
+class EngineWeights:
+    """The weight side of one ``VLLMPolicy``: staging, checks, the push, the undo copy."""
+
+    def __init__(self, llm: Any, name: str, model_dir: str | None,
+                 keep_copy: bool = True) -> None:
+        self.llm, self.name, self.keep_copy = llm, name, keep_copy
+        self.shapes = checkpoint_shapes(model_dir) if model_dir else {}
+        self.route = "in-process collective_rpc" if in_process(llm) \
+            else "collective_rpc to the engine process (pickled tensors)"
+        self.version = 0
+        self.pushes = 0
+        self._staged: list[tuple[str, Any]] = []
+        self._copy: dict[str, Any] = {}
+        self._pending: dict[str, Any] | None = None
+        self._undo_version = 0
+
+    def load(self, items: Iterable[tuple[str, Any]], final: bool = True,
+             version: int | None = None) -> int:
+        """Stage ``items``; at ``final`` check everything staged and push it in one reload."""
+        from spadekit.policy.weight_sync import as_items
+
+        self._staged += as_items(items)
+        if not final:
+            return 0
+        batch, self._staged = self._staged, []
+        if not batch:
+            return 0
+        names = {n for n, _ in batch}
+        if self.shapes and TIED_HEAD not in self.shapes and TIED_HEAD in names \
+                and TIED_EMBED in names:  # a tied model's state_dict(): the head follows
+            batch = [(n, t) for n, t in batch if n != TIED_HEAD]
+        check_items(batch, self.shapes, self.name)
+        try:
+            self._rpc(batch)
+        except Exception as exc:
+            restored = self._try_restore()
+            raise WeightSyncError(f"{self.name}: vLLM failed to load the weights "
+                                  f"({type(exc).__name__}: {exc}); "
+                                  + ("the previous weights were restored" if restored else
+                                     "restoring the previous weights failed too")) from exc
+        self.confirm()  # the push before this one stands: it was not undone
+        self._undo_version = self.version
+        self._pending = {n: t.detach().to("cpu", copy=True) for n, t in batch} \
+            if self.keep_copy else {}
+        self.pushes += 1
+        self.version = int(version) if version is not None else self.version + 1
+        return len(batch)
+
+    def confirm(self) -> None:
+        """The last push stands (``push_weights`` calls this once its check passed): it becomes
+        what ``restore`` goes back to."""
+        if self._pending is not None:
+            self._copy.update(self._pending)
+            self._pending = None
+
+    def restore(self) -> None:
+        """Undo the last push that was not confirmed: back to the confirmed weights (the
+        checkpoint if none was): the checkpoint from disk, then the kept copy
+        (``WeightSyncError`` if no copy is kept)."""
+        if self.pushes and not self.keep_copy:
+            raise WeightSyncError(f"{self.name}: cannot restore the previous weights: the "
+                                  "policy keeps no copy (keep_weights_copy=False)")
+        if self._pending is not None:
+            self.version = self._undo_version  # the undone push never happened
+        self._pending = None
+        self._rpc(None)
+        if self._copy:
+            self._rpc(list(self._copy.items()))
+
+    def _try_restore(self) -> bool:
+        try:
+            self.restore()
+            return True
+        except Exception:
+            return False
+
+    def _rpc(self, items: list[tuple[str, Any]] | None) -> None:
+        if not in_process(self.llm):
+            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+        self.llm.collective_rpc(_reload, args=(items,))
+        reset = getattr(self.llm, "reset_prefix_cache", None)
+        if callable(reset):
+            reset()  # cached KV blocks were computed with the old weights

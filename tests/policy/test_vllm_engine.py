@@ -1,0 +1,175 @@
+"""The ``vllm`` backend against the real engine (vLLM's CPU build here): logprobs equal to a fresh
+trainer forward pass, weight pushes that change the engine and restores that bring it back,
+refused pushes that leave it untouched, and a self-play round generating through it.
+
+One engine for the whole module (``vllm:smollm2-135m``, float32, eager, in this process: about
+15 s to start). Skipped with the reason when vLLM cannot be imported (``bash install.sh
+train,vllm`` installs it; CI does).
+
+Tolerance: 1e-3 absolute on each token's logprob (float32 on both sides; measured ~2e-5).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vLLM is not installed (bash install.sh train,vllm)", allow_module_level=True)
+
+from spadekit.selfplay.advantages import Sample  # noqa: E402
+from spadekit.policy import load_policy  # noqa: E402
+from spadekit.policy.base import GenerationRequest, SamplingParams  # noqa: E402
+from spadekit.policy.hf import sequence_logprobs  # noqa: E402
+from spadekit.policy.weight_sync import WeightSyncError, push_weights  # noqa: E402
+
+TOL = 1e-3
+PROMPTS = ["Write one sentence about rain.", "What is 2 + 2?", "Name three colors."]
+
+
+@pytest.fixture(scope="module")
+def hf():
+    """The trainer's side: the bundled model through transformers (float32, CPU)."""
+    return load_policy("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def engine(hf):
+    policy = load_policy("vllm:smollm2-135m", seed=0)
+    yield policy
+    del policy
+
+
+@pytest.fixture(scope="module")
+def original(hf):
+    return {k: v.detach().clone() for k, v in hf.model.state_dict().items()}
+
+
+def requests(engine, temperature: float, top_p: float = 1.0, tokens: int = 16):
+    return [GenerationRequest(prompt_ids=engine.render([{"role": "user", "content": p}]),
+                              params=SamplingParams(temperature=temperature, top_p=top_p,
+                                                    max_new_tokens=tokens, seed=10 + i))
+            for i, p in enumerate(PROMPTS)]
+
+
+def max_diff(engine, model, temperature: float, top_p: float = 1.0) -> float:
+    gens = engine.generate(requests(engine, temperature, top_p))
+    assert all(g.token_ids and len(g.logprobs) == len(g.token_ids) for g in gens)
+    return max(max(abs(a - b) for a, b in zip(
+        sequence_logprobs(model, g.prompt_ids, g.token_ids, temperature), g.logprobs))
+        for g in gens)
+
+
+def fingerprint(engine) -> list[float]:
+    """The engine's greedy logprobs on a fixed prompt: changes when its weights change."""
+    (g,) = engine.generate(requests(engine, 0.0, tokens=8)[:1])
+    return g.logprobs
+
+
+def one_update(hf):
+    """A trainer that took one real optimizer step on the bundled model."""
+    from spadekit.train.config import TrainConfig
+    from spadekit.train.trainer import PolicyTrainer
+
+    g = torch.Generator().manual_seed(0)
+    samples = [Sample(role="agent", group_id=f"e{i % 2}",
+                      token_ids=torch.randint(10, 5000, (24,), generator=g).tolist(),
+                      loss_mask=[0] * 8 + [1] * 16, behaviour_logprobs=None,
+                      advantage=1.0 if i % 2 else -1.0) for i in range(4)]
+    trainer = PolicyTrainer(hf, TrainConfig(learning_rate=3e-4))
+    assert trainer.train_step(samples)["optimizer_steps"] == 1
+    return trainer
+
+
+def test_the_bundled_model_is_named_through_vllm(engine, hf):
+    assert engine.name == "vllm:smollm2-135m"
+    assert engine.capabilities == frozenset({"token_ids", "logprobs"})
+    assert engine.logprobs_mode == "processed_logits+normaliser"
+    assert engine.tokenizer.get_vocab() == hf.tokenizer.get_vocab()
+    assert engine.weights.route.startswith("in-process")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.6, 1.0])
+def test_logprobs_equal_a_fresh_trainer_forward_pass(engine, hf, temperature):
+    assert engine.logprobs_exact(SamplingParams(temperature=temperature))
+    assert max_diff(engine, hf.model, temperature) <= TOL
+
+
+@pytest.mark.parametrize("top_p", [0.9, 0.5])
+def test_top_p_logprobs_are_the_trainers_too(engine, hf, top_p):
+    """vLLM's own processed logprobs would be the nucleus's (0.1 off at 0.9): the backend
+    subtracts the full normaliser recorded before the top-p mask instead."""
+    assert engine.logprobs_mode == "processed_logits+normaliser"
+    assert engine.logprobs_exact(SamplingParams(temperature=0.6, top_p=top_p))
+    assert max_diff(engine, hf.model, 0.6, top_p=top_p) <= TOL
+
+
+def test_a_push_changes_the_engine_and_a_restore_brings_it_back(engine, hf, original):
+    before = fingerprint(engine)
+    trainer = one_update(hf)
+    try:
+        stats = push_weights(engine, trainer, version=7)  # verified against the trainer
+        # (trainer_weights: the tied lm_head comes once, as the embeddings)
+        assert stats["probe_max_abs_diff"] <= TOL and stats["tensors"] == len(original) - 1
+        assert engine.weights_version == 7
+        after = fingerprint(engine)
+        assert max(abs(a - b) for a, b in zip(before, after)) > 1e-3  # really changed
+        for t in (0.0, 0.6):  # greedy and sampled, after the update
+            assert max_diff(engine, hf.model, t) <= TOL
+    finally:
+        hf.model.load_state_dict(original)
+    push_weights(engine, original, verify=hf.model)
+    assert fingerprint(engine) == pytest.approx(before, abs=1e-5)
+
+
+def test_refused_pushes_change_nothing(engine, hf, original):
+    before = fingerprint(engine)
+    norm = ("model.norm.weight", torch.ones(576))
+    with pytest.raises(WeightSyncError, match="shape mismatches"):
+        engine.load_weights([norm, ("model.layers.0.mlp.down_proj.weight", torch.zeros(3, 3))])
+    with pytest.raises(WeightSyncError, match="unknown names"):
+        engine.load_weights([norm, ("model.layers.99.mlp.up_proj.weight", torch.zeros(3))])
+    with pytest.raises(WeightSyncError, match="fused projections"):
+        engine.load_weights([("model.layers.0.self_attn.q_proj.weight",
+                              original["model.layers.0.self_attn.q_proj.weight"])])
+    assert fingerprint(engine) == before  # nothing reached the engine
+    version = engine.weights_version
+    # a push the engine takes but that is not the trainer's: the check after it fails, and
+    # the engine is put back on the weights it had
+    wrong = {k: v * 1.02 if v.ndim == 2 else v for k, v in original.items()}
+    with pytest.raises(WeightSyncError, match="does not serve the trainer's weights.*restored"):
+        push_weights(engine, wrong, verify=hf.model)
+    assert fingerprint(engine) == pytest.approx(before, abs=1e-5)
+    assert engine.weights_version == version  # the undone push is not counted
+
+
+def test_a_selfplay_round_generates_through_vllm(engine, hf, original, tmp_path, monkeypatch):
+    """``generation_model=vllm:smollm2-135m``: the agent plays on vLLM, the trainer updates the
+    transformers model, and the push after the update is verified (the module's engine is
+    reused: one engine per module)."""
+    import spadekit.policy.registry as registry
+    from spadekit.policy.scripted import ScriptedPolicy
+    from spadekit.selfplay.loop import SelfPlay
+    from test_selfplay import WORDS, config, designer_responder
+
+    real = registry.load_policy
+    monkeypatch.setattr(registry, "load_policy", lambda spec, **kw: engine
+                        if spec == "vllm:smollm2-135m" else real(spec, **kw))
+    designer = ScriptedPolicy(hf.tokenizer, designer_responder(WORDS))
+    cfg = config(tmp_path, rounds=1, model="smollm2-135m",
+                 generation_model="vllm:smollm2-135m", tensorboard="false",
+                 **{"train.learning_rate": 1e-4, "rollout.max_context_tokens": 2048})
+    try:
+        with SelfPlay(cfg, tmp_path / "run", policy=hf, designer_policy=designer) as sp:
+            assert sp.gen_policy is engine and sp.engine.policy is engine
+            (m0,) = sp.run()
+        assert m0["agent_episodes"] == 8 and m0["agent_failures"] == 0
+        assert m0["weight_sync/tensors"] == len(original) - 1  # the tied head once
+        assert m0["weight_sync/probe_max_abs_diff"] <= TOL
+        assert max_diff(engine, hf.model, 0.6) <= TOL  # the engine follows the trainer
+    finally:
+        hf.model.load_state_dict(original)
+        push_weights(engine, original, verify=hf.model)
