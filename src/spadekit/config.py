@@ -49,6 +49,10 @@ class DesignerConfig:
     judge_max_new_tokens: int = 512
     hint_model: str | None = None
     """A separate hint writer (a policy spec, e.g. ``openai:NAME@URL``) instead of the policy."""
+    response_prefix: str = ""
+    """Format aid: text that opens the designer's reply, e.g. one that opens the code block and
+    the class. Its tokens are prompt tokens (never trained); the extractor reads prefix + reply
+    (``spadekit.rollout_aids``). Needs a policy that takes token ids. Empty: none."""
 
 
 CHAT_ROLES = ("agent", "designer", "hint")
