@@ -362,6 +362,8 @@ class RolloutEngine:
         self.renderer = ChatRenderer(policy.tokenizer, self.stop_texts, chat_template_kwargs)
         self._stop_ids = {vocab[t] for t in self.stop_texts if t in vocab}
         self.stats: dict[str, float] = {}
+        self.on_turn: Callable[[Trajectory, TurnRecord], None] | None = None
+        """Called with each turn the moment its environment answered it (live display)."""
 
     # -- public ---------------------------------------------------------------------------
 
@@ -514,6 +516,8 @@ class RolloutEngine:
                                 step_s=mean_s if sec is None else sec, thinking_chars=n_thought)
             tr.turns.append(record)
             self.stats["turns"] += 1
+            if self.on_turn is not None:
+                self.on_turn(tr, record)
             if term or trunc:
                 self._end(tr, "terminated" if term else "truncated", term, trunc)
             elif len(tr.turns) >= tr.max_turns:
