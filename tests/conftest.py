@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+# tests keep their caches (Reasoning Gym items, spadekit.eval.rg_cache) out of the user's home
+os.environ.setdefault("SPADEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="spadekit-test-cache-"))
 
 from spadekit.errors import SandboxError  # noqa: E402
 from spadekit.sandbox import SandboxConfig, SandboxPool  # noqa: E402
