@@ -87,12 +87,13 @@ def main() -> None:
     ap.add_argument("--agent-tokens", type=int, default=48)
     ap.add_argument("--designer-tokens", type=int, default=512)
     ap.add_argument("--skip-designer", action="store_true")
+    ap.add_argument("--skip-agent", action="store_true")
     args = ap.parse_args()
     t0 = time.perf_counter()
     policy = load_policy(args.model)
     result: dict = {"model": args.model, "game": args.game, "agent": {}, "designer": {}}
     with SandboxPool(warm=2) as pool:
-        for name, aid in AGENT_AIDS.items():
+        for name, aid in ({} if args.skip_agent else AGENT_AIDS).items():
             result["agent"][name] = agent_cell(policy, pool, args.game, aid, args.agent_n,
                                                args.agent_tokens)
             print(json.dumps({"agent_aid": name, **result["agent"][name]}), flush=True)
