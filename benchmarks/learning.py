@@ -149,8 +149,11 @@ def main() -> None:
     if args.mode == "fixed":
         sets += ["curriculum.kind=fixed", f"curriculum.pool={pool_dir}",
                  f"envs_per_round={len(names)}"]
-    else:
-        sets += [f"bootstrap={pool_dir}", f"bootstrap_per_round={len(names)}"]
+    else:  # the loop's bootstrap reads a pool directory (pool.jsonl)
+        from spadekit.generate import write_pool
+
+        write_pool(pool_dir / "pool", [(p, None) for p in programs])
+        sets += [f"bootstrap={pool_dir / 'pool'}", f"bootstrap_per_round={len(names)}"]
     config = load_config("cpu-tiny", overrides=sets + args.overrides)
     run_dir = out / f"run-{args.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
     curve: list[dict] = []
