@@ -1,96 +1,235 @@
-"""Does the agent learn? The bundled model on two reference games, agent-only GRPO.
+"""Does training make the bundled model better? The learning benchmark (issue 17).
 
-Win rate (share of episodes with return > 0) and mean return on held-out seeds, measured before
-and after N rounds of agent-only training on training seeds: each round plays every game
-``--plays`` times, computes GRPO advantages within each game, and takes one update. The
-designer is not involved (``spadekit selfplay`` trains both roles); this isolates the agent's
-learning signal. Slow on a CPU: minutes per round with smollm2-135m.
+Trains a model with spadekit's own loop (``SelfPlay``, the code behind ``spadekit selfplay`` and
+``spadekit train-fixed``) and measures it on held-out seeds, before, after every
+``--eval-every`` rounds, and at the end:
 
-The last line is one JSON object with ``win_rate_before`` and ``win_rate_after``.
+- ``--mode fixed`` (default): ``train-fixed``, the agent role only, on a pool of library games
+  (``--games``; the knapsack is multi-turn: inspect items, then pack);
+- ``--mode spade``: the SPADE loop (designer and agent) with the library's bootstrap
+  environments (``--games``) in the pool beside the designed ones.
+
+Held-out seeds (``spadekit.selfplay.learning.HELD_OUT_BASE`` on) are checked against every seed the run
+played (from its database): none may coincide. Reported: mean return and win rate before and
+after, the after-minus-before gain of each with a 95% paired bootstrap interval, a per-round
+curve (training return and share of non-zero advantages per round, held-out return at each
+evaluation) as JSON and PNG, example transcripts before and after (what was learned, not only a
+number), one out-of-distribution check (``--ood``: a library game never trained on), the engine
+and the minutes. Training uses the ``cpu-tiny`` preset (with its format aids) unless ``--set``
+says otherwise. The last line is one JSON object with at least ``return_before``,
+``return_after``, ``return_gain_ci_low``, ``win_rate_before``, ``win_rate_after``, ``minutes``
+and ``engine``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import random
+import os
+import sqlite3
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from spadekit.selfplay.advantages import Sample, agent_advantages  # noqa: E402
+from spadekit.selfplay.config import load_config  # noqa: E402
 from spadekit.envs import library  # noqa: E402
 from spadekit.envs.program import EnvProgram  # noqa: E402
-from spadekit.policy.registry import load_policy  # noqa: E402
-from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine  # noqa: E402
-from spadekit.sandbox import SandboxPool  # noqa: E402
-from spadekit.train.config import TrainConfig  # noqa: E402
-from spadekit.train.trainer import PolicyTrainer  # noqa: E402
+from spadekit.selfplay.learning import (evaluate, held_out_seeds, mean, paired_gain_ci,  # noqa: E402
+                               win_rate)
+from spadekit.rollout.engine import RolloutEngine  # noqa: E402
+from spadekit.selfplay.loop import SelfPlay  # noqa: E402
 
 
-def evaluate(engine, programs, seeds):
-    trajs = engine.run([EpisodeSpec(p, seed=s) for p in programs for s in seeds])
+def source_of(name: str) -> str:
+    """A library game's source by name, or a program file's."""
+    path = Path(name)
+    return path.read_text() if path.suffix == ".py" else library.source(name)
+
+
+def transcript(tr, limit: int = 3) -> dict:
+    return {"seed": tr.spec.seed, "return": tr.episode_return,
+            "turns": [{"action": t.action[:200], "reward": t.reward,
+                       "observation": t.observation[:200]} for t in tr.turns[:limit]]}
+
+
+def measure(engine, programs, seeds) -> dict:
+    trajs = evaluate(engine, programs, seeds)
     returns = [t.episode_return for t in trajs]
-    return sum(r > 0 for r in returns) / len(returns), sum(returns) / len(returns)
+    first_actions: dict[str, int] = {}
+    for t in trajs:
+        if t.turns:
+            key = t.turns[0].action.strip()[:60]
+            first_actions[key] = first_actions.get(key, 0) + 1
+    return {"returns": returns, "mean_return": mean(returns), "win_rate": win_rate(returns),
+            "turns": mean([len(t.turns) for t in trajs]),
+            "top_first_actions": sorted(first_actions.items(), key=lambda kv: -kv[1])[:5],
+            "examples": [transcript(trajs[i]) for i in range(0, len(trajs),
+                                                             max(1, len(trajs) // 4))][:4]}
+
+
+def played_seeds(run_dir: Path) -> set[int]:
+    con = sqlite3.connect(run_dir / "run.sqlite")
+    try:
+        cols = [r[1] for r in con.execute("PRAGMA table_info(episodes)")]
+        if "seed" not in cols:
+            return set()
+        return {int(r[0]) for r in con.execute("SELECT seed FROM episodes") if r[0] is not None}
+    finally:
+        con.close()
+
+
+def plot(curve: list[dict], path: Path, title: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4))
+    rounds = [c["round"] for c in curve if "train_mean_return" in c]
+    ax.plot(rounds, [c["train_mean_return"] for c in curve if "train_mean_return" in c],
+            marker=".", label="training plays: mean return")
+    held = [c for c in curve if "held_out_mean_return" in c]
+    ax.errorbar([c["round"] for c in held], [c["held_out_mean_return"] for c in held],
+                yerr=[[c["held_out_mean_return"] - c["held_out_ci"][0] for c in held],
+                      [c["held_out_ci"][1] - c["held_out_mean_return"] for c in held]],
+                marker="o", capsize=3, label="held-out seeds: mean return (95% CI)")
+    ax.plot(rounds, [c["nonzero_advantage_share"] for c in curve if "train_mean_return" in c],
+            linestyle=":", label="share of non-zero advantages")
+    ax.set_xlabel("round (-1: before training)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mode", choices=("fixed", "spade"), default="fixed")
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--games", default="games_knapsack_reveal,games_modular_search")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--plays", type=int, default=8)
-    ap.add_argument("--eval-seeds", type=int, default=8)
-    ap.add_argument("--max-turns", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--learning-rate", type=float, default=2e-5)
+    ap.add_argument("--games", default="tests/data/limit_bid.py,tests/data/hidden_limit.py",
+                    help="Library game names or program files, comma-separated.")
+    ap.add_argument("--ood", default="games_knapsack_reveal",
+                    help="A library game never trained on, measured before and after.")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--plays", type=int, default=8, help="num_generations per environment")
+    ap.add_argument("--held-out", type=int, default=24, help="held-out seeds per game")
+    ap.add_argument("--ood-seeds", type=int, default=16, help="held-out seeds of --ood")
+    ap.add_argument("--eval-every", type=int, default=0,
+                    help="also measure the held-out seeds every N rounds (0: only at the end)")
+    ap.add_argument("--learning-rate", type=float, default=2e-4)
+    ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--out", default="runs/learning")
     args = ap.parse_args()
 
-    policy = load_policy(args.model)
-    programs = [EnvProgram(code=library.source(name), domain="games")
-                for name in args.games.split(",")]
-    config = RolloutConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
-                           temperature=0.6, max_context_tokens=4096, seed=0)
-    trainer = PolicyTrainer(policy, TrainConfig(learning_rate=args.learning_rate,
-                                                temperature=0.6, use_peft=True,
-                                                max_tokens_per_microbatch=2048))
-    held_out = list(range(10_000, 10_000 + args.eval_seeds))
-    rng = random.Random(0)
-    history = []
-    with SandboxPool(warm=2) as pool:
-        engine = RolloutEngine(policy, pool, config)
-        t0 = time.perf_counter()
-        before = evaluate(engine, programs, held_out)
+    t0 = time.perf_counter()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = [g.strip() for g in args.games.split(",") if g.strip()]
+    sources = {Path(n).stem: source_of(n) for n in names}
+    names = list(sources)
+    programs = [EnvProgram(code=code, domain="games") for code in sources.values()]
+    ood = [library.program(library.get(args.ood))] if args.ood else []
+    pool_dir = Path(tempfile.mkdtemp(prefix="learning-pool-"))
+    for name, code in sources.items():
+        (pool_dir / f"{name}.py").write_text(code)
+    sets = [f"rounds={args.rounds}", f"num_generations={args.plays}",
+            f"train.learning_rate={args.learning_rate}", f"train.lora_r={args.lora_r}",
+            f"train.lora_alpha={2 * args.lora_r}", "checkpoint_every=1000", "tensorboard=false",
+            f"model={args.model}"]
+    if args.mode == "fixed":
+        sets += ["curriculum.kind=fixed", f"curriculum.pool={pool_dir}",
+                 f"envs_per_round={len(names)}"]
+    else:  # the loop's bootstrap reads a pool directory (pool.jsonl)
+        from spadekit.selfplay.generate import write_pool
+
+        write_pool(pool_dir / "pool", [(p, None) for p in programs])
+        sets += [f"bootstrap={pool_dir / 'pool'}", f"bootstrap_per_round={len(names)}"]
+    config = load_config("cpu-tiny", overrides=sets + args.overrides)
+    run_dir = out / f"run-{args.mode}-{time.strftime('%Y%m%d-%H%M%S')}"
+    curve: list[dict] = []
+    with SelfPlay(config, run_dir) as sp:
+        policy = sp.gen_policy or sp.policy
+        engine = RolloutEngine(policy, sp.env_backend, dataclasses.replace(
+            config.rollout, max_turns=config.turn_cap, seed=12345),
+            chat_template_kwargs=config.chat_template.for_role("agent"))
+        seeds = held_out_seeds(args.held_out)
+        before = measure(engine, programs, seeds)
+        ood_seeds = held_out_seeds(args.ood_seeds)
+        ood_before = measure(engine, ood, ood_seeds) if ood else None
+        curve.append({"round": -1, "held_out_mean_return": before["mean_return"],
+                      "held_out_win_rate": before["win_rate"],
+                      "held_out_ci": [before["mean_return"]] * 2})
+        print(json.dumps({"before": {k: v for k, v in before.items() if k != "returns"}}),
+              flush=True)
+        last = before
         for r in range(args.rounds):
-            specs = [EpisodeSpec(p, seed=rng.randrange(10_000), tag={"env": i})
-                     for i, p in enumerate(programs) for _ in range(args.plays)]
-            trajs = engine.run(specs)
-            returns: dict[str, list[float]] = {}
-            for tr in trajs:
-                returns.setdefault(str(tr.spec.tag["env"]), []).append(tr.episode_return)
-            advs = agent_advantages(returns)
-            samples, seen = [], {k: 0 for k in returns}
-            for tr in trajs:
-                key = str(tr.spec.tag["env"])
-                adv = advs[key][seen[key]]
-                seen[key] += 1
-                if tr.num_sampled:
-                    samples.append(Sample(role="agent", group_id=key, token_ids=tr.token_ids,
-                                          loss_mask=tr.loss_mask,
-                                          behaviour_logprobs=tr.logprobs, advantage=adv))
-            stats = trainer.train_step(samples)
-            mean = sum(sum(v) for v in returns.values()) / len(trajs)
-            history.append({"round": r, "train_mean_return": round(mean, 4),
-                            "loss": stats.get("loss"), "seconds": round(stats["seconds"], 1)})
-            print(json.dumps(history[-1]), flush=True)
-        after = evaluate(engine, programs, held_out)
-    result = {"model": args.model, "games": args.games.split(","), "rounds": args.rounds,
-              "plays_per_game": args.plays, "eval_episodes": len(programs) * len(held_out),
-              "win_rate_before": round(before[0], 4), "win_rate_after": round(after[0], 4),
-              "mean_return_before": round(before[1], 4), "mean_return_after": round(after[1], 4),
-              "seconds": round(time.perf_counter() - t0, 1), "history": history}
+            m = sp.round(sp.next_step)
+            sp.next_step += 1
+            point = {"round": r, "train_mean_return": m.get("agent_mean_return"),
+                     "train_win_rate": m.get("agent_win_rate"),
+                     "nonzero_advantage_share": m.get("agent_nonzero_advantage_share"),
+                     "valid_share": m.get("valid_share"), "loss": m.get("train/loss"),
+                     "seconds": round(m.get("seconds", 0.0), 1),
+                     "minutes_so_far": round((time.perf_counter() - t0) / 60, 2)}
+            if (args.eval_every and (r + 1) % args.eval_every == 0) or r == args.rounds - 1:
+                last = measure(engine, programs, seeds)
+                _, low, high = paired_gain_ci(before["returns"], last["returns"])
+                point.update(held_out_mean_return=last["mean_return"],
+                             held_out_win_rate=last["win_rate"],
+                             held_out_ci=[before["mean_return"] + low,
+                                          before["mean_return"] + high])
+            curve.append(point)
+            print(json.dumps(point), flush=True)
+        after = last
+        ood_after = measure(engine, ood, ood_seeds) if ood else None
+    overlap = sorted(set(seeds) & played_seeds(run_dir))
+    gain, low, high = paired_gain_ci(before["returns"], after["returns"])
+    wgain, wlow, whigh = paired_gain_ci(before["returns"], after["returns"], stat=win_rate)
+    minutes = (time.perf_counter() - t0) / 60
+    title = (f"{args.model}, {args.mode}: {','.join(names)}; held-out return "
+             f"{before['mean_return']:.3f} -> {after['mean_return']:.3f}")
+    (out / "curve.json").write_text(json.dumps(curve, indent=1))
+    plotted = plot(curve, out / "curve.png", title)
+    examples = {"before": before["examples"], "after": after["examples"],
+                "top_first_actions_before": before["top_first_actions"],
+                "top_first_actions_after": after["top_first_actions"]}
+    (out / "transcripts.json").write_text(json.dumps(examples, indent=1))
+    result = {
+        "mode": args.mode, "model": args.model, "games": names, "rounds": args.rounds,
+        "plays_per_env": args.plays, "held_out_episodes": len(before["returns"]),
+        "held_out_seeds_played_in_training": overlap,
+        "return_before": round(before["mean_return"], 4),
+        "return_after": round(after["mean_return"], 4),
+        "return_gain": round(gain, 4), "return_gain_ci_low": round(low, 4),
+        "return_gain_ci_high": round(high, 4),
+        "win_rate_before": round(before["win_rate"], 4),
+        "win_rate_after": round(after["win_rate"], 4),
+        "win_rate_gain_ci_low": round(wlow, 4), "win_rate_gain_ci_high": round(whigh, 4),
+        "turns_before": round(before["turns"], 2), "turns_after": round(after["turns"], 2),
+        "ood_game": args.ood or None,
+        "ood_return_before": round(ood_before["mean_return"], 4) if ood_before else None,
+        "ood_return_after": round(ood_after["mean_return"], 4) if ood_after else None,
+        "ood_win_rate_before": round(ood_before["win_rate"], 4) if ood_before else None,
+        "ood_win_rate_after": round(ood_after["win_rate"], 4) if ood_after else None,
+        "top_first_actions_before": before["top_first_actions"],
+        "top_first_actions_after": after["top_first_actions"],
+        "curve_json": str(out / "curve.json"), "curve_png": str(out / "curve.png")
+        if plotted else None, "transcripts": str(out / "transcripts.json"),
+        "run_dir": str(run_dir),
+        "engine": "transformers (spadekit hf backend, CPU)" if not config.generation_model
+        else config.generation_model,
+        "threads": os.environ.get("OMP_NUM_THREADS"), "load_average_end": os.getloadavg()[0],
+        "minutes": round(minutes, 2)}
     print(json.dumps(result))
 
 

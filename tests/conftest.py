@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ _TESTS = Path(__file__).resolve().parent
 for _sub in sorted(p for p in _TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
     if str(_sub) not in sys.path:
         sys.path.append(str(_sub))
+# tests keep their caches (Reasoning Gym items, spadekit.eval.rg_cache) out of the user's home
+os.environ.setdefault("SPADEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="spadekit-test-cache-"))
 
 from spadekit.common.errors import SandboxError  # noqa: E402
 from spadekit.sandbox import SandboxConfig, SandboxPool  # noqa: E402

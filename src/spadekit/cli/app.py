@@ -191,8 +191,9 @@ def play(
     actions: list[str] = typer.Option(None, "--actions", "-a", help="Play this action "
                                       "(repeatable, in order) instead of asking."),
     solution: bool = typer.Option(False, "--solution", help="Play the program's own solution()."),
-    max_turns: int = typer.Option(12, help="Turn cap (the program's own max_turns applies "
-                                  "too)."),
+    max_turns: Optional[int] = typer.Option(None, help="Turn cap (the program's own "
+                                            "max_turns applies too); default 12, with --model "
+                                            "6."),
     raw: bool = typer.Option(False, "--raw", help="Interactive: send input exactly as typed "
                              "(otherwise games get \\boxed{...} and tool calls get shorthand)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Let a model play: tiny, "
@@ -200,7 +201,10 @@ def play(
     episodes: int = typer.Option(1, min=1, help="With --model: episodes to play (seeds "
                                  "seed, seed+1, ...)."),
     temperature: float = typer.Option(0.7, help="With --model: sampling temperature."),
-    max_new_tokens: int = typer.Option(256, help="With --model: tokens per turn."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="With --model: tokens per turn "
+                                                 "(default 48)."),
+    preset: str = typer.Option("cpu-tiny", help="With --model: the preset whose format aids "
+                               "(rollout.response_prefix, demonstrations) the model gets."),
     as_json: bool = typer.Option(False, "--json", help="Print the transcript as JSON."),
     unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
 ) -> None:
@@ -231,12 +235,15 @@ def play(
     if use_library_hint:
         hint = hint or lib_hint or program.hint
     if model:
-        _play_with_model(label, program, model, episodes, seed or 0, hint, max_turns,
-                         temperature, max_new_tokens, as_json, unsafe)
-        return
+        from spadekit.cli.play_live import play_with_model
+
+        raise typer.Exit(play_with_model(label, program, model, episodes, seed or 0, hint,
+                                         max_turns, temperature, max_new_tokens, as_json,
+                                         _pool(unsafe, warm=1), console, err_console, preset))
     pool = _pool(unsafe, warm=0)
     try:
-        episode = Episode(pool, program, seed=seed, hint=hint, max_turns=max_turns)
+        episode = Episode(pool, program, seed=seed, hint=hint,
+                          max_turns=12 if max_turns is None else max_turns)
         if solution:
             source = "solution"
         elif actions:
@@ -259,48 +266,6 @@ def play(
         console.print(Panel(f"return {transcript['return']:.3f}  ({status}, "
                             f"{len(transcript['turns'])} turns)", title="episode"))
     raise typer.Exit(1 if transcript["error"] else 0)
-
-
-def _play_with_model(label, program, model, episodes, seed, hint, max_turns, temperature,
-                     max_new_tokens, as_json, unsafe) -> None:
-    from spadekit.policy.registry import load_policy
-    from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
-
-    try:
-        with err_console.status(f"loading {model}"):
-            policy = load_policy(model)
-    except SpadekitError as exc:
-        err_console.print(f"[red]cannot load {model}:[/red] {terminal_text(exc.message)}")
-        raise typer.Exit(2) from None
-    pool = _pool(unsafe, warm=1)
-    try:
-        engine = RolloutEngine(policy, pool, RolloutConfig(
-            max_turns=max_turns, max_new_tokens=max_new_tokens, temperature=temperature,
-            seed=seed, max_context_tokens=32768))
-        with err_console.status(f"{model} plays {episodes} episode(s)"):
-            trajs = engine.run([EpisodeSpec(program, seed=seed + i, hint=hint)
-                                for i in range(episodes)])
-    finally:
-        pool.close()
-    mean = sum(t.episode_return for t in trajs) / len(trajs)
-    if as_json:
-        print(strict_json({"path": label, "model": model, "mean_return": mean,
-                           "episodes": [t.to_dict() for t in trajs]}, indent=2))
-    else:
-        for i, tr in enumerate(trajs):
-            console.rule(f"episode {i + 1}  seed={tr.spec.seed}")
-            for m in tr.messages[1:]:
-                style = "bold cyan" if m["role"] == "assistant" else "white"
-                console.print(f"[{style}]{m['role']}:[/{style}]", end=" ")
-                console.print(terminal_text(m["content"], markup=False), markup=False,
-                              highlight=False)
-            end = terminal_text(tr.failure["message"] if tr.failure else tr.stop_reason)
-            console.print(f"[yellow]return {tr.episode_return:.3f}[/yellow] ({end}, "
-                          f"{len(tr.turns)} turns, {tr.num_sampled} sampled tokens)")
-        console.print(Panel(f"mean return {mean:.3f} over {len(trajs)} episode(s); "
-                            f"model time {engine.stats['model_s']:.1f}s, environment time "
-                            f"{engine.stats['env_s']:.2f}s", title=model))
-    raise typer.Exit(1 if any(t.failure for t in trajs) else 0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -169,6 +169,7 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
                 f"{role} {terminal_text(str(r['policy']))} ({r['engine']}"
                 f"{', trained' if r['trained'] else ', frozen'})"
                 for role, r in sp.roles.items()))
+        history: list[dict] = []
         for _ in range(sp.config.rounds):
             try:
                 metrics = sp.round(sp.next_step)
@@ -179,9 +180,13 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
                                   f"continue with --resume {target}")
                 raise typer.Exit(1) from None
             sp.next_step += 1
+            history.append(metrics)
             if main:
                 console.print(_round_table(metrics))
     if main:
+        from spadekit.selfplay.round_report import summary_line
+
+        console.print(summary_line(history), highlight=False)
         console.print(f"done: {target} (resume with --resume {target})")
     _leave_process_group()
 
@@ -208,7 +213,8 @@ def _round_table(m: dict) -> Table:
     times = "  ".join(f"{k} {v:.0f}s" for k, v in m["timings_s"].items())
     table = Table(title=f"round {m['step']} ({m['seconds']:.0f}s)", caption=times,
                   show_header=True)
-    for col in ("valid", "pool d+b", "win", "return", "regret", "d.reward", "loss", "tok/s"):
+    for col in ("valid", "pool d+b", "win", "return", "adv!=0", "regret", "d.reward", "loss",
+                "tok/s"):
         table.add_column(col, no_wrap=True)
     tps = m.get("sampled_tokens", 0) / max(m.get("timings_s", {}).get("play", 0) or 1e-9, 1e-9)
 
@@ -219,8 +225,13 @@ def _round_table(m: dict) -> Table:
     if "pool_baseline" in m:
         pool = f"{m['pool_baseline']} (baseline)"
     table.add_row(f("valid_share", "{:.0%}"), pool, f("agent_win_rate", "{:.0%}"),
-                  f("agent_mean_return"), f("regret"), f("designer_reward"), f("train/loss"),
-                  f"{tps:.0f}")
+                  f("agent_mean_return"), f("agent_nonzero_advantage_share", "{:.0%}"),
+                  f("regret"), f("designer_reward"), f("train/loss"), f"{tps:.0f}")
+    from spadekit.selfplay.round_report import empty_update_reason
+
+    why = empty_update_reason(m)
+    if why:  # an update that moved no weight says why, instead of a quiet loss of 0
+        table.caption += f"\nempty update: {why}"
     cut = {k.split("/", 1)[1]: v for k, v in m.items()
            if k.startswith("thinking_cut/") and isinstance(v, (int, float)) and v}
     if cut:  # replies that ended inside <think>: a lost hint/program/move, not a quiet zero

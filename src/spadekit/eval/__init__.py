@@ -45,9 +45,9 @@ def _rg(level: str) -> Callable[[str | None], Suite]:
         from spadekit.eval.rg import MAPPINGS, ReasoningGymSuite
 
         if not arg or arg in MAPPINGS:
-            return ReasoningGymSuite(level=level, mapping=arg or "narrow")
+            return ReasoningGymSuite(level=level, mapping=arg or "narrow", cache=True)
         return ReasoningGymSuite(level=level, datasets=[d.strip() for d in arg.split(",")
-                                                        if d.strip()])
+                                                        if d.strip()], cache=True)
     return build
 
 

@@ -7,6 +7,8 @@ model's committed answer with each dataset's own scorer.
 - ``rg-hard`` uses the generator parameters of Reasoning Gym's hard evaluation config, kept in
   ``data/rg_hard.yaml`` (100 datasets, 50 items each, seed 45); ``rg-easy`` generates the same
   100 datasets with each generator's default parameters, same size and seed.
+- Generated items can be kept on disk (``cache``; on for suites built by name, e.g. by
+  ``spadekit eval``): a second run reads them back in seconds (``spadekit.eval.rg_cache``).
 - Item ``i`` of a dataset is the same whatever ``limit`` is: the generator is always built with
   the configured size (one dataset, ``acre``, draws its items as a batch sized by the config).
 - A generator that fails on an item (``knight_swap`` does on 4 of its 50 hard items) is retried
@@ -44,6 +46,7 @@ from typing import Any
 
 import yaml
 
+from spadekit.eval import rg_cache
 from spadekit.eval.base import EvalError, EvalItem, Suite, SuiteDefaults, final_answer, safe_score
 
 RG_SYSTEM = (
@@ -105,7 +108,7 @@ class ReasoningGymSuite(Suite):
     """
 
     def __init__(self, level: str = "hard", mapping: str | dict[str, str] = "narrow",
-                 datasets: list[str] | None = None):
+                 datasets: list[str] | None = None, cache: Any = False):
         if level not in LEVELS:
             raise EvalError(f"unknown Reasoning Gym level {level!r}; known: {', '.join(LEVELS)}")
         if isinstance(mapping, str):
@@ -133,6 +136,12 @@ class ReasoningGymSuite(Suite):
         self.skipped: list[tuple[str, str]] = []
         self._generators: dict[tuple[str, int, int], Any] = {}
         self._entries: dict[str, tuple[Any, dict[str, Any]]] = {}
+        # generated items on disk (``spadekit.eval.rg_cache``): True the default directory, a
+        # path, or False/None for none (the suite registry, used by ``spadekit eval`` and the
+        # in-loop evaluation, turns it on)
+        self.cache = None if not cache else rg_cache.ItemCache(
+            rg_cache.default_dir() if cache is True else cache, rg_cache.suite_key(
+                level, self.seed, self.size, config["datasets"] if level == "hard" else {}))
 
     # -- items --------------------------------------------------------------------------------
 
@@ -153,19 +162,33 @@ class ReasoningGymSuite(Suite):
         self.skipped = []
         items: list[EvalItem] = []
         for name, category in self.categories.items():
+            records = self.cache.load(name) if self.cache else {}
+            fresh = 0
             for index in range(per_dataset):
-                made = self._generate(name, index)
-                if isinstance(made, str):
-                    self.skipped.append((name, f"item {index}: {made}"))
+                rec = records.get(str(index))
+                if rec is None:  # not cached: generate it (and remember it, or its failure)
+                    made = self._generate(name, index)
+                    rec = {"error": made} if isinstance(made, str) else {
+                        **rg_cache.record_of(made[0], made[2]),
+                        "answer": _json_safe(made[2].get("answer"))}
+                    records[str(index)], fresh = rec, fresh + 1
+                    if not isinstance(made, str):
+                        self._entries[f"{name}/{index}"] = (made[1], made[2])
+                elif "entry" in rec:
+                    self._entries[f"{name}/{index}"] = (None, rg_cache.decode(rec["entry"]))
+                if "error" in rec:
+                    self.skipped.append((name, f"item {index}: {rec['error']}"))
                     continue
-                seed, generator, entry = made
-                item = EvalItem(
+                items.append(EvalItem(
                     id=f"{name}/{index}", dataset=name, group=self.bucket(category),
-                    prompt=str(entry["question"]), answer=_json_safe(entry.get("answer")),
-                    data={"level": self.level, "category": category, "seed": seed,
-                          "index": index, "size": self.size})
-                self._entries[item.id] = (generator, entry)
-                items.append(item)
+                    prompt=rec["question"], answer=rec.get("answer"),
+                    data={"level": self.level, "category": category, "seed": rec["seed"],
+                          "index": index, "size": self.size}))
+            if self.cache:
+                self.cache.stats.hits += per_dataset - fresh
+                self.cache.stats.misses += fresh
+                if fresh:
+                    self.cache.save(name, records)
         return items
 
     def _generator(self, dataset: str, seed: int, size: int | None = None) -> Any:
@@ -199,6 +222,10 @@ class ReasoningGymSuite(Suite):
         """The generator and original Reasoning Gym entry behind ``item`` (regenerated from
         ``item.data`` when this suite object did not load it). Raises if it cannot be rebuilt."""
         found = self._entries.get(item.id)
+        if found is not None and found[0] is None:  # a cached entry: build its generator only
+            found = (self._generator(item.dataset, int(item.data["seed"]),
+                                     int(item.data["size"])), found[1])
+            self._entries[item.id] = found
         if found is None:
             data = item.data
             if data.get("level", self.level) != self.level:

@@ -39,6 +39,7 @@ from spadekit.common.errors import SandboxError
 from spadekit.rollout.local_env import LocalEnv
 from spadekit.sandbox.play import episode_return, with_hint
 from spadekit.policy.base import GenerationRequest, Policy, SamplingParams, encode_texts
+from spadekit.rollout.aids import demonstration_messages, opening_text, prefix_for
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.batch import request_many, start_many, step_many
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
@@ -82,6 +83,17 @@ class RolloutConfig:
     only the text after it (``spadekit.rollout.thinking.split_thinking``); the trajectory keeps the full
     text in its messages and every sampled token stays trainable. Texts without a think tag
     are passed unchanged either way."""
+    response_prefix: dict[str, str] = field(default_factory=dict)
+    """Format aid, per setting (``games``, ``tooluse``): text that opens every assistant turn,
+    e.g. ``{games: "\\boxed{"}``. Its tokens are prompt tokens (never trained); the
+    environment receives prefix + reply (``spadekit.rollout.aids``). Empty: none."""
+    demonstrations: tuple[str, ...] = ()
+    """Format aid: the settings whose episodes open with the built-in example turns of a toy
+    task before the first observation (prompt tokens, never trained). Empty: none."""
+
+    def __post_init__(self) -> None:
+        from spadekit.rollout.aids import check_rollout_aids
+        check_rollout_aids(self.response_prefix, self.demonstrations)
 
 
 @dataclass
@@ -350,6 +362,8 @@ class RolloutEngine:
         self.renderer = ChatRenderer(policy.tokenizer, self.stop_texts, chat_template_kwargs)
         self._stop_ids = {vocab[t] for t in self.stop_texts if t in vocab}
         self.stats: dict[str, float] = {}
+        self.on_turn: Callable[[Trajectory, TurnRecord], None] | None = None
+        """Called with each turn the moment its environment answered it (live display)."""
 
     # -- public ---------------------------------------------------------------------------
 
@@ -410,12 +424,14 @@ class RolloutEngine:
             setting = "tooluse" if tools else "games"
             system = tr.spec.system or self.config.system_prompt or (
                 TOOLUSE_SYSTEM if tools else GAMES_SYSTEM)
-            tr.messages = [{"role": "system", "content": system},
+            setting = tr.spec.tag.setdefault("setting", setting)
+            demos = demonstration_messages(self.config, setting)
+            tr.messages = [{"role": "system", "content": system}, *demos,
                            {"role": "user", "content": with_hint(obs, tr.spec.hint)}]
-            tr.spec.tag.setdefault("setting", setting)
             native = tools if (tools and self.config.native_tools) else None
-            prompts.append((tr, self.renderer.prompt_text(system, tr.messages[1]["content"],
-                                                          native)))
+            prompts.append((tr, opening_text(self.renderer, system, demos,
+                                             tr.messages[-1]["content"], native,
+                                             prefix_for(self.config, setting))))
         for (tr, _text), ids in zip(prompts, encode_texts(self.policy.tokenizer,
                                                           [p[1] for p in prompts])):
             tr.token_ids = ids
@@ -458,14 +474,15 @@ class RolloutEngine:
                 tr.logprobs = None
             elif tr.logprobs is not None:
                 tr.logprobs += list(gen.logprobs)
-            tr.messages.append({"role": "assistant", "content": gen.text})
+            tr.messages.append({"role": "assistant", "content": _prefix(cfg, tr) + gen.text})
             tr._sampled_end = bool(gen.token_ids) and gen.token_ids[-1] in self._stop_ids
             self.stats["sampled_tokens"] += len(gen.token_ids)
 
         actions, thought = [], []
-        for gen in gens:
-            thinking, visible = split_thinking(gen.text) if cfg.strip_thinking else ("", "")
-            actions.append(visible if thinking else gen.text)
+        for tr, gen in zip(ready, gens):
+            reply = tr.messages[-1]["content"]  # the response prefix + the sampled text
+            thinking, visible = split_thinking(reply) if cfg.strip_thinking else ("", "")
+            actions.append(visible if thinking else reply)
             thought.append(len(thinking))
         t = time.perf_counter()
         remote = [i for i, tr in enumerate(ready) if not isinstance(tr._env, LocalEnv)]
@@ -499,6 +516,8 @@ class RolloutEngine:
                                 step_s=mean_s if sec is None else sec, thinking_chars=n_thought)
             tr.turns.append(record)
             self.stats["turns"] += 1
+            if self.on_turn is not None:
+                self.on_turn(tr, record)
             if term or trunc:
                 self._end(tr, "terminated" if term else "truncated", term, trunc)
             elif len(tr.turns) >= tr.max_turns:
@@ -509,7 +528,7 @@ class RolloutEngine:
                     tr.tools if (tr.tools and cfg.native_tools) else None)
                 record.exact_render = exact
                 tr.messages.append({"role": "user", "content": obs})
-                pending.append((tr, text))
+                pending.append((tr, text + _prefix(cfg, tr)))
         for (tr, _text), ids in zip(pending, encode_texts(self.policy.tokenizer,
                                                           [p[1] for p in pending])):
             tr.token_ids += ids
@@ -549,6 +568,10 @@ class RolloutEngine:
     def _drop(tr: Trajectory) -> None:
         # the instance dies with its sandbox at the end of the run; no round trip to drop it
         tr._env = None
+
+
+def _prefix(cfg: RolloutConfig, tr: Trajectory) -> str:
+    return prefix_for(cfg, tr.spec.tag.get("setting", "games"))
 
 
 def _seed(base: int, episode_seed: int, key: int, turn: int) -> int:

@@ -55,6 +55,10 @@ class DesignerConfig:
     unless ``hint_model`` is set) instead of the trained policy. Its samples are rewarded and
     logged but never trained (``designer_samples_dropped``): the honest frozen-designer
     ablation. None: the trained policy designs (the paper)."""
+    response_prefix: str = ""
+    """Format aid: text that opens the designer's reply, e.g. one that opens the code block and
+    the class. Its tokens are prompt tokens (never trained); the extractor reads prefix + reply
+    (``spadekit.rollout.aids``). Needs a policy that takes token ids. Empty: none."""
 
 
 CHAT_ROLES = ("agent", "designer", "hint")

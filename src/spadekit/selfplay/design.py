@@ -48,6 +48,7 @@ from spadekit.selfplay.memory import EnvironmentMemory
 from spadekit.policy.base import GenerationRequest, Policy, SamplingParams
 from spadekit.selfplay.repair import build_repair_messages
 from spadekit.selfplay.rewards import FailureReward, designer_reward_for_failure
+from spadekit.rollout.aids import designer_request, with_prefix
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.runs.store import RunStore
 from spadekit.rollout.thinking import count_thinking_cut
@@ -167,13 +168,14 @@ class DesignPhase:
                                                positives, neg, cfg.turn_cap,
                                                doc_words=dcfg.max_words)
             plan.append({"skill": skill, "doc_id": getattr(doc, "id", None),
-                         "parents": [p.sha256 for p in positives]})
-            plan[-1]["request"] = GenerationRequest(messages=messages, params=SamplingParams(
+                         "parents": [p.sha256 for p in positives], "messages": messages})
+            plan[-1]["request"] = designer_request(self.policy, messages, SamplingParams(
                 temperature=dcfg.temperature, top_p=dcfg.top_p,
                 max_new_tokens=dcfg.max_new_tokens, seed=rng.randrange(2 ** 31)),
-                chat_template_kwargs=cfg.chat_template.for_role("designer"))
+                cfg.chat_template.for_role("designer"), dcfg.response_prefix)
         with phase(f"round {step}: design ({len(plan)} environments)"):
-            gens = self.policy.generate([p["request"] for p in plan])
+            gens = with_prefix(self.policy.generate([p["request"] for p in plan]),
+                               dcfg.response_prefix)
         out.thinking_cut["designer"] += count_thinking_cut(
             gens, getattr(self.policy, "tokenizer", None))
         out.attempted = len(gens)
@@ -372,7 +374,7 @@ class DesignPhase:
             if not pending:
                 break
             gens = self.policy.generate([GenerationRequest(
-                messages=build_repair_messages(item["request"].messages, text, report),
+                messages=build_repair_messages(item["messages"], text, report),
                 params=SamplingParams(temperature=dcfg.temperature, top_p=dcfg.top_p,
                                       max_new_tokens=dcfg.max_new_tokens,
                                       seed=rng.randrange(2 ** 31)),

@@ -59,7 +59,9 @@ def agent_samples(trajs: list[Trajectory], config: Any, metrics: dict) -> list[S
                    **{"thinking_cut/agent": sum(
                        ends_inside_thinking(m.get("content") or "") for t in trajs
                        for m in t.messages if m.get("role") == "assistant")},
-                   agent_samples_per_episode=len(samples) / len(played) if played else 0.0)
+                   agent_samples_per_episode=len(samples) / len(played) if played else 0.0,
+                   agent_nonzero_advantage_share=sum(s.advantage != 0 for s in samples)
+                   / len(samples) if samples else 0.0)
     return samples
 
 def designer_samples(store: Any, memory: Any, ema: dict[str, EmaTracker], config: Any, step: int,
