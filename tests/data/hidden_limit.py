@@ -4,6 +4,10 @@ A limit between 3 and 9 is hidden. ``\\boxed{reveal}`` shows it (the first turn 
 nothing); a number in ``\\boxed{}`` is the bid and ends the game: the score is bid / limit for
 a bid up to the limit, 0 above it. A blind bid of 2 earns 2 / limit; the full score needs the
 two-step skill: reveal first, then bid exactly what was revealed.
+
+Known loophole (kept, because the benchmark figures in docs/learning.md were measured with it):
+any word before the number is accepted, so ``\boxed{reveal 2}`` is read as a bid of 2, not a
+reveal. The bundled model found that shortcut: it learned to bid at once, not to reveal first.
 """
 
 import random

@@ -84,7 +84,7 @@ def play_with_model(label: str, program: Any, model: str, episodes: int, seed: i
     prefix = config.response_prefix.get("games", "")
     out.print(f"{terminal_text(model)} plays {episodes} episode(s) of {terminal_text(label)}: "
               f"at most {turns_cap} turns x {budget} tokens"
-              + (f", response prefix {prefix!r}" if prefix else ""), markup=False,
+              + (f", response prefix {prefix}" if prefix else ""), markup=False,
               highlight=False)
     trajs, interrupted = None, False
     try:
