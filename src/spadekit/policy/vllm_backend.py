@@ -95,7 +95,9 @@ class VLLMPolicy:
         if logprobs_mode is None:
             logprobs_mode = PROCESSED
             processor = _exact_processor(vllm)
-            if processor is not None:
+            workers = int(kwargs.get("tensor_parallel_size", 1) or 1) * \
+                int(kwargs.get("pipeline_parallel_size", 1) or 1)
+            if processor is not None and workers == 1:  # else it runs in worker processes
                 logprobs_mode = EXACT
                 kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []),
                                                processor]
