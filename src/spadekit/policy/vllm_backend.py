@@ -101,6 +101,9 @@ class VLLMPolicy:
                 logprobs_mode = EXACT
                 kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []),
                                                processor]
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1").strip() not in ("0", "false"):
+            kwargs.setdefault("worker_extension_cls",  # pushes to the engine processes
+                              "spadekit.policy.vllm_server.WorkerExtension")
         self.logprobs_mode = logprobs_mode
         if llm is None:
             if not model:
