@@ -95,10 +95,15 @@ class VLLMPolicy:
         if logprobs_mode is None:
             logprobs_mode = PROCESSED
             processor = _exact_processor(vllm)
-            if processor is not None:
+            workers = int(kwargs.get("tensor_parallel_size", 1) or 1) * \
+                int(kwargs.get("pipeline_parallel_size", 1) or 1)
+            if processor is not None and workers == 1:  # else it runs in worker processes
                 logprobs_mode = EXACT
                 kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []),
                                                processor]
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1").strip() not in ("0", "false"):
+            kwargs.setdefault("worker_extension_cls",  # pushes to the engine processes
+                              "spadekit.policy.vllm_server.WorkerExtension")
         self.logprobs_mode = logprobs_mode
         if llm is None:
             if not model:

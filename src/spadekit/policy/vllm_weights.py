@@ -18,11 +18,12 @@ re-applies the confirmed copy: the engine then holds the weights it had before t
 push. ``push_weights`` calls it when the check fails (``spadekit.policy.weight_probe``).
 
 Route by capability: in one process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the backend's
-default) the callable runs on the worker directly; with the engine in another process
-``collective_rpc`` pickles the callable and the tensors (vLLM asks for
-``VLLM_ALLOW_INSECURE_SERIALIZATION=1``; set here only for this route). vLLM's CUDA-only RL
-weight-transfer API (NCCL broadcast) is not used: on a GPU the route above works too, through host
-memory; ``route`` says which was taken.
+default) a callable runs on the worker directly, the tensors passed by reference; with the engine
+in other processes the backend builds it with spadekit's worker extension
+(``vllm_server.WorkerExtension``) and a push is a safetensors file in a temporary directory that
+``collective_rpc("spadekit_reload", path)`` loads (no pickled callables, so no
+``VLLM_ALLOW_INSECURE_SERIALIZATION``). vLLM's CUDA-only RL weight-transfer API (NCCL broadcast)
+is not used: on a GPU the routes above work too, through host memory; ``route`` says which.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import json
 import os
 import re
 import struct
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -145,7 +147,7 @@ class EngineWeights:
         self.llm, self.name, self.keep_copy = llm, name, keep_copy
         self.shapes = checkpoint_shapes(model_dir) if model_dir else {}
         self.route = "in-process collective_rpc" if in_process(llm) \
-            else "collective_rpc to the engine process (pickled tensors)"
+            else "collective_rpc to the engine process (spadekit_reload, a safetensors file)"
         self.version = 0
         self.pushes = 0
         self._staged: list[tuple[str, Any]] = []
@@ -214,9 +216,17 @@ class EngineWeights:
             return False
 
     def _rpc(self, items: list[tuple[str, Any]] | None) -> None:
-        if not in_process(self.llm):
-            os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-        self.llm.collective_rpc(_reload, args=(items,))
+        if in_process(self.llm):
+            self.llm.collective_rpc(_reload, args=(items,))
+        elif items is None:
+            self.llm.collective_rpc("spadekit_restore")
+        else:  # through a file: no pickled callables or tensors cross to the engine process
+            from safetensors.torch import save_file
+
+            with tempfile.TemporaryDirectory(prefix="spadekit-vllm-push-") as folder:
+                path = os.path.join(folder, "model.safetensors")
+                save_file({n: t.detach().to("cpu").contiguous() for n, t in items}, path)
+                self.llm.collective_rpc("spadekit_reload", args=(path,))
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if callable(reset):
             reset()  # cached KV blocks were computed with the old weights
