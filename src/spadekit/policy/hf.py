@@ -98,7 +98,7 @@ class HFPolicy:
         weights into a plain copy)."""
         import torch
 
-        from spadekit.policy.weight_sync import WeightSyncError, as_items
+        from spadekit.policy.weight_items import WeightSyncError, as_items
 
         items = as_items(weights)
         targets = self.model.state_dict(keep_vars=True)

@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from spadekit.policy.weight_sync import WeightSyncError, as_items
+from spadekit.policy.weight_items import WeightSyncError, as_items
 
 PUSH_DIR_ENV = "SPADEKIT_VLLM_PUSH_DIR"
 

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from spadekit.policy.weight_sync import WeightSyncError
+from spadekit.policy.weight_items import WeightSyncError
 
 FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 """Projections vLLM fuses into one parameter: pushed together or not at all."""
@@ -158,7 +158,7 @@ class EngineWeights:
     def load(self, items: Iterable[tuple[str, Any]], final: bool = True,
              version: int | None = None) -> int:
         """Stage ``items``; at ``final`` check everything staged and push it in one reload."""
-        from spadekit.policy.weight_sync import as_items
+        from spadekit.policy.weight_items import as_items
 
         self._staged += as_items(items)
         if not final:

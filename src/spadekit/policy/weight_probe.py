@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from spadekit.policy.base import GenerationRequest, SamplingParams, encode_text
-from spadekit.policy.weight_sync import WeightSyncError
+from spadekit.policy.weight_items import WeightSyncError
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog. Counting on: one, two, three,"
 PROBE_TOKENS = 8
