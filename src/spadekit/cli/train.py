@@ -167,7 +167,7 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
                                                if world > 1 else ""))
             console.print("roles: " + "; ".join(
                 f"{role} {terminal_text(str(r['policy']))} ({r['engine']}"
-                f"{', trained' if r['trained'] else ', frozen'})"
+                f"{', trained' if r['trained'] else ', not trained'})"
                 for role, r in sp.roles.items()))
         history: list[dict] = []
         for _ in range(sp.config.rounds):
