@@ -125,7 +125,7 @@ def test_turn_cap_is_the_smaller_of_env_max_turns_and_the_runner_ceiling():
     assert load_config("games-4b").turn_cap == 12
     assert load_config(preset=None, overrides=["env_max_turns=12",
                                                "rollout.max_turns=3"]).turn_cap == 3
-    from spadekit.selfplay.config import budgets
+    from spadekit.selfplay.budgets import budgets
 
     assert budgets(load_config(preset=None, overrides=["env_max_turns=7"]))["env_max_turns"] \
         == 7

@@ -112,7 +112,8 @@ def _dry_run(preset, config, overrides, model, rounds, unsafe, extra: list[str],
     """``--dry-run``: the resolved config and its budgets; nothing is loaded or written."""
     import yaml
 
-    from spadekit.selfplay.config import budgets, to_dict
+    from spadekit.selfplay.budgets import budgets
+    from spadekit.selfplay.config import to_dict
 
     cfg = _resolve(preset, config, overrides, model, rounds, unsafe, extra)
     numbers = budgets(cfg)
