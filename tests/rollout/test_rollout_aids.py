@@ -17,6 +17,7 @@ from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.policy.tiny import tiny_tokenizer
 from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
 from spadekit.rollout.aids import DEMONSTRATIONS, designer_request, with_prefix
+from test_rollout import _spans  # noqa: E402  (the same mask spans as the engine tests)
 
 TOK = tiny_tokenizer()
 
@@ -34,17 +35,6 @@ class Recorder:
         Recorder.seen.append(action)
         self.t += 1
         return f"got {len(action)} chars", 0.5, self.t >= 3, False, {}
-
-
-def _spans(mask):
-    spans, start = [], None
-    for i, m in enumerate(mask + [0]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            spans.append((start, i))
-            start = None
-    return spans
 
 
 def _play(config: RolloutConfig, reply: str):
