@@ -70,3 +70,13 @@ def load_policy(spec: str, **options: Any) -> Policy:
     if not isinstance(policy, Policy):
         raise PolicyError(f"backend {backend!r} returned {type(policy).__name__}, not a Policy")
     return policy
+
+
+def load_beside(spec: str, beside: Any, **options: Any) -> Policy:
+    """``load_policy(spec, **options)`` for a second role next to ``beside`` (a separate designer
+    or hint writer): an ``openai:`` spec gets ``beside``'s tokenizer, since a server returns
+    text and token ids but not the tokenizer that renders the chat."""
+    tokenizer = getattr(beside, "tokenizer", None)
+    if split_spec(spec)[0] == "openai" and tokenizer is not None:
+        options.setdefault("tokenizer", tokenizer)
+    return load_policy(spec, **options)

@@ -133,13 +133,9 @@ class DesignPhase:
         spec = getattr(self.config.designer, "hint_model", None)
         if not spec:
             return self.policy
-        from spadekit.policy.registry import load_policy, split_spec
+        from spadekit.policy.registry import load_beside
 
-        options = {}
-        tokenizer = getattr(self.policy, "tokenizer", None)
-        if split_spec(spec)[0] == "openai" and tokenizer is not None:
-            options["tokenizer"] = tokenizer
-        return load_policy(spec, **options)
+        return load_beside(spec, self.policy)
 
     def run(self, step: int, rng: random.Random, phase=None) -> DesignOutcome:
         """One designer phase: :meth:`design`, :meth:`validate`, :meth:`hint` in turn;

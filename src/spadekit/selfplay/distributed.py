@@ -212,10 +212,10 @@ def place_steps(loop: Any, dist_ctx: Any, control: Any) -> None:
             label = _name.replace("_", " ")
             if args and isinstance(getattr(args[0], "step", None), int):  # a round's step
                 label += f" in round {args[0].step}"
-            if _name in FULL_WEIGHTS:
-                with generation_context(loop.trainer):
-                    return meet(dist_ctx, control, work, label, share=_where == SHARED)
-            return meet(dist_ctx, control, work, label, share=_where == SHARED)
+            weights = (generation_context(loop.trainer) if _name in FULL_WEIGHTS
+                       else contextlib.nullcontext())
+            with weights:
+                return meet(dist_ctx, control, work, label, share=_where == SHARED)
 
         placed.__name__ = placed.__qualname__ = name
         placed.__doc__ = step.__doc__

@@ -74,14 +74,9 @@ class SetupSteps:
             self.gen_policy = generation_policy(config.generation_model, policy,
                                                 seed=config.seed)
         if config.designer.model:  # a frozen designer (and hint writer) of its own
-            from spadekit.policy.registry import load_policy, split_spec
+            from spadekit.policy.registry import load_beside
 
-            options = {}
-            tokenizer = getattr(policy, "tokenizer", None)
-            if split_spec(config.designer.model)[0] == "openai" and tokenizer is not None:
-                options["tokenizer"] = tokenizer
-            self.frozen_designer = load_policy(config.designer.model, seed=config.seed,
-                                               **options)
+            self.frozen_designer = load_beside(config.designer.model, policy, seed=config.seed)
 
     def create_run(self) -> None:
         """The run directory: ``run.sqlite`` and the resolved ``config.yaml``."""
