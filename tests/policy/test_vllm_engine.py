@@ -173,3 +173,19 @@ def test_a_selfplay_round_generates_through_vllm(engine, hf, original, tmp_path,
     finally:
         hf.model.load_state_dict(original)
         push_weights(engine, original, verify=hf.model)
+
+
+def test_a_batch_of_seeded_prompts_longer_than_one_step_generates(engine):
+    """More seeded prompt tokens than one engine step takes (4,096 on CPU): with vLLM's chunked
+    prefill a request cut part-way had its seeded CPU generator rewound, which a CPU generator
+    cannot do, and the whole batch failed ("CPU Generator does not use offset"); the backend's
+    CPU defaults turn chunking off, so every request generates, and the seeds still decide."""
+    prompt = engine.render([{"role": "user", "content": "Count the words: " + "word " * 200}])
+    batch = [GenerationRequest(prompt_ids=prompt + engine.tokenizer.encode(f" {i}"),
+                               params=SamplingParams(temperature=1.0, max_new_tokens=4,
+                                                     seed=100 + i)) for i in range(40)]
+    assert sum(len(r.prompt_ids) for r in batch) > 2 * 4096
+    first = engine.generate(batch)
+    assert all(g.token_ids for g in first)
+    again = engine.generate(batch[:3])  # the same seeds alone: the same tokens
+    assert [g.token_ids for g in again] == [g.token_ids for g in first[:3]]

@@ -11,7 +11,14 @@ the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set
 to start, and weight pushes go straight to the worker); on a machine without CUDA also
 ``dtype="float32"`` (the trainer's dtype on CPU: logprobs then agree with it to ~1e-5),
 ``enforce_eager=True`` (start in ~10 s instead of ~100 s of compilation) and
-``kv_cache_memory_bytes`` = 1 GiB (vLLM would otherwise take most of the machine's memory).
+``kv_cache_memory_bytes`` = 1 GiB (vLLM would otherwise take most of the machine's memory) and
+``enable_chunked_prefill=False``: with chunked prefill a batch whose prompts exceed the step's
+token budget (4,096 on CPU) has a request part-way through its prompt, whose sampled token vLLM
+discards by rewinding that request's seeded generator, and a CPU generator cannot rewind
+("RuntimeError: CPU Generator does not use offset"), so every request of the batch failed; 64
+seeded ~200-token prompts, a 2-game evaluation of 32 seeds, were enough. Without chunking a
+prompt is scheduled only when it fits whole (``max_num_batched_tokens`` becomes the model
+length), so nothing is discarded.
 
 Requests go to one ``LLM.generate`` call per batch, prompts as token ids
 (``{"prompt_token_ids": ids}``), one ``vllm.SamplingParams`` per request: ``temperature``,
@@ -306,7 +313,8 @@ def _cpu_defaults() -> dict[str, Any]:
             return {}
     except ImportError:
         pass
-    return {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30}
+    return {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": 1 << 30,
+            "enable_chunked_prefill": False}
 
 
 def _engine_model_dir(llm: Any) -> str | None:
