@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
+import re
 import sqlite3
 import sys
 import tempfile
@@ -37,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from spadekit.selfplay.config import load_config  # noqa: E402
 from spadekit.envs import library  # noqa: E402
+from spadekit.envs.actions import extract_boxed  # noqa: E402
 from spadekit.envs.program import EnvProgram  # noqa: E402
 from spadekit.selfplay.learning import (evaluate, held_out_seeds, mean, paired_gain_ci,  # noqa: E402
                                win_rate)
@@ -56,7 +59,37 @@ def transcript(tr, limit: int = 3) -> dict:
                        "observation": t.observation[:200]} for t in tr.turns[:limit]]}
 
 
-def measure(engine, programs, seeds) -> dict:
+def first_verb(action: str) -> str:
+    """The first word in the box a game reads (the last one) of an episode's first action:
+    ``reveal``, ``pack``, ``<number>`` for a bare number, ``<no box>``. Which move an episode
+    opened with is the multi-turn skill's visible trace (inspect first, or commit at once)."""
+    content = extract_boxed(action)
+    match = re.match(r"\s*([A-Za-z]+|\d+)", content or "")
+    if not match:
+        return "<no box>" if content is None else "<other>"
+    word = match.group(1).lower()
+    return "<number>" if word.isdigit() else word
+
+
+def game_figures(trajs) -> dict:
+    returns = [t.episode_return for t in trajs]
+    verbs: dict[str, int] = {}
+    stops: dict[str, int] = {}
+    for t in trajs:
+        stops[t.stop_reason or "?"] = stops.get(t.stop_reason or "?", 0) + 1
+        verb = first_verb(t.turns[0].action) if t.turns else "<no turn>"
+        verbs[verb] = verbs.get(verb, 0) + 1
+    return {"episodes": len(trajs), "mean_return": round(mean(returns), 4),
+            "win_rate": round(win_rate(returns), 4),
+            "full_score_share": round(mean([1.0 if r >= 0.999 else 0.0 for r in returns]), 4),
+            "turns": round(mean([len(t.turns) for t in trajs]), 3),
+            "multi_turn_share": round(mean([1.0 if len(t.turns) > 1 else 0.0 for t in trajs]), 4),
+            "first_moves": dict(sorted(verbs.items(), key=lambda kv: -kv[1])),
+            "stop_reasons": stops,
+            "first_failure": next((str(t.failure)[:300] for t in trajs if t.failure), None)}
+
+
+def measure(engine, programs, seeds, names=None) -> dict:
     trajs = evaluate(engine, programs, seeds)
     returns = [t.episode_return for t in trajs]
     first_actions: dict[str, int] = {}
@@ -64,8 +97,11 @@ def measure(engine, programs, seeds) -> dict:
         if t.turns:
             key = t.turns[0].action.strip()[:60]
             first_actions[key] = first_actions.get(key, 0) + 1
+    names = names or [f"env{i}" for i in range(len(programs))]
+    per_game = {name: game_figures(trajs[i * len(seeds):(i + 1) * len(seeds)])
+                for i, name in enumerate(names)}
     return {"returns": returns, "mean_return": mean(returns), "win_rate": win_rate(returns),
-            "turns": mean([len(t.turns) for t in trajs]),
+            "turns": mean([len(t.turns) for t in trajs]), "per_game": per_game,
             "top_first_actions": sorted(first_actions.items(), key=lambda kv: -kv[1])[:5],
             "examples": [transcript(trajs[i]) for i in range(0, len(trajs),
                                                              max(1, len(trajs) // 4))][:4]}
@@ -127,6 +163,9 @@ def main() -> None:
                     help="also measure the held-out seeds every N rounds (0: only at the end)")
     ap.add_argument("--learning-rate", type=float, default=2e-4)
     ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--engine", choices=("auto", "vllm", "transformers"), default="auto",
+                    help="generation engine: auto = vLLM when it is installed (the faster one), "
+                         "else transformers; the trainer is always transformers")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--out", default="runs/learning")
     args = ap.parse_args()
@@ -142,10 +181,16 @@ def main() -> None:
     pool_dir = Path(tempfile.mkdtemp(prefix="learning-pool-"))
     for name, code in sources.items():
         (pool_dir / f"{name}.py").write_text(code)
-    sets = [f"rounds={args.rounds}", f"num_generations={args.plays}",
+    # --rounds 0 measures the untrained model only (the config still needs one round)
+    sets = [f"rounds={max(1, args.rounds)}", f"num_generations={args.plays}",
             f"train.learning_rate={args.learning_rate}", f"train.lora_r={args.lora_r}",
             f"train.lora_alpha={2 * args.lora_r}", "checkpoint_every=1000", "tensorboard=false",
             f"model={args.model}"]
+    engine_name = args.engine
+    if engine_name == "auto":
+        engine_name = "vllm" if importlib.util.find_spec("vllm") else "transformers"
+    if engine_name == "vllm":
+        sets.append(f"generation_model=vllm:{args.model}")
     if args.mode == "fixed":
         sets += ["curriculum.kind=fixed", f"curriculum.pool={pool_dir}",
                  f"envs_per_round={len(names)}"]
@@ -163,9 +208,9 @@ def main() -> None:
             config.rollout, max_turns=config.turn_cap, seed=12345),
             chat_template_kwargs=config.chat_template.for_role("agent"))
         seeds = held_out_seeds(args.held_out)
-        before = measure(engine, programs, seeds)
+        before = measure(engine, programs, seeds, names)
         ood_seeds = held_out_seeds(args.ood_seeds)
-        ood_before = measure(engine, ood, ood_seeds) if ood else None
+        ood_before = measure(engine, ood, ood_seeds, [args.ood]) if ood else None
         curve.append({"round": -1, "held_out_mean_return": before["mean_return"],
                       "held_out_win_rate": before["win_rate"],
                       "held_out_ci": [before["mean_return"]] * 2})
@@ -182,7 +227,7 @@ def main() -> None:
                      "seconds": round(m.get("seconds", 0.0), 1),
                      "minutes_so_far": round((time.perf_counter() - t0) / 60, 2)}
             if (args.eval_every and (r + 1) % args.eval_every == 0) or r == args.rounds - 1:
-                last = measure(engine, programs, seeds)
+                last = measure(engine, programs, seeds, names)
                 _, low, high = paired_gain_ci(before["returns"], last["returns"])
                 point.update(held_out_mean_return=last["mean_return"],
                              held_out_win_rate=last["win_rate"],
@@ -191,7 +236,7 @@ def main() -> None:
             curve.append(point)
             print(json.dumps(point), flush=True)
         after = last
-        ood_after = measure(engine, ood, ood_seeds) if ood else None
+        ood_after = measure(engine, ood, ood_seeds, [args.ood]) if ood else None
     overlap = sorted(set(seeds) & played_seeds(run_dir))
     gain, low, high = paired_gain_ci(before["returns"], after["returns"])
     wgain, wlow, whigh = paired_gain_ci(before["returns"], after["returns"], stat=win_rate)
@@ -216,6 +261,9 @@ def main() -> None:
         "win_rate_after": round(after["win_rate"], 4),
         "win_rate_gain_ci_low": round(wlow, 4), "win_rate_gain_ci_high": round(whigh, 4),
         "turns_before": round(before["turns"], 2), "turns_after": round(after["turns"], 2),
+        "per_game_before": before["per_game"], "per_game_after": after["per_game"],
+        "ood_before": ood_before["per_game"] if ood_before else None,
+        "ood_after": ood_after["per_game"] if ood_after else None,
         "ood_game": args.ood or None,
         "ood_return_before": round(ood_before["mean_return"], 4) if ood_before else None,
         "ood_return_after": round(ood_after["mean_return"], 4) if ood_after else None,
@@ -226,8 +274,8 @@ def main() -> None:
         "curve_json": str(out / "curve.json"), "curve_png": str(out / "curve.png")
         if plotted else None, "transcripts": str(out / "transcripts.json"),
         "run_dir": str(run_dir),
-        "engine": "transformers (spadekit hf backend, CPU)" if not config.generation_model
-        else config.generation_model,
+        "engine": f"{config.generation_model} (generation; training: transformers, CPU)"
+        if config.generation_model else "transformers (spadekit hf backend, CPU)",
         "threads": os.environ.get("OMP_NUM_THREADS"), "load_average_end": os.getloadavg()[0],
         "minutes": round(minutes, 2)}
     print(json.dumps(result))

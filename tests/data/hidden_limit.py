@@ -5,9 +5,9 @@ nothing); a number in ``\\boxed{}`` is the bid and ends the game: the score is b
 a bid up to the limit, 0 above it. A blind bid of 2 earns 2 / limit; the full score needs the
 two-step skill: reveal first, then bid exactly what was revealed.
 
-Known loophole (kept, because the benchmark figures in docs/learning.md were measured with it):
-any word before the number is accepted, so ``\boxed{reveal 2}`` is read as a bid of 2, not a
-reveal. The bundled model found that shortcut: it learned to bid at once, not to reveal first.
+A reply whose box starts with ``reveal`` is a reveal whatever follows it (``\\boxed{reveal 2}``
+is not a bid of 2: an earlier version read it as one, and the bundled model learned that shortcut
+instead of the skill); any other box with a whole number (``7``, ``bid 7``, ``guess 7``) is the bid.
 """
 
 import random
@@ -49,22 +49,25 @@ class HiddenLimitEnv:
         if self.done:
             return "The episode is over.", 0.0, True, False, {}
         self.turn += 1
-        content = (extract_boxed(action) or "").lower()
-        found = re.match(r"\s*(?:[a-z]+\s*)?(\d{1,3})\b", content)  # "7", "bid 7", "guess 7"
-        if found:
-            bid = int(found.group(1))
-            self.done = True
-            reward = bid / self.limit if 1 <= bid <= self.limit else 0.0
-            return (f"You bid {bid} against the limit {self.limit}.", reward, True, False,
-                    {"bid": bid})
-        if content.startswith("reveal") and not self.revealed:
-            self.revealed = True
-            obs = f"The limit is {self.limit}. Now bid a whole number in \\boxed{{}}."
+        content = (extract_boxed(action) or "").strip().lower()
+        if content.startswith("reveal"):
+            if self.revealed:
+                obs = f"The limit is {self.limit}, as shown. Bid a whole number in \\boxed{{}}."
+            else:
+                self.revealed = True
+                obs = f"The limit is {self.limit}. Now bid a whole number in \\boxed{{}}."
         else:
+            found = re.match(r"(?:[a-z]+\s*)?(\d{1,3})\b", content)  # "7", "bid 7", "guess 7"
+            if found:
+                bid = int(found.group(1))
+                self.done = True
+                reward = bid / self.limit if 1 <= bid <= self.limit else 0.0
+                return (f"You bid {bid} against the limit {self.limit}.", reward, True, False,
+                        {"bid": bid, "revealed": self.revealed})
             obs = "No bid found: write a whole number in \\boxed{}."
         truncated = self.turn >= self.max_turns
         self.done = truncated
-        return obs, 0.0, False, truncated, {}
+        return obs, 0.0, False, truncated, {"revealed": self.revealed}
 
     def solution(self):
         return ["\\boxed{reveal}", f"\\boxed{{{self.limit}}}"]
