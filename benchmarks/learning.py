@@ -15,8 +15,12 @@ after, the after-minus-before gain of each with a 95% paired bootstrap interval,
 curve (training return and share of non-zero advantages per round, held-out return at each
 evaluation) as JSON and PNG, example transcripts before and after (what was learned, not only a
 number), one out-of-distribution check (``--ood``: a library game never trained on), the engine
-and the minutes. Training uses the ``cpu-tiny`` preset (with its format aids) unless ``--set``
-says otherwise. The last line is one JSON object with at least ``return_before``,
+and the minutes. Per game it also reports the full-score share, the share of multi-turn episodes
+and which move each episode opened with (``reveal`` or a blind bid in ``hidden_limit``,
+``inspect`` or ``pack`` in the knapsack): the multi-turn skill's visible trace. A held-out
+episode that failed (engine or game) stops the benchmark instead of counting as a zero.
+Generation goes through vLLM when it is installed (``--engine``). Training uses the ``cpu-tiny``
+preset (with its format aids) unless ``--set`` says otherwise. The last line is one JSON object with at least ``return_before``,
 ``return_after``, ``return_gain_ci_low``, ``win_rate_before``, ``win_rate_after``, ``minutes``
 and ``engine``.
 """
@@ -89,8 +93,17 @@ def game_figures(trajs) -> dict:
             "first_failure": next((str(t.failure)[:300] for t in trajs if t.failure), None)}
 
 
+FAILED = ("policy_error", "env_error")
+
+
 def measure(engine, programs, seeds, names=None) -> dict:
+    """Held-out figures; a held-out episode that failed (the engine or the game, not the
+    model) stops the benchmark, since counting it as a zero would fake a result."""
     trajs = evaluate(engine, programs, seeds)
+    failed = [t for t in trajs if t.stop_reason in FAILED]
+    if failed:
+        raise SystemExit(f"{len(failed)} of {len(trajs)} held-out episodes failed "
+                         f"({failed[0].stop_reason}: {failed[0].failure}); no figures reported")
     returns = [t.episode_return for t in trajs]
     first_actions: dict[str, int] = {}
     for t in trajs:
@@ -135,6 +148,11 @@ def plot(curve: list[dict], path: Path, title: str) -> bool:
                 yerr=[[c["held_out_mean_return"] - c["held_out_ci"][0] for c in held],
                       [c["held_out_ci"][1] - c["held_out_mean_return"] for c in held]],
                 marker="o", capsize=3, label="held-out seeds: mean return (95% CI)")
+    for game in (held[-1].get("held_out_per_game") or {}) if held else ():
+        pts = [c for c in held if game in (c.get("held_out_per_game") or {})]
+        ax.plot([c["round"] for c in pts],
+                [c["held_out_per_game"][game]["full_score_share"] for c in pts],
+                marker="x", linestyle="--", label=f"held-out full-score share: {game}")
     ax.plot(rounds, [c["nonzero_advantage_share"] for c in curve if "train_mean_return" in c],
             linestyle=":", label="share of non-zero advantages")
     ax.set_xlabel("round (-1: before training)")
@@ -161,6 +179,10 @@ def main() -> None:
     ap.add_argument("--ood-seeds", type=int, default=16, help="held-out seeds of --ood")
     ap.add_argument("--eval-every", type=int, default=0,
                     help="also measure the held-out seeds every N rounds (0: only at the end)")
+    ap.add_argument("--temperature", type=float, default=1.0,
+                    help="sampling temperature of both roles (training and held-out plays)")
+    ap.add_argument("--max-new-tokens", type=int, default=16,
+                    help="the agent's tokens per turn (a box needs few)")
     ap.add_argument("--learning-rate", type=float, default=2e-4)
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--engine", choices=("auto", "vllm", "transformers"), default="auto",
@@ -185,7 +207,9 @@ def main() -> None:
     sets = [f"rounds={max(1, args.rounds)}", f"num_generations={args.plays}",
             f"train.learning_rate={args.learning_rate}", f"train.lora_r={args.lora_r}",
             f"train.lora_alpha={2 * args.lora_r}", "checkpoint_every=1000", "tensorboard=false",
-            f"model={args.model}"]
+            f"model={args.model}", f"rollout.temperature={args.temperature}",
+            f"designer.temperature={args.temperature}",
+            f"rollout.max_new_tokens={args.max_new_tokens}"]
     engine_name = args.engine
     if engine_name == "auto":
         engine_name = "vllm" if importlib.util.find_spec("vllm") else "transformers"
@@ -213,7 +237,8 @@ def main() -> None:
         ood_before = measure(engine, ood, ood_seeds, [args.ood]) if ood else None
         curve.append({"round": -1, "held_out_mean_return": before["mean_return"],
                       "held_out_win_rate": before["win_rate"],
-                      "held_out_ci": [before["mean_return"]] * 2})
+                      "held_out_ci": [before["mean_return"]] * 2,
+                      "held_out_per_game": before["per_game"]})
         print(json.dumps({"before": {k: v for k, v in before.items() if k != "returns"}}),
               flush=True)
         last = before
@@ -230,6 +255,7 @@ def main() -> None:
                 last = measure(engine, programs, seeds, names)
                 _, low, high = paired_gain_ci(before["returns"], last["returns"])
                 point.update(held_out_mean_return=last["mean_return"],
+                             held_out_per_game=last["per_game"],
                              held_out_win_rate=last["win_rate"],
                              held_out_ci=[before["mean_return"] + low,
                                           before["mean_return"] + high])
@@ -251,7 +277,8 @@ def main() -> None:
     (out / "transcripts.json").write_text(json.dumps(examples, indent=1))
     result = {
         "mode": args.mode, "model": args.model, "games": names, "rounds": args.rounds,
-        "plays_per_env": args.plays, "held_out_episodes": len(before["returns"]),
+        "plays_per_env": args.plays,
+        "temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "held_out_episodes": len(before["returns"]),
         "held_out_seeds_played_in_training": overlap,
         "return_before": round(before["mean_return"], 4),
         "return_after": round(after["mean_return"], 4),

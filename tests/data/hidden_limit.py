@@ -8,6 +8,14 @@ two-step skill: reveal first, then bid exactly what was revealed.
 A reply whose box starts with ``reveal`` is a reveal whatever follows it (``\\boxed{reveal 2}``
 is not a bid of 2: an earlier version read it as one, and the bundled model learned that shortcut
 instead of the skill); any other box with a whole number (``7``, ``bid 7``, ``guess 7``) is the bid.
+Once the limit is shown, any number in the box is the bid (``\\boxed{reveal 8}`` too: the bundled
+model repeats its first turn's verb, as its format demonstrations do).
+
+The second step is scaffolded: the reveal's observation names the winning reply. What is
+measured is the first turn's choice, whose reward arrives one turn later: reveal first (the
+multi-turn skill, 0 reward on its own turn) or bid blind (partial credit at once). Before
+training the bundled model opens with a reveal in about half of the episodes but finishes few
+of them (full score in 3 of 32 held-out episodes, ``benchmarks/learning.py --rounds 0``).
 """
 
 import random
@@ -50,12 +58,14 @@ class HiddenLimitEnv:
             return "The episode is over.", 0.0, True, False, {}
         self.turn += 1
         content = (extract_boxed(action) or "").strip().lower()
+        if self.revealed:  # once the limit is shown, any number in the box is the bid
+            content = re.sub(r"^reveal\s*", "", content)
         if content.startswith("reveal"):
             if self.revealed:
                 obs = f"The limit is {self.limit}, as shown. Bid a whole number in \\boxed{{}}."
             else:
                 self.revealed = True
-                obs = f"The limit is {self.limit}. Now bid a whole number in \\boxed{{}}."
+                obs = f"The limit is {self.limit}. Bid it: reply \\boxed{{{self.limit}}}."
         else:
             found = re.match(r"(?:[a-z]+\s*)?(\d{1,3})\b", content)  # "7", "bid 7", "guess 7"
             if found:

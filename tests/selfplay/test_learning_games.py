@@ -65,9 +65,12 @@ def test_hidden_limit_pays_the_two_step_skill_and_no_shortcut():
         assert f"The limit is {limit}" in steps[0][0]
         # ... and the next bid is scored against the limit it showed
         assert play(env, seed, ["\\boxed{reveal 2}", f"\\boxed{{bid {limit}}}"])[0] == 1.0
-        # a blind bid of 2 earns only 2 / limit; a second reveal is not a bid and ends it unpaid
+        # once shown, the limit is in the observation, and any number in the box is the bid
+        assert f"\\boxed{{{limit}}}" in steps[0][0]
+        assert play(env, seed, ["\\boxed{reveal}", f"\\boxed{{reveal {limit}}}"])[0] == 1.0
+        # a blind bid of 2 earns only 2 / limit; a second bare reveal ends it unpaid
         assert play(env, seed, ["\\boxed{2}"])[0] == pytest.approx(2 / limit)
-        total, steps = play(env, seed, ["\\boxed{reveal}", "\\boxed{reveal 9}"])
+        total, steps = play(env, seed, ["\\boxed{reveal}", "\\boxed{reveal}"])
         assert total == 0.0 and steps[-1][2] is True
         assert play(env, seed, ["\\boxed{guess 99}"])[0] == 0.0
 
