@@ -217,8 +217,10 @@ DOCUMENTED: dict[str, str] = {
     "tensorboard": "only with the tensorboard package installed (absent here): the round's "
                    "metrics are also written to run_dir/tensorboard",
     "rollout.load_workers": "performance: threads that start episodes; no effect on results",
-    "train.temperature": "set by the loop from rollout.temperature (both roles sample with it)",
-    "train.seed": "set by the loop from the top-level seed",
+    "train.temperature": "the loop trains with rollout.temperature; another value is refused "
+                         "(test_knobs_the_loop_sets_are_refused_when_they_differ)",
+    "train.seed": "the loop trains with the top-level seed; another value is refused "
+                  "(test_knobs_the_loop_sets_are_refused_when_they_differ)",
     "train.per_device_train_batch_size": "performance: micro-batching leaves the update equal "
                                          "(tests/train/test_trainer.py)",
     "train.max_tokens_per_microbatch": "performance: micro-batching leaves the update equal "
@@ -334,3 +336,22 @@ def test_schedulable_keys_move_from_their_round(key, world):
     after = dataclasses.replace(after, schedule=[])
     assert _observe(p.observe, before, world) == _observe(p.observe, base, world)
     assert _observe(p.observe, after, world) != _observe(p.observe, before, world)
+
+
+def test_knobs_the_loop_sets_are_refused_when_they_differ(tmp_path):
+    """``train.temperature`` and ``train.seed`` are given to the trainer by the loop (from
+    ``rollout.temperature`` and ``seed``): a different value used to be replaced without a
+    word, so it is a ConfigError that names the knob to set; equal values, the defaults and a
+    saved run's config (what resume reads) still load."""
+    from spadekit.common.errors import ConfigError
+    from spadekit.selfplay.config import load_config, save_config
+
+    with pytest.raises(ConfigError, match=r"train\.temperature=0\.7 .*set rollout\.temperature"):
+        load_config("cpu-tiny", overrides=["train.temperature=0.7"])
+    with pytest.raises(ConfigError, match=r"train\.seed=3 .*set seed instead"):
+        load_config("cpu-tiny", overrides=["train.seed=3"])
+    same = load_config("cpu-tiny", overrides=["train.temperature=0.6", "seed=3", "train.seed=3"])
+    assert (same.train.temperature, same.train.seed) == (0.6, 3)
+    save_config(same, tmp_path / "config.yaml")
+    again = load_config(None, path=tmp_path / "config.yaml")
+    assert (again.rollout.temperature, again.seed) == (0.6, 3)

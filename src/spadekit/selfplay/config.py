@@ -333,6 +333,16 @@ class SelfPlayConfig:
             raise ConfigError("designer.temperature and rollout.temperature must be equal: the "
                               "trainer scores both roles' samples with one temperature, and "
                               "importance ratios need the sampling temperature")
+        # the loop gives the trainer rollout.temperature and the top-level seed: a different
+        # train.temperature / train.seed would be silently replaced, so it is refused
+        base = TrainConfig()
+        for knob, owner, value in (("temperature", "rollout.temperature",
+                                    self.rollout.temperature), ("seed", "seed", self.seed)):
+            if getattr(self.train, knob) not in (getattr(base, knob), value):
+                raise ConfigError(
+                    f"train.{knob}={getattr(self.train, knob)!r} would be replaced: self-play "
+                    f"trains with {owner} ({value!r}); set {owner} instead, or leave "
+                    f"train.{knob} unset")
         if self.schedule:
             check_schedule(self)
 
