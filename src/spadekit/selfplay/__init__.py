@@ -5,7 +5,8 @@ May import: common, envs, sandbox, runs, policy, rollout, train, eval, curriculu
 
 One round (``loop.SelfPlay.round``, Algorithm 1 of the paper), each step a named call:
 
-1. design (``design``, prompts in ``prompts``, grounding documents from ``corpus``, seeds from
+1. design (``design``, prompts in ``prompts``, grounding documents from ``corpus``, kept in
+   the run directory by ``corpus_pin`` so a resume grounds on the same ones, seeds from
    ``memory``): the policy writes environment programs plus hints;
 2. validate: the staged checks of ``spadekit.sandbox.validate``, with ``repair`` and ``judge``
    as optional extras;

@@ -121,11 +121,12 @@ class SetupSteps:
             chat_template_kwargs=config.chat_template.for_role("agent"))
         self.memory = EnvironmentMemory(self.store, cap=config.memory_size,
                                         duplicate_threshold=config.dedup_threshold)
-        from spadekit.selfplay.corpus import load_corpus
+        from spadekit.selfplay.corpus_pin import run_corpus
 
-        # ablation switches (config.grounding / config.use_memory): no document, no seeds
-        self.corpus = (load_corpus(config.corpus, seed=config.seed) if config.grounding
-                       else None)
+        # ablation switches (config.grounding / config.use_memory): no document, no seeds; the
+        # default corpus is pinned in the run directory (corpus_pin), so a resume reads it back
+        self.corpus = (run_corpus(config.corpus, self.run_dir, seed=config.seed, resume=resume)
+                       if config.grounding else None)
         self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
                                   self.store, self.memory if config.use_memory
                                   else SeedlessMemory(self.memory), self.corpus)
