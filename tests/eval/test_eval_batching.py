@@ -1,10 +1,10 @@
-"""Engine calls planned by prompt length (``spadekit.eval.runner.plan_batches``).
+"""Generation calls of an in-process model split by prompt length (``spadekit.eval.batching``).
 
 The memory blow-up this guards: ``spadekit eval --model tiny --suite rg-hard --limit 2`` sent
 its 200 items to the engine 64 at a time in item order. The in-process model pads a call to its
 longest prompt and, when rows differ in length, attends over every padded pair of positions, so
 one 7,000-token prompt among 63 short ones cost about 16 GB. Now episodes are sorted by prompt
-length and a call is cut before ``episodes x longest prompt²`` passes ``max_batch_cells``.
+length, each call within ``rows x longest prompt² <= max_batch_cells``, on every turn.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spadekit.eval import EvalError
-from spadekit.eval.runner import EvalSettings, plan_batches, run_suite
+from spadekit.eval.batching import CellBoundedPolicy, bounded, plan_batches
+from spadekit.eval.runner import EvalSettings, run_suite
+from spadekit.policy.base import GenerationRequest, SamplingParams
 from spadekit.policy.registry import load_policy
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -71,42 +73,62 @@ def tiny():
     return load_policy("tiny", seed=0)
 
 
-class Recording:
-    """The real tiny policy, noting every generate call's rows and longest prompt."""
+def spy(monkeypatch, policy):
+    """Note ``(rows, longest prompt)`` of every call that reaches the real policy."""
+    calls, real = [], policy.generate
 
-    def __init__(self, policy):
-        self.policy, self.calls = policy, []
+    def generate(requests):
+        calls.append((len(requests), max(len(r.prompt_ids) for r in requests)))
+        return real(requests)
 
-    def __getattr__(self, name):
-        return getattr(self.policy, name)
-
-    def generate(self, requests):
-        self.calls.append((len(requests), max(len(r.prompt_ids) for r in requests)))
-        return self.policy.generate(requests)
+    monkeypatch.setattr(policy, "generate", generate)
+    return calls
 
 
-def test_long_prompts_never_share_a_call_beyond_the_bound(tiny):
+def test_long_prompts_never_share_a_call_beyond_the_bound(tiny, monkeypatch):
     pytest.importorskip("reasoning_gym")
     from spadekit.eval.rg import ReasoningGymSuite
 
     suite = ReasoningGymSuite("hard", datasets=SHORT + [LONG])
     items = suite.load_items(limit=2)
-    policy = Recording(tiny)
+    calls = spy(monkeypatch, tiny)
     cells = 2 ** 25
-    result = run_suite(policy, suite, EvalSettings(limit=2, max_new_tokens=2, max_turns=1,
-                                                   max_batch_cells=cells), items=items)
+    result = run_suite(tiny, suite, EvalSettings(limit=2, max_new_tokens=2, max_turns=2,
+                                                 max_batch_cells=cells), items=items)
     assert [r["id"] for r in result["items"]] == [i.id for i in items]  # order and ids kept
     assert all(len(r["scores"]) == 1 for r in result["items"])
-    longest = max(width for _, width in policy.calls)
-    assert longest > 3000  # the long prompts were played
-    for rows, width in policy.calls:
-        assert rows == 1 or rows * width ** 2 <= cells, policy.calls
-    # the short items still share one call (the bound does not serialise everything)
-    assert max(rows for rows, _ in policy.calls) >= 2 * len(SHORT)
-    unbounded = Recording(tiny)
-    run_suite(unbounded, suite, EvalSettings(limit=2, max_new_tokens=2, max_turns=1,
-                                             max_batch_cells=None), items=items)
-    assert unbounded.calls[0][0] == len(items)  # no bound: one call of everything
+    assert max(width for _, width in calls) > 3000  # the long prompts were played
+    for rows, width in calls:
+        assert rows == 1 or rows * width ** 2 <= cells, calls
+    # the short items still share a call (the bound does not serialise everything)
+    assert max(rows for rows, _ in calls) >= 2 * len(SHORT)
+    calls.clear()
+    run_suite(tiny, suite, EvalSettings(limit=2, max_new_tokens=2, max_turns=1,
+                                        max_batch_cells=None), items=items)
+    assert calls[0][0] == len(items)  # no bound: one call of everything
+
+
+def test_a_split_call_returns_each_generation_in_request_order(tiny):
+    lengths = [40, 900, 12, 900, 300, 5, 40]
+    requests = [GenerationRequest(prompt_ids=[3 + (i + j) % 200 for j in range(n)],
+                                  params=SamplingParams(temperature=1.0, max_new_tokens=3,
+                                                        seed=i))
+                for i, n in enumerate(lengths)]
+    wrapped = CellBoundedPolicy(tiny, 900 ** 2)
+    gens = wrapped.generate(requests)
+    assert [g.prompt_ids for g in gens] == [r.prompt_ids for r in requests]
+    assert all(1 <= len(g.token_ids) <= 3 for g in gens)
+    assert wrapped.calls == [(5, 300), (1, 900), (1, 900)]
+    assert wrapped.tokenizer is tiny.tokenizer and wrapped.name == tiny.name
+
+
+def test_only_in_process_models_are_wrapped(tiny):
+    from spadekit.policy.scripted import ScriptedPolicy
+
+    assert isinstance(bounded(tiny, 10), CellBoundedPolicy)
+    assert bounded(tiny, None) is tiny and bounded(tiny, 0) is tiny
+    scripted = ScriptedPolicy(tiny.tokenizer, lambda request: "<answer>1</answer>")
+    assert bounded(scripted, 10) is scripted
 
 
 PEAK_SCRIPT = textwrap.dedent("""
@@ -132,8 +154,8 @@ PEAK_SCRIPT = textwrap.dedent("""
 
 def test_peak_memory_of_a_mixed_length_evaluation(tmp_path):
     """VmHWM growth of a real evaluation in a fresh process: 22 short Reasoning Gym items and
-    two of ~3,400 tokens. Measured three times each: the old item-order batching grew by 1.8
-    GiB (one call of 24 rows padded to the long prompts); planned calls by 0.16 to 0.2 GiB."""
+    two of ~3,400 tokens. Measured three times each: the old code grew by 1.8 GiB (one call of
+    24 rows padded to the long prompts); split calls by 0.16 to 0.2 GiB."""
     pytest.importorskip("reasoning_gym")
     script = tmp_path / "peak.py"
     script.write_text(PEAK_SCRIPT)

@@ -108,12 +108,6 @@ class Suite(ABC):
         """Optional: dataset -> group mapping, for reports that list empty groups too."""
         return None
 
-    def prompt_text(self, item: EvalItem) -> str | None:
-        """The text of ``item``'s first prompt beyond the system prompt, as known before
-        playing (default: ``item.prompt``); the runner sizes engine calls by its length. None
-        when only playing shows it (an environment program's first observation)."""
-        return item.prompt
-
 
 def safe_score(fn: Callable[[], Any]) -> float:
     """Run a scorer; anything it raises, or a non-finite or non-numeric result, scores 0.0.

@@ -234,14 +234,6 @@ class BFCLMultiTurnSuite(Suite):
                     data={"category": cat, "entry": entry, "ground_truth": gt}))
         return items
 
-    def prompt_text(self, item: EvalItem) -> str:
-        """The first user turn and the schemas of the tools offered at reset (the chat
-        template renders both into the first prompt)."""
-        entry = item.data["entry"]
-        docs = _function_docs(entry)
-        tools = [function_tool(docs[name]) for name in _offered_at_start(entry)]
-        return item.prompt + "\n" + json.dumps(tools)
-
     def check(self, item: EvalItem, completion: Any) -> dict[str, Any]:
         """BFCL's verdict on ``completion`` (``list[turn][step][call string]``):
         ``{"valid", "error_type", "error_message"}``. Never raises; malformed input is invalid

@@ -45,10 +45,6 @@ class EnvPoolSuite(Suite):
                                   data={"sha256": sha, "domain": program.domain}))
         return items
 
-    def prompt_text(self, item: EvalItem) -> None:
-        """Unknown before playing: the first observation comes from the program's reset."""
-        return None
-
     def program(self, item: EvalItem) -> EnvProgram:
         return self.programs[item.data["sha256"]]
 

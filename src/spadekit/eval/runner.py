@@ -11,14 +11,8 @@ Metrics, for the whole suite and per group/dataset:
 - ``any_credit_rate``: share of samples scoring > 0 (the "win" SPADE's curriculum counts);
 - ``failures``: samples whose environment or policy failed (scored 0, never raised).
 
-Engine calls are planned by prompt length (:func:`plan_batches`): an in-process Hugging Face
-policy pads a batch to its longest prompt, and when the rows differ in length it builds attention
-over every padded pair of positions, so its memory grows with ``episodes x longest prompt²``.
-Reasoning Gym prompts run from a hundred to over seven thousand tokens of the byte-level ``tiny``
-model; 64 of them in item order took about 16 GB on a CPU. Episodes are therefore sorted by the
-length of their first prompt (as far as the suite knows it before playing,
-:meth:`Suite.prompt_text`) and a call is cut before ``episodes x longest²`` passes
-``EvalSettings.max_batch_cells``. Which items are played, and their ids, do not depend on it.
+An in-process model's generation calls are split by prompt length, so that their padded
+attention stays within ``EvalSettings.max_batch_cells`` (:mod:`spadekit.eval.batching`).
 """
 
 from __future__ import annotations
@@ -31,16 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from spadekit.eval.batching import DEFAULT_BATCH_CELLS, bounded
 from spadekit.eval.base import WIN_THRESHOLD, EvalError, EvalItem, Suite
 from spadekit.common.jsonl import JsonlAppender
 from spadekit.rollout.engine import RolloutConfig, RolloutEngine, Trajectory
 
 RESULT_FORMAT = "spadekit-eval/1"
 REPLY_CHARS = 4000
-DEFAULT_BATCH_CELLS = 2 ** 27
-TEMPLATE_TOKENS = 32
-"""Tokens a chat template adds around the system prompt and the first user message (a margin:
-SmolLM2's adds about 15)."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +53,12 @@ class EvalSettings:
     transcripts: bool = False
     """Keep every sample's whole conversation in the result (large)."""
     max_batch_cells: int | None = DEFAULT_BATCH_CELLS
-    """At most this many padded attention cells per engine call: episodes x (longest first
-    prompt, in the policy's tokens)². Measured on a CPU, padded attention costs about 6 bytes a
-    cell for ``tiny`` and 25-30 for SmolLM2-135M, so the default 2**27 keeps one call's
-    attention near 1 GB and 4 GB. One episode always makes a call, however long its prompt.
-    None (or 0): calls are sized by ``batch_size`` alone. Later turns of an episode are longer
-    than its first prompt by its replies; episodes of similar length share a call, so their
-    later turns stay alike too."""
+    """An in-process model (``HFPolicy``) generates at most this many padded attention cells
+    per call: rows x (longest prompt, in tokens)²; longer calls are split into calls of similar
+    prompt length (:mod:`spadekit.eval.batching`), on every turn. The default 2**27 keeps a
+    call's attention near 1 GB for ``tiny`` and 4 GB for SmolLM2-135M on a CPU; one request
+    always makes a call. None or 0: calls sized by ``batch_size`` alone. Other policies (vLLM,
+    a server) manage their own memory and are not split."""
 
     def resolve(self, suite: Suite) -> dict[str, Any]:
         d = suite.defaults
@@ -147,16 +137,15 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
         items = suite.load_items(settings.limit)
     load_s = time.perf_counter() - t0
     system = suite.defaults.system_prompt
-    engine = RolloutEngine(policy, pool, RolloutConfig(
+    engine = RolloutEngine(bounded(policy, settings.max_batch_cells), pool, RolloutConfig(
         max_turns=cfg["max_turns"], max_new_tokens=cfg["max_new_tokens"],
         max_context_tokens=settings.max_context_tokens or _context_of(policy),
         temperature=cfg["temperature"], top_p=cfg["top_p"], seed=settings.seed))
     label = model_label or getattr(policy, "name", type(policy).__name__)
     book = Journal(journal, {"suite": suite.name, "model": label, "settings": cfg,
                              "items": len(items)}) if journal is not None else None
-    specs, widths = [], []
+    specs = []
     samples: list[list[dict[str, Any]]] = [[] for _ in items]
-    width_of = _prompt_widths(policy, suite, items, system)
     for index, item in enumerate(items):
         for j in range(cfg["k"]):
             if book is not None and (item.id, j) in book.done:
@@ -165,14 +154,14 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
             tag = {"item": index, "sample": j}
             specs.append(suite.episode_spec(item, sample_seed(settings.seed, item.id, j),
                                             cfg["max_turns"], system, tag))
-            widths.append(width_of[index])
     t1 = time.perf_counter()
     total = len(items) * cfg["k"]
     resumed = total - len(specs)
     done = resumed
     try:
-        for batch in plan_batches(widths, settings.batch_size, settings.max_batch_cells):
-            for tr in engine.run([specs[i] for i in batch]):
+        for start in range(0, len(specs), max(1, settings.batch_size)):
+            batch = specs[start:start + max(1, settings.batch_size)]
+            for tr in engine.run(batch):
                 record = _sample_record(suite, items, tr, settings.transcripts)
                 samples[tr.spec.tag["item"]].append(record)
                 if book is not None:
@@ -191,48 +180,6 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
         "items": item_rows, "skipped": [list(s) for s in getattr(suite, "skipped", [])],
         "timing_s": {"load": round(load_s, 3), "play": round(time.perf_counter() - t1, 3)},
     }
-
-
-def plan_batches(widths: list[int], batch_size: int, max_cells: int | None
-                 ) -> list[list[int]]:
-    """Indices into ``widths`` (prompt lengths in tokens) grouped into engine calls: shortest
-    first (equal widths keep their order), at most ``batch_size`` a call, and ``len(call) x
-    max(width)²`` at most ``max_cells`` unless the call holds one episode. ``max_cells`` None
-    or 0: no cell bound."""
-    batch_size = max(1, int(batch_size))
-    calls: list[list[int]] = []
-    current: list[int] = []
-    for i in sorted(range(len(widths)), key=lambda i: widths[i]):
-        cells = (len(current) + 1) * widths[i] ** 2  # widths ascend: widths[i] is the longest
-        if current and (len(current) >= batch_size or (max_cells and cells > max_cells)):
-            calls.append(current)
-            current = []
-        current.append(i)
-    if current:
-        calls.append(current)
-    return calls
-
-
-def _prompt_widths(policy: Any, suite: Suite, items: list[EvalItem], system: str | None
-                   ) -> list[int]:
-    """Each item's first prompt length in the policy's tokens, as far as it is known before
-    playing (0 when the suite cannot tell or the policy has no tokenizer)."""
-    from spadekit.policy.base import encode_texts
-
-    tokenizer = getattr(policy, "tokenizer", None)
-    texts = [suite.prompt_text(item) for item in items]
-    known = [i for i, t in enumerate(texts) if t is not None]
-    widths = [0] * len(items)
-    if tokenizer is None or not known:
-        return widths
-    try:
-        base = len(encode_texts(tokenizer, [system])[0]) if system else 0
-        counts = encode_texts(tokenizer, [texts[i] for i in known])
-    except Exception:  # a tokenizer that cannot count: batches by count only
-        return widths
-    for i, ids in zip(known, counts):
-        widths[i] = base + len(ids) + TEMPLATE_TOKENS
-    return widths
 
 
 def _context_of(policy: Any) -> int:
