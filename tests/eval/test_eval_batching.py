@@ -164,3 +164,20 @@ def test_peak_memory_of_a_mixed_length_evaluation(tmp_path):
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["items"] == 2 * (len(SHORT) + 1)
     assert report["growth"] < 600 * 2 ** 20, report
+
+
+def test_the_command_takes_the_bound(tmp_path):
+    from typer.testing import CliRunner
+
+    from spadekit.cli.app import app
+
+    qa = Path(__file__).resolve().parents[1] / "data" / "qa_math.jsonl"
+    base = ["eval", "--model", "tiny", "--suite", f"qa:{qa}", "--limit", "1", "-k", "1",
+            "--max-new-tokens", "2"]
+    refused = CliRunner().invoke(app, base + ["--max-batch-cells", "-1"])
+    assert refused.exit_code == 2 and "max_batch_cells must be >= 0" in refused.output
+    out = tmp_path / "r.json"
+    ran = CliRunner().invoke(app, base + ["--max-batch-cells", "0", "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    [suite] = json.loads(out.read_text())["suites"].values()
+    assert suite["summary"]["overall"]["items"] >= 1
