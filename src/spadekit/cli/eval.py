@@ -42,6 +42,9 @@ def evaluate(
     max_new_tokens: Optional[int] = typer.Option(None, help="Per turn; default the suite's."),
     max_turns: Optional[int] = typer.Option(None, help="Turns per item; default the suite's."),
     batch_size: int = typer.Option(64, help="Episodes per batched generation call."),
+    max_batch_cells: int = typer.Option(
+        2 ** 27, help="At most episodes x (longest prompt in tokens)^2 per generation call "
+        "(bounds the padded attention of an in-process model; 0: no bound)."),
     seed: int = typer.Option(0, help="Seeds every item's environment and sampling."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write all results (per-item "
                                        "scores included) to this JSON file. Scored samples are "
@@ -65,7 +68,8 @@ def evaluate(
 
     settings = EvalSettings(k=k, temperature=temperature, top_p=top_p,
                             max_new_tokens=max_new_tokens, max_turns=max_turns, limit=limit,
-                            seed=seed, batch_size=batch_size, transcripts=transcripts)
+                            seed=seed, batch_size=batch_size, transcripts=transcripts,
+                            max_batch_cells=max_batch_cells or None)
     from spadekit.policy.loading import quiet_transformers
 
     quiet_transformers()  # the command shows its own progress

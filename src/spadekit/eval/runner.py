@@ -10,6 +10,9 @@ Metrics, for the whole suite and per group/dataset:
 - ``pass_rate``: share of items with at least one winning sample (pass@k);
 - ``any_credit_rate``: share of samples scoring > 0 (the "win" SPADE's curriculum counts);
 - ``failures``: samples whose environment or policy failed (scored 0, never raised).
+
+An in-process model's generation calls are split by prompt length, so that their padded
+attention stays within ``EvalSettings.max_batch_cells`` (:mod:`spadekit.eval.batching`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from spadekit.eval.base import WIN_THRESHOLD, EvalItem, Suite
+from spadekit.eval.batching import DEFAULT_BATCH_CELLS, bounded
+from spadekit.eval.base import WIN_THRESHOLD, EvalError, EvalItem, Suite
 from spadekit.common.jsonl import JsonlAppender
 from spadekit.rollout.engine import RolloutConfig, RolloutEngine, Trajectory
 
@@ -48,6 +52,13 @@ class EvalSettings:
     """None: the policy's context length when it reports one, else 32768."""
     transcripts: bool = False
     """Keep every sample's whole conversation in the result (large)."""
+    max_batch_cells: int | None = DEFAULT_BATCH_CELLS
+    """An in-process model (``HFPolicy``) generates at most this many padded attention cells
+    per call: rows x (longest prompt, in tokens)²; longer calls are split into calls of similar
+    prompt length (:mod:`spadekit.eval.batching`), on every turn. The default 2**27 keeps a
+    call's attention near 1 GB for ``tiny`` and 4 GB for SmolLM2-135M on a CPU; one request
+    always makes a call. None or 0: calls sized by ``batch_size`` alone. Other policies (vLLM,
+    a server) manage their own memory and are not split."""
 
     def resolve(self, suite: Suite) -> dict[str, Any]:
         d = suite.defaults
@@ -58,9 +69,9 @@ class EvalSettings:
                "max_turns": pick(self.max_turns, d.max_turns), "limit": self.limit,
                "seed": self.seed}
         if out["k"] < 1 or out["max_turns"] < 1 or out["max_new_tokens"] < 1:
-            from spadekit.eval.base import EvalError
-
             raise EvalError("k, max_turns and max_new_tokens must be >= 1")
+        if self.max_batch_cells is not None and self.max_batch_cells < 0:
+            raise EvalError("max_batch_cells must be >= 0 (0 or None: no bound)")
         return out
 
 
@@ -126,7 +137,7 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
         items = suite.load_items(settings.limit)
     load_s = time.perf_counter() - t0
     system = suite.defaults.system_prompt
-    engine = RolloutEngine(policy, pool, RolloutConfig(
+    engine = RolloutEngine(bounded(policy, settings.max_batch_cells), pool, RolloutConfig(
         max_turns=cfg["max_turns"], max_new_tokens=cfg["max_new_tokens"],
         max_context_tokens=settings.max_context_tokens or _context_of(policy),
         temperature=cfg["temperature"], top_p=cfg["top_p"], seed=settings.seed))
@@ -146,15 +157,18 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
     t1 = time.perf_counter()
     total = len(items) * cfg["k"]
     resumed = total - len(specs)
+    done = resumed
     try:
         for start in range(0, len(specs), max(1, settings.batch_size)):
-            for tr in engine.run(specs[start:start + settings.batch_size]):
+            batch = specs[start:start + max(1, settings.batch_size)]
+            for tr in engine.run(batch):
                 record = _sample_record(suite, items, tr, settings.transcripts)
                 samples[tr.spec.tag["item"]].append(record)
                 if book is not None:
                     book.append(items[tr.spec.tag["item"]].id, record)
+            done += len(batch)
             if on_progress is not None:
-                on_progress(resumed + min(len(specs), start + settings.batch_size), total)
+                on_progress(done, total)
     finally:
         if book is not None:
             book.close()
