@@ -19,10 +19,10 @@ and the minutes. Per game it also reports the full-score share, the share of mul
 and which move each episode opened with (``reveal`` or a blind bid in ``hidden_limit``,
 ``inspect`` or ``pack`` in the knapsack): the multi-turn skill's visible trace. A held-out
 episode that failed (engine or game) stops the benchmark instead of counting as a zero.
-Generation goes through vLLM when it is installed (``--engine``). Training uses the ``cpu-tiny``
-preset (with its format aids) unless ``--set`` says otherwise. The last line is one JSON object with at least ``return_before``,
-``return_after``, ``return_gain_ci_low``, ``win_rate_before``, ``win_rate_after``, ``minutes``
-and ``engine``.
+Generation goes through vLLM when it is installed (``--engine``). Training uses the
+``cpu-tiny`` preset (with its format aids) unless ``--set`` says otherwise. The last line is one
+JSON object with at least ``return_before``, ``return_after``, ``return_gain_ci_low``,
+``win_rate_before``, ``win_rate_after``, ``minutes`` and ``engine``.
 """
 
 from __future__ import annotations
@@ -278,7 +278,8 @@ def main() -> None:
     result = {
         "mode": args.mode, "model": args.model, "games": names, "rounds": args.rounds,
         "plays_per_env": args.plays,
-        "temperature": args.temperature, "max_new_tokens": args.max_new_tokens, "held_out_episodes": len(before["returns"]),
+        "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+        "held_out_episodes": len(before["returns"]),
         "held_out_seeds_played_in_training": overlap,
         "return_before": round(before["mean_return"], 4),
         "return_after": round(after["mean_return"], 4),
