@@ -101,3 +101,33 @@ def live_processes_of_uid(uid: int) -> list[int]:
         if st.st_uid == uid and state != b"Z":
             found.append(int(entry))
     return found
+
+
+@pytest.fixture(scope="session")
+def bundled_hf():
+    """The bundled model through transformers (float32, CPU), loaded once per session (about
+    10 s) for the modules that compare an engine with the trainer (tests/policy/test_vllm_*.py).
+    A module that changes its weights puts them back: ``bundled_original`` checks it did."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from spadekit.policy import load_policy
+
+    return load_policy("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def bundled_weights(bundled_hf):
+    """The bundled model's weights as loaded (copies), before any test changed them."""
+    return {k: v.detach().clone() for k, v in bundled_hf.model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def bundled_original(bundled_hf, bundled_weights):
+    """``bundled_weights`` for a module that trains ``bundled_hf`` and restores it; after the
+    module, fails unless every weight is back to what was loaded."""
+    import torch
+
+    yield bundled_weights
+    changed = [k for k, v in bundled_hf.model.state_dict().items()
+               if not torch.equal(v, bundled_weights[k])]
+    assert not changed, f"the module left the shared bundled model changed: {changed[:5]}"

@@ -2,8 +2,10 @@
 its logprobs equal the trainer's, a verified push changes what it serves and pushing the old
 weights brings them back, refused pushes change nothing, and a killed server gives typed errors.
 
-One server for the module (SmolLM2-135M, float32, eager, engine in the server's process,
-``VLLM_SERVER_DEV_MODE=1`` and spadekit's worker extension; about 30 s to start). Skipped with
+One server for the module (SmolLM2-135M, float32, eager, ``VLLM_SERVER_DEV_MODE=1`` and
+spadekit's worker extension; about 30 s to start); the trainer's side is the session's bundled
+model (``bundled_hf``, conftest.py), put back on its loaded weights after every push (checked
+after the module). Skipped with
 the reason when vLLM cannot be imported.
 """
 
@@ -31,7 +33,7 @@ from spadekit.policy import load_policy  # noqa: E402
 from spadekit.policy.base import PolicyError  # noqa: E402
 from spadekit.policy.weight_sync import WeightSyncError, push_weights  # noqa: E402
 
-from test_vllm_engine import TOL, fingerprint, max_diff, one_update  # noqa: E402
+from test_vllm_engine import TOL, fingerprint, max_diff, max_diffs, one_update  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -43,8 +45,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def hf():
-    return load_policy("smollm2-135m")
+def hf(bundled_hf):
+    """The trainer's side: the session's bundled model (conftest.py)."""
+    return bundled_hf
 
 
 @pytest.fixture(scope="module")
@@ -102,14 +105,15 @@ def remote(server, hf):
 
 
 @pytest.fixture(scope="module")
-def original(hf):
-    return {k: v.detach().clone() for k, v in hf.model.state_dict().items()}
+def original(bundled_original):
+    """The weights as loaded; the module must leave ``hf`` on them (checked after it)."""
+    return bundled_original
 
 
 def test_server_logprobs_equal_the_trainers(remote, hf):
     assert {"token_ids", "logprobs"} <= remote.capabilities
-    for t in (0.0, 0.6):
-        assert max_diff(remote, hf.model, t) <= TOL
+    diffs = max_diffs(remote, hf.model, [(0.0, 1.0), (0.6, 1.0)])  # one batch of requests
+    assert diffs[(0.0, 1.0)] <= TOL and diffs[(0.6, 1.0)] <= TOL
 
 
 def test_a_server_push_changes_it_and_the_old_weights_bring_it_back(remote, hf, original):
