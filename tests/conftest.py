@@ -58,6 +58,31 @@ def available_tiers() -> list[str]:
 TIERS = available_tiers()
 
 
+def _selected_modules(session) -> list:
+    return list({id(m): m for m in (getattr(i, "module", None) for i in session.items)
+                 if m is not None}.values())
+
+
+def pytest_collection_finish(session):
+    """A selected test module's ``start_early()`` (tests/policy/test_vllm_server.py: its
+    ``vllm serve`` starts in the background while the tests before it run)."""
+    if session.config.option.collectonly:
+        return
+    for module in _selected_modules(session):
+        start = getattr(module, "start_early", None)
+        if callable(start):
+            start()
+
+
+def pytest_sessionfinish(session):
+    """The matching ``stop_early()``: whatever a module started early and never took is
+    stopped."""
+    for module in _selected_modules(session):
+        stop = getattr(module, "stop_early", None)
+        if callable(stop):
+            stop()
+
+
 @pytest.fixture(scope="session", params=TIERS or ["none"])
 def pool(request):
     if request.param == "none":
@@ -123,11 +148,12 @@ def bundled_weights(bundled_hf):
 
 @pytest.fixture(scope="module")
 def bundled_original(bundled_hf, bundled_weights):
-    """``bundled_weights`` for a module that trains ``bundled_hf`` and restores it; after the
-    module, fails unless every weight is back to what was loaded."""
+    """A copy of ``bundled_weights`` for a module that trains ``bundled_hf`` and restores it
+    (its own copy: what the module does to it cannot hide a change); after the module, fails
+    unless every weight is back to what was loaded."""
     import torch
 
-    yield bundled_weights
+    yield {k: v.clone() for k, v in bundled_weights.items()}
     changed = [k for k, v in bundled_hf.model.state_dict().items()
                if not torch.equal(v, bundled_weights[k])]
     assert not changed, f"the module left the shared bundled model changed: {changed[:5]}"

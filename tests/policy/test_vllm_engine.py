@@ -64,21 +64,30 @@ def requests(engine, temperature: float, top_p: float = 1.0, tokens: int = 16):
             for i, p in enumerate(PROMPTS)]
 
 
-def max_diffs(engine, model, settings) -> dict[tuple[float, float], float]:
-    """The largest |engine - trainer| logprob per ``(temperature, top_p)``, the requests of every
-    setting sent to the engine in one ``generate`` call (one batch: one decode loop)."""
+def generations(engine, settings) -> dict[tuple[float, float], list]:
+    """``requests`` of every ``(temperature, top_p)`` setting, sent to the engine in one
+    ``generate`` call (one batch: one decode loop), by setting."""
     reqs = {s: requests(engine, *s) for s in settings}
     gens = engine.generate([r for s in settings for r in reqs[s]])
     assert len(gens) == len(PROMPTS) * len(settings)
     assert all(g.token_ids and len(g.logprobs) == len(g.token_ids) for g in gens)
     out = {}
-    for k, (temperature, top_p) in enumerate(settings):
-        part = gens[k * len(PROMPTS):(k + 1) * len(PROMPTS)]
-        assert [g.prompt_ids for g in part] == [r.prompt_ids for r in reqs[settings[k]]]
-        out[(temperature, top_p)] = max(max(abs(a - b) for a, b in zip(
-            sequence_logprobs(model, g.prompt_ids, g.token_ids, temperature), g.logprobs))
-            for g in part)
+    for k, setting in enumerate(settings):
+        out[setting] = gens[k * len(PROMPTS):(k + 1) * len(PROMPTS)]
+        assert [g.prompt_ids for g in out[setting]] == [r.prompt_ids for r in reqs[setting]]
     return out
+
+
+def diffs_of(gens, model) -> dict[tuple[float, float], float]:
+    """The largest |engine - trainer| logprob per setting of ``generations``."""
+    return {(temperature, top_p): max(max(abs(a - b) for a, b in zip(
+        sequence_logprobs(model, g.prompt_ids, g.token_ids, temperature), g.logprobs))
+        for g in part) for (temperature, top_p), part in gens.items()}
+
+
+def max_diffs(engine, model, settings) -> dict[tuple[float, float], float]:
+    """The largest |engine - trainer| logprob per ``(temperature, top_p)``, from one batch."""
+    return diffs_of(generations(engine, settings), model)
 
 
 def max_diff(engine, model, temperature: float, top_p: float = 1.0) -> float:
@@ -95,6 +104,12 @@ def fingerprint(engine) -> list[float]:
     """The engine's greedy logprobs on a fixed prompt: changes when its weights change."""
     (g,) = engine.generate(requests(engine, 0.0, tokens=8)[:1])
     return g.logprobs
+
+
+def fingerprint_of(gens) -> list[float]:
+    """``fingerprint`` read from ``generations`` that include the greedy setting (its first
+    request is the fingerprint's, 16 tokens instead of 8: greedy, so the same first 8)."""
+    return gens[(0.0, 1.0)][0].logprobs[:8]
 
 
 def one_update(hf):
@@ -143,10 +158,10 @@ def test_a_push_changes_the_engine_and_a_restore_brings_it_back(engine, hf, orig
         # (trainer_weights: the tied lm_head comes once, as the embeddings)
         assert stats["probe_max_abs_diff"] <= TOL and stats["tensors"] == len(original) - 1
         assert engine.weights_version == 7
-        after = fingerprint(engine)
+        gens = generations(engine, [(0.0, 1.0), (0.6, 1.0)])  # greedy and sampled, one batch
+        after = fingerprint_of(gens)
         assert max(abs(a - b) for a, b in zip(before, after)) > 1e-3  # really changed
-        after_update = max_diffs(engine, hf.model, [(0.0, 1.0), (0.6, 1.0)])
-        assert max(after_update.values()) <= TOL  # greedy and sampled, after the update
+        assert max(diffs_of(gens, hf.model).values()) <= TOL  # the trainer's, after the update
     finally:
         hf.model.load_state_dict(original)
     push_weights(engine, original, verify=hf.model)
