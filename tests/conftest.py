@@ -58,6 +58,31 @@ def available_tiers() -> list[str]:
 TIERS = available_tiers()
 
 
+def _selected_modules(session) -> list:
+    return list({id(m): m for m in (getattr(i, "module", None) for i in session.items)
+                 if m is not None}.values())
+
+
+def pytest_collection_finish(session):
+    """A selected test module's ``start_early()`` (tests/policy/test_vllm_server.py: its
+    ``vllm serve`` starts in the background while the tests before it run)."""
+    if session.config.option.collectonly:
+        return
+    for module in _selected_modules(session):
+        start = getattr(module, "start_early", None)
+        if callable(start):
+            start()
+
+
+def pytest_sessionfinish(session):
+    """The matching ``stop_early()``: whatever a module started early and never took is
+    stopped."""
+    for module in _selected_modules(session):
+        stop = getattr(module, "stop_early", None)
+        if callable(stop):
+            stop()
+
+
 @pytest.fixture(scope="session", params=TIERS or ["none"])
 def pool(request):
     if request.param == "none":
@@ -101,3 +126,34 @@ def live_processes_of_uid(uid: int) -> list[int]:
         if st.st_uid == uid and state != b"Z":
             found.append(int(entry))
     return found
+
+
+@pytest.fixture(scope="session")
+def bundled_hf():
+    """The bundled model through transformers (float32, CPU), loaded once per session (about
+    10 s) for the modules that compare an engine with the trainer (tests/policy/test_vllm_*.py).
+    A module that changes its weights puts them back: ``bundled_original`` checks it did."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from spadekit.policy import load_policy
+
+    return load_policy("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def bundled_weights(bundled_hf):
+    """The bundled model's weights as loaded (copies), before any test changed them."""
+    return {k: v.detach().clone() for k, v in bundled_hf.model.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def bundled_original(bundled_hf, bundled_weights):
+    """A copy of ``bundled_weights`` for a module that trains ``bundled_hf`` and restores it
+    (its own copy: what the module does to it cannot hide a change); after the module, fails
+    unless every weight is back to what was loaded."""
+    import torch
+
+    yield {k: v.clone() for k, v in bundled_weights.items()}
+    changed = [k for k, v in bundled_hf.model.state_dict().items()
+               if not torch.equal(v, bundled_weights[k])]
+    assert not changed, f"the module left the shared bundled model changed: {changed[:5]}"

@@ -3,7 +3,10 @@ trainer forward pass, weight pushes that change the engine and restores that bri
 refused pushes that leave it untouched, and a self-play round generating through it.
 
 One engine for the whole module (``vllm:smollm2-135m``, float32, eager, in this process: about
-15 s to start). Skipped with the reason when vLLM cannot be imported (``bash install.sh
+15 s to start); the transformers model is the session's (``bundled_hf``, conftest.py), put back
+on its loaded weights after every push (checked after the module). The logprob checks of every
+(temperature, top_p) setting share one batch (``diffs``: one decode loop instead of five, and a
+batch mixing sampling settings, which self-play's batches do not). Skipped with the reason when vLLM cannot be imported (``bash install.sh
 train,vllm`` installs it; CI does).
 
 Tolerance: 1e-3 absolute on each token's logprob (float32 on both sides; measured ~2e-5).
@@ -31,9 +34,10 @@ PROMPTS = ["Write one sentence about rain.", "What is 2 + 2?", "Name three color
 
 
 @pytest.fixture(scope="module")
-def hf():
-    """The trainer's side: the bundled model through transformers (float32, CPU)."""
-    return load_policy("smollm2-135m")
+def hf(bundled_hf):
+    """The trainer's side: the bundled model through transformers (float32, CPU; one per
+    session, conftest.py)."""
+    return bundled_hf
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +48,13 @@ def engine(hf):
 
 
 @pytest.fixture(scope="module")
-def original(hf):
-    return {k: v.detach().clone() for k, v in hf.model.state_dict().items()}
+def original(bundled_original):
+    """The weights as loaded; the module must leave ``hf`` on them (checked after it)."""
+    return bundled_original
+
+
+SETTINGS = [(0.0, 1.0), (0.6, 1.0), (1.0, 1.0), (0.6, 0.9), (0.6, 0.5)]
+"""(temperature, top_p) pairs the logprob tests check, all in one batch (``diffs``)."""
 
 
 def requests(engine, temperature: float, top_p: float = 1.0, tokens: int = 16):
@@ -55,18 +64,52 @@ def requests(engine, temperature: float, top_p: float = 1.0, tokens: int = 16):
             for i, p in enumerate(PROMPTS)]
 
 
-def max_diff(engine, model, temperature: float, top_p: float = 1.0) -> float:
-    gens = engine.generate(requests(engine, temperature, top_p))
+def generations(engine, settings) -> dict[tuple[float, float], list]:
+    """``requests`` of every ``(temperature, top_p)`` setting, sent to the engine in one
+    ``generate`` call (one batch: one decode loop), by setting."""
+    reqs = {s: requests(engine, *s) for s in settings}
+    gens = engine.generate([r for s in settings for r in reqs[s]])
+    assert len(gens) == len(PROMPTS) * len(settings)
     assert all(g.token_ids and len(g.logprobs) == len(g.token_ids) for g in gens)
-    return max(max(abs(a - b) for a, b in zip(
+    out = {}
+    for k, setting in enumerate(settings):
+        out[setting] = gens[k * len(PROMPTS):(k + 1) * len(PROMPTS)]
+        assert [g.prompt_ids for g in out[setting]] == [r.prompt_ids for r in reqs[setting]]
+    return out
+
+
+def diffs_of(gens, model) -> dict[tuple[float, float], float]:
+    """The largest |engine - trainer| logprob per setting of ``generations``."""
+    return {(temperature, top_p): max(max(abs(a - b) for a, b in zip(
         sequence_logprobs(model, g.prompt_ids, g.token_ids, temperature), g.logprobs))
-        for g in gens)
+        for g in part) for (temperature, top_p), part in gens.items()}
+
+
+def max_diffs(engine, model, settings) -> dict[tuple[float, float], float]:
+    """The largest |engine - trainer| logprob per ``(temperature, top_p)``, from one batch."""
+    return diffs_of(generations(engine, settings), model)
+
+
+def max_diff(engine, model, temperature: float, top_p: float = 1.0) -> float:
+    return max_diffs(engine, model, [(temperature, top_p)])[(temperature, top_p)]
+
+
+@pytest.fixture(scope="module")
+def diffs(engine, hf):
+    """``max_diffs`` of the engine as loaded, for every setting in ``SETTINGS``."""
+    return max_diffs(engine, hf.model, SETTINGS)
 
 
 def fingerprint(engine) -> list[float]:
     """The engine's greedy logprobs on a fixed prompt: changes when its weights change."""
     (g,) = engine.generate(requests(engine, 0.0, tokens=8)[:1])
     return g.logprobs
+
+
+def fingerprint_of(gens) -> list[float]:
+    """``fingerprint`` read from ``generations`` that include the greedy setting (its first
+    request is the fingerprint's, 16 tokens instead of 8: greedy, so the same first 8)."""
+    return gens[(0.0, 1.0)][0].logprobs[:8]
 
 
 def one_update(hf):
@@ -93,18 +136,18 @@ def test_the_bundled_model_is_named_through_vllm(engine, hf):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.6, 1.0])
-def test_logprobs_equal_a_fresh_trainer_forward_pass(engine, hf, temperature):
+def test_logprobs_equal_a_fresh_trainer_forward_pass(engine, diffs, temperature):
     assert engine.logprobs_exact(SamplingParams(temperature=temperature))
-    assert max_diff(engine, hf.model, temperature) <= TOL
+    assert diffs[(temperature, 1.0)] <= TOL
 
 
 @pytest.mark.parametrize("top_p", [0.9, 0.5])
-def test_top_p_logprobs_are_the_trainers_too(engine, hf, top_p):
+def test_top_p_logprobs_are_the_trainers_too(engine, diffs, top_p):
     """vLLM's own processed logprobs would be the nucleus's (0.1 off at 0.9): the backend
     subtracts the full normaliser recorded before the top-p mask instead."""
     assert engine.logprobs_mode == "processed_logits+normaliser"
     assert engine.logprobs_exact(SamplingParams(temperature=0.6, top_p=top_p))
-    assert max_diff(engine, hf.model, 0.6, top_p=top_p) <= TOL
+    assert diffs[(0.6, top_p)] <= TOL
 
 
 def test_a_push_changes_the_engine_and_a_restore_brings_it_back(engine, hf, original):
@@ -115,10 +158,10 @@ def test_a_push_changes_the_engine_and_a_restore_brings_it_back(engine, hf, orig
         # (trainer_weights: the tied lm_head comes once, as the embeddings)
         assert stats["probe_max_abs_diff"] <= TOL and stats["tensors"] == len(original) - 1
         assert engine.weights_version == 7
-        after = fingerprint(engine)
+        gens = generations(engine, [(0.0, 1.0), (0.6, 1.0)])  # greedy and sampled, one batch
+        after = fingerprint_of(gens)
         assert max(abs(a - b) for a, b in zip(before, after)) > 1e-3  # really changed
-        for t in (0.0, 0.6):  # greedy and sampled, after the update
-            assert max_diff(engine, hf.model, t) <= TOL
+        assert max(diffs_of(gens, hf.model).values()) <= TOL  # the trainer's, after the update
     finally:
         hf.model.load_state_dict(original)
     push_weights(engine, original, verify=hf.model)
@@ -159,14 +202,15 @@ def test_a_selfplay_round_generates_through_vllm(engine, hf, original, tmp_path,
     monkeypatch.setattr(registry, "load_policy", lambda spec, **kw: engine
                         if spec == "vllm:smollm2-135m" else real(spec, **kw))
     designer = ScriptedPolicy(hf.tokenizer, designer_responder(WORDS))
-    cfg = config(tmp_path, rounds=1, model="smollm2-135m",
+    # one environment of 4 plays: the round's size is not the point, the engine and the push
+    cfg = config(tmp_path, rounds=1, model="smollm2-135m", envs_per_round=1,
                  generation_model="vllm:smollm2-135m", tensorboard="false",
                  **{"train.learning_rate": 1e-4, "rollout.max_context_tokens": 2048})
     try:
         with SelfPlay(cfg, tmp_path / "run", policy=hf, designer_policy=designer) as sp:
             assert sp.gen_policy is engine and sp.engine.policy is engine
             (m0,) = sp.run()
-        assert m0["agent_episodes"] == 8 and m0["agent_failures"] == 0
+        assert m0["agent_episodes"] == 4 and m0["agent_failures"] == 0
         assert m0["weight_sync/tensors"] == len(original) - 1  # the tied head once
         assert m0["weight_sync/probe_max_abs_diff"] <= TOL
         assert max_diff(engine, hf.model, 0.6) <= TOL  # the engine follows the trainer

@@ -2,19 +2,25 @@
 its logprobs equal the trainer's, a verified push changes what it serves and pushing the old
 weights brings them back, refused pushes change nothing, and a killed server gives typed errors.
 
-One server for the module (SmolLM2-135M, float32, eager, engine in the server's process,
-``VLLM_SERVER_DEV_MODE=1`` and spadekit's worker extension; about 30 s to start). Skipped with
-the reason when vLLM cannot be imported.
+One server for the module (SmolLM2-135M, float32, eager, ``VLLM_SERVER_DEV_MODE=1`` and
+spadekit's worker extension; about 30 s to start), started in the background as soon as
+collection ends (``start_early``, called by conftest.py) so that its start overlaps the tests
+that run before this module, under a watchdog that takes it down if pytest dies. The trainer's
+side is the session's bundled model (``bundled_hf``, conftest.py), put back on its loaded weights
+after every push (checked after the module). Skipped with the reason when vLLM cannot be
+imported.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import socket
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -31,7 +37,8 @@ from spadekit.policy import load_policy  # noqa: E402
 from spadekit.policy.base import PolicyError  # noqa: E402
 from spadekit.policy.weight_sync import WeightSyncError, push_weights  # noqa: E402
 
-from test_vllm_engine import TOL, fingerprint, max_diff, one_update  # noqa: E402
+from test_vllm_engine import (TOL, diffs_of, fingerprint, fingerprint_of,  # noqa: E402
+                               generations, max_diffs, one_update)
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -43,48 +50,101 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def hf():
-    return load_policy("smollm2-135m")
+def hf(bundled_hf):
+    """The trainer's side: the session's bundled model (conftest.py)."""
+    return bundled_hf
 
 
-@pytest.fixture(scope="module")
-def server(hf, tmp_path_factory):
+WATCHDOG = """
+import os, signal, subprocess, sys, time
+server = subprocess.Popen(sys.argv[2:])
+signal.signal(signal.SIGTERM, lambda *_: server.terminate())  # a clean stop: the server's own
+while server.poll() is None:
+    if os.getppid() != int(sys.argv[1]):  # pytest is gone, without its teardown
+        os.killpg(0, signal.SIGKILL)
+    time.sleep(1)
+sys.exit(server.returncode)
+"""
+"""Runs the server (argv[2:]) as the leader of its process group and kills the whole group
+(server and engine process) when pytest dies without tearing the module down (a SIGKILL, a
+``timeout``): the server starts when collection ends (``start_early``), so it lives longer
+than the module that uses it."""
+
+_EARLY: dict = {}
+
+
+def launch() -> dict:
+    """``vllm serve`` of the bundled model in the background (not waited for)."""
     from spadekit.policy import bundled
 
     port = free_port()
-    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    work = Path(tempfile.mkdtemp(prefix="spadekit-vllm-server-"))
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
            "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
-           "SPADEKIT_VLLM_PUSH_DIR": str(tmp_path_factory.mktemp("pushes"))}
+           "SPADEKIT_VLLM_PUSH_DIR": str(work / "pushes")}
+    (work / "pushes").mkdir()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
            "--model", str(bundled.ensure_smollm2_cache()), "--served-model-name", "smollm2-135m",
            "--worker-extension-cls", "spadekit.policy.vllm_server.WorkerExtension",
            "--logprobs-mode", "processed_logprobs", "--enforce-eager", "--dtype", "float32",
            "--kv-cache-memory-bytes", str(1 << 30), "--max-model-len", "2048",
            "--host", "127.0.0.1", "--port", str(port)]
+    log = work / "server.log"
     with open(log, "wb") as out:
         # its own process group: the server's engine process goes with it (killing only the
         # server left an orphaned EngineCore using CPU and 2.7 GB for the rest of the suite)
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+        proc = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *cmd],
+                                stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/version", timeout=5):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                _kill_group(proc, signal.SIGKILL)
-                pytest.fail("vllm serve did not start:\n" + log.read_text()[-3000:])
-            time.sleep(1)
-    yield proc, url + "/v1"
+    return {"proc": proc, "url": f"http://127.0.0.1:{port}", "log": log, "work": work}
+
+
+def start_early() -> None:
+    """Called by conftest.py when collection ends and this module's tests are selected: the
+    server starts (about 30 s of imports and loading) while the tests before this module run."""
+    if not _EARLY:
+        _EARLY.update(launch())
+
+
+def stop_early() -> None:
+    """Called by conftest.py when the session ends: a server the module never took is stopped."""
+    if _EARLY:
+        _stop(_EARLY.pop("proc"))
+        shutil.rmtree(_EARLY.pop("work"), ignore_errors=True)
+        _EARLY.clear()
+
+
+def _stop(proc) -> None:
     _kill_group(proc, signal.SIGTERM)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
     _kill_group(proc, signal.SIGKILL)  # whatever of the group is left
+
+
+@pytest.fixture(scope="module")
+def server(hf):
+    """The server started when collection ended (or now, when this module runs alone), once it
+    answers; stopped, with its pushed files removed, after the module."""
+    started = dict(_EARLY) if _EARLY else launch()
+    _EARLY.clear()
+    proc, url, log = started["proc"], started["url"], started["log"]
+    deadline = time.monotonic() + 300
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/version", timeout=5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    _kill_group(proc, signal.SIGKILL)
+                    pytest.fail("vllm serve did not start:\n" + log.read_text()[-3000:])
+                time.sleep(1)
+        yield proc, url + "/v1"
+    finally:
+        _stop(proc)
+        shutil.rmtree(started["work"], ignore_errors=True)
 
 
 def _kill_group(proc, sig) -> None:
@@ -102,14 +162,15 @@ def remote(server, hf):
 
 
 @pytest.fixture(scope="module")
-def original(hf):
-    return {k: v.detach().clone() for k, v in hf.model.state_dict().items()}
+def original(bundled_original):
+    """The weights as loaded; the module must leave ``hf`` on them (checked after it)."""
+    return bundled_original
 
 
 def test_server_logprobs_equal_the_trainers(remote, hf):
     assert {"token_ids", "logprobs"} <= remote.capabilities
-    for t in (0.0, 0.6):
-        assert max_diff(remote, hf.model, t) <= TOL
+    diffs = max_diffs(remote, hf.model, [(0.0, 1.0), (0.6, 1.0)])  # one batch of requests
+    assert diffs[(0.0, 1.0)] <= TOL and diffs[(0.6, 1.0)] <= TOL
 
 
 def test_a_server_push_changes_it_and_the_old_weights_bring_it_back(remote, hf, original):
@@ -118,8 +179,9 @@ def test_a_server_push_changes_it_and_the_old_weights_bring_it_back(remote, hf, 
     try:
         stats = push_weights(remote, trainer, version=3)  # verified against the trainer
         assert stats["probe_max_abs_diff"] <= TOL and remote.weights_version == 3
-        assert max(abs(a - b) for a, b in zip(before, fingerprint(remote))) > 1e-3
-        assert max_diff(remote, hf.model, 0.6) <= TOL
+        gens = generations(remote, [(0.0, 1.0), (0.6, 1.0)])  # one batch of requests
+        assert max(abs(a - b) for a, b in zip(before, fingerprint_of(gens))) > 1e-3
+        assert max(diffs_of(gens, hf.model).values()) <= TOL  # greedy and sampled
     finally:
         hf.model.load_state_dict(original)
     push_weights(remote, original, verify=hf.model)

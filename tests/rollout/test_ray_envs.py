@@ -4,8 +4,10 @@ fails only its own episodes and is replaced. Skipped when Ray is not installed."
 
 from __future__ import annotations
 
+import os
 import random
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,7 @@ from spadekit.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine
 from spadekit.sandbox import SandboxConfig, SandboxPool
 from spadekit.sandbox.validate import Validator
 
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 TOK = tiny_tokenizer()
 CONFIG = SandboxConfig(tier=TIERS[0] if TIERS else "auto", **TEST_CONFIG)
 ANSWERS = ["\\boxed{1}", "\\boxed{guess 500}", "\\boxed{up}", "\\boxed{inspect 1}", "hello",
@@ -42,8 +45,11 @@ def ray_mod():
     ray = pytest.importorskip("ray")
     if not TIERS:
         pytest.skip("no safe sandbox tier works on this machine")
+    # the workers import this checkout's spadekit, as the tests do (conftest.py), also where
+    # spadekit is not installed (without it every actor died at creation)
+    path = os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+             configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield ray
     ray.shutdown()
 
