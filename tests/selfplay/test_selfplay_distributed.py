@@ -36,11 +36,18 @@ def make_config(base: Path, rounds: int, strategy: str):
     """``test_selfplay``'s config with seeded sampling, and a learning rate small enough that
     Adam's amplification of float-rounding noise in near-zero gradients (its update is about
     ``lr * g / (|g| + eps)`` per element) stays far below the tolerance (lr 0.01 gives a few
-    elements 1e-4 apart though the gradients agree to 1e-7 relative)."""
+    elements 1e-4 apart though the gradients agree to 1e-7 relative). Nothing may depend on the
+    wall clock: the watch's step-time checks (``slow_in_play`` compares play step times with
+    validation's) are off and the sandbox's step timeout is long, since three processes share
+    two cores here, and under other load the two runs' rollouts once differed
+    (test_watch.py and the sandbox tests cover those limits)."""
     from test_selfplay import config
 
     return config(base, rounds=rounds, **{"rollout.seed": 7, "train.learning_rate": 1e-4,
-                                          "train.distributed_strategy": strategy})
+                                          "train.distributed_strategy": strategy,
+                                          "watch.step_time_limit_s": 600.0,
+                                          "watch.slow_step_factor": 1e9,
+                                          "sandbox.step_timeout": 60.0})
 
 
 def weights(sp) -> dict:
