@@ -1,5 +1,6 @@
 """Shared plumbing with no SPADE knowledge: the typed errors of every boundary (``errors``),
-crash-safe JSONL appends (``jsonl``) and safe rendering of untrusted text (``safe_text``).
+crash-safe JSONL appends (``jsonl``), safe rendering of untrusted text (``safe_text``) and
+greedy grouping of padded rows under a budget (``packing``).
 
 Layer 0: common.
 May import: nothing.

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from spadekit.common.packing import pack_in_order
+
 DEFAULT_BATCH_CELLS = 2 ** 27
 """Keeps one call's padded attention near 1 GB for ``tiny`` and 4 GB for SmolLM2-135M."""
 
@@ -30,18 +32,9 @@ def plan_batches(widths: list[int], batch_size: int, max_cells: int | None
     (equal widths keep their order), at most ``batch_size`` a call, and ``len(call) x
     max(width)²`` at most ``max_cells`` unless the call holds one request. ``max_cells`` None or
     0: no cell bound."""
-    batch_size = max(1, int(batch_size))
-    calls: list[list[int]] = []
-    current: list[int] = []
-    for i in sorted(range(len(widths)), key=lambda i: widths[i]):
-        cells = (len(current) + 1) * widths[i] ** 2  # widths ascend: widths[i] is the longest
-        if current and (len(current) >= batch_size or (max_cells and cells > max_cells)):
-            calls.append(current)
-            current = []
-        current.append(i)
-    if current:
-        calls.append(current)
-    return calls
+    order = sorted(range(len(widths)), key=lambda i: widths[i])
+    return pack_in_order(order, widths, max(1, int(batch_size)),
+                         lambda rows, widest: not max_cells or rows * widest ** 2 <= max_cells)
 
 
 class CellBoundedPolicy:

@@ -62,6 +62,7 @@ import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
+from spadekit.common.packing import pack_in_order
 from spadekit.train.sample import Sample
 from spadekit.train.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -107,17 +108,8 @@ def pack_microbatches(lengths: Sequence[int], max_tokens: int, max_rows: int) ->
     ``max_rows`` sequences and ``rows * longest <= max_tokens`` padded tokens (a sequence longer
     than the budget gets one of its own). Deterministic: ties keep the input order."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
-        width = lengths[current[0]] if current else lengths[i]  # longest first: row 0 is widest
-        if current and (len(current) >= max_rows or (len(current) + 1) * width > max_tokens):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
+    return pack_in_order(order, lengths, max_rows,
+                         lambda rows, widest: rows * widest <= max_tokens)
 
 
 @dataclass
