@@ -1,0 +1,408 @@
+"""The parts a procedural game is built from: hidden state, information action, scoring rule and
+turn structure (issue 23's procedural pool).
+
+Every part is a small piece of ordinary Python source, written so that ANY hidden state combines
+with ANY information action, scoring rule and turn structure. They meet at five methods that
+each hidden state defines on the environment class:
+
+- ``_read(words) -> candidate | None``: parse the words after a command into a candidate answer;
+- ``_close(candidate) -> float``: how close a candidate is, in [0, 1], 1.0 exactly right;
+- ``_answer() -> str``: the right answer, written as the agent must write it;
+- ``_fact(k) -> str``: fact number ``k`` (1-based) about the hidden state;
+- ``PARTS``: how many distinct facts there are (a class attribute).
+
+An information action defines ``_look(words) -> str`` from those; a scoring rule defines
+``_verdict(guess) -> (reward, text)`` (1.0 only for an exact answer); a turn structure is the
+``step`` method itself, its control flow over the two commands (look, answer), calling
+``_look``, ``_read`` and ``_verdict``. ``spadekit.envs.procedural.compose`` puts the pieces into
+one class. Each part carries enough code of its own that two programs differing in one part are
+told apart by the memory's near-duplicate check.
+
+Placeholders in the source (``{name}``) are filled from the program's surface (words drawn from a
+grounding document) and its drawn numbers; ``str.format`` is not used, so braces in the code stay
+as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["HIDDEN", "INFO", "SCORING", "TURNS", "Hidden", "Info", "Scoring", "Turns"]
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """A kind of hidden state: what the agent must find out, and its five methods."""
+
+    name: str
+    skill: str
+    setup: str
+    """Lines of ``reset`` (8 spaces) that draw the hidden state from ``self.rng``."""
+    methods: str
+    """The class's ``PARTS`` and its ``_read``, ``_close``, ``_answer`` and ``_fact`` (4 spaces)."""
+    goal: str
+    """The observation's sentence about what is hidden."""
+    example: str
+    """An example candidate, as the agent would write it after a verb."""
+    needs: tuple[str, ...] = ()
+    """Surface slots it uses (``items``: a list of words; ``top``, ``rows``, ``cols``, ``length``:
+    numbers)."""
+
+
+@dataclass(frozen=True)
+class Info:
+    """An information action: a command that reveals something without ending the episode."""
+
+    name: str
+    method: str
+    """``_look(self, words) -> str`` (4 spaces)."""
+    usage: str
+    """How the observation tells the command (``{verb}`` is the command word)."""
+    solution_step: str
+    """A Python expression: the information action of the reference solution."""
+    hint: str
+    """The strategy sentence of a hint for a program that uses this action."""
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How the final answer is scored (partial credit allowed, 1.0 only when exactly right)."""
+
+    name: str
+    method: str
+    """``_verdict(self, guess) -> (reward, text)`` (4 spaces); ``guess`` is ``_read``'s result
+    (None for an unreadable answer); 1.0 only for an exact one."""
+    rule: str
+    """The observation's sentence about scoring."""
+    skill: str | None = None
+    """A skill this rule makes the game about (``Optimization`` for a cost on looking)."""
+
+
+@dataclass(frozen=True)
+class Turns:
+    """A turn structure: the ``step`` method, its control flow over the two commands."""
+
+    name: str
+    step: str
+    """``step(self, action)`` and any helper it needs (4 spaces); ``{verb}``, ``{answer_verb}``
+    and ``{usage_reminder}`` are filled in."""
+    init: str = ""
+    """Lines of ``reset`` (8 spaces) that set its state."""
+    rule: str = ""
+    """The observation's sentence about the structure (may be empty)."""
+
+
+# -- hidden state ----------------------------------------------------------------------------
+
+_NUMBER = Hidden(
+    name="number", skill="Mathematical_Reasoning", needs=("top",),
+    setup="        self.secret = self.rng.randint(1, {top})\n",
+    methods='''\
+    PARTS = 3
+
+    def _read(self, words):
+        if words and words[0].isdigit():
+            return int(words[0])
+        return None
+
+    def _close(self, guess):
+        return max(0.0, 1.0 - abs(guess - self.secret) / {top})
+
+    def _answer(self):
+        return str(self.secret)
+
+    def _fact(self, k):
+        s = self.secret
+        if k % 3 == 1:
+            return "the number is " + ("even" if s % 2 == 0 else "odd")
+        if k % 3 == 2:
+            return "it leaves %d when divided by 7" % (s % 7)
+        return "it lies from %d to %d" % (s - s % 10, s - s % 10 + 9)
+''',
+    goal="A whole number from 1 to {top} is hidden.", example="{half}")
+
+_CODE = Hidden(
+    name="code", skill="Pattern_Recognition", needs=("items", "length"),
+    setup=("        self.symbols = {items}\n"
+           "        self.secret = [self.rng.choice(self.symbols) for _ in range({length})]\n"),
+    methods='''\
+    PARTS = {length}
+
+    def _read(self, words):
+        if len(words) >= {length} and all(w in self.symbols for w in words[:{length}]):
+            return words[:{length}]
+        return None
+
+    def _close(self, code):
+        return sum(a == b for a, b in zip(code, self.secret)) / {length}
+
+    def _answer(self):
+        return " ".join(self.secret)
+
+    def _fact(self, k):
+        i = (k - 1) % {length}
+        return "slot %d holds %s" % (i + 1, self.secret[i])
+''',
+    goal="A hidden code of {length} symbols, each one of: {item_list}.",
+    example="{code_example}")
+
+_CELL = Hidden(
+    name="cell", skill="Spatial_Reasoning", needs=("rows", "cols"),
+    setup=("        self.secret = (self.rng.randrange({rows}), self.rng.randrange({cols}))\n"),
+    methods='''\
+    PARTS = 2
+
+    def _read(self, words):
+        if len(words) >= 2 and words[0].isdigit() and words[1].isdigit():
+            return (int(words[0]), int(words[1]))
+        return None
+
+    def _close(self, cell):
+        far = abs(cell[0] - self.secret[0]) + abs(cell[1] - self.secret[1])
+        return max(0.0, 1.0 - far / ({rows} + {cols} - 2))
+
+    def _answer(self):
+        return "%d %d" % self.secret
+
+    def _fact(self, k):
+        if k % 2 == 1:
+            return "the row is %d" % self.secret[0]
+        return "the column is %d" % self.secret[1]
+''',
+    goal="One cell of a grid with rows 0-{last_row} and columns 0-{last_col} is hidden.",
+    example="{mid_row} {mid_col}")
+
+_CAUSE = Hidden(
+    name="cause", skill="Causal_Inference", needs=("items",),
+    setup=("        self.items = {items}\n"
+           "        self.secret = self.rng.choice(self.items)\n"),
+    methods='''\
+    PARTS = {count}
+
+    def _read(self, words):
+        if words and words[0] in self.items:
+            return words[0]
+        return None
+
+    def _close(self, item):
+        gap = abs(self.items.index(item) - self.items.index(self.secret))
+        return 1.0 - gap / ({count} - 1)
+
+    def _answer(self):
+        return self.secret
+
+    def _fact(self, k):
+        item = self.items[(k - 1) % {count}]
+        return item + (" causes" if item == self.secret else " does not cause") + " the effect"
+''',
+    goal="Exactly one of {item_list} causes the effect.", example="{first_item}")
+
+_ORDER = Hidden(
+    name="order", skill="Logical_Deduction", needs=("items",),
+    setup=("        self.secret = list({items})\n"
+           "        self.rng.shuffle(self.secret)\n"),
+    methods='''\
+    PARTS = {count}
+
+    def _read(self, words):
+        if sorted(words[:{count}]) == sorted(self.secret):
+            return words[:{count}]
+        return None
+
+    def _close(self, order):
+        return sum(a == b for a, b in zip(order, self.secret)) / {count}
+
+    def _answer(self):
+        return " ".join(self.secret)
+
+    def _fact(self, k):
+        i = (k - 1) % {count}
+        return "place %d belongs to %s" % (i + 1, self.secret[i])
+''',
+    goal="{item_list} stand in a hidden order, first to last.", example="{item_words}")
+
+HIDDEN: dict[str, Hidden] = {h.name: h for h in (_NUMBER, _CODE, _CELL, _CAUSE, _ORDER)}
+"""Hidden states by name."""
+
+# -- information actions ---------------------------------------------------------------------
+
+_PROBE = Info(
+    name="probe",
+    method='''\
+    def _look(self, words):
+        guess = self._read(words)
+        if guess is None:
+            return "Give a candidate after the command, e.g. \\\\boxed{{verb} {example}}."
+        return "Closeness of that candidate: %.2f (1.00 is exact)." % self._close(guess)
+''',
+    usage="\\boxed{{verb} {example}} tells how close a candidate is, from 0.00 to 1.00",
+    solution_step='"\\\\boxed{{verb} " + self._answer() + "}"',
+    hint="Measure how close trial candidates are and narrow down step by step before "
+         "committing.")
+
+_REVEAL = Info(
+    name="reveal",
+    method='''\
+    def _look(self, words):
+        if not words or not words[0].isdigit() or not 1 <= int(words[0]) <= self.PARTS:
+            return "Ask for a fact by number, from 1 to %d." % self.PARTS
+        return "Fact %s: %s." % (words[0], self._fact(int(words[0])))
+''',
+    usage="\\boxed{{verb} K} shows fact number K (1 to {parts})",
+    solution_step='"\\\\boxed{{verb} 1}"',
+    hint="Ask for the numbered facts first and combine them; together they pin the answer "
+         "down.")
+
+_CLUE = Info(
+    name="clue",
+    method='''\
+    def _look(self, words):
+        n = self.looks + 1
+        return "Clue %d: %s." % (n, self._fact(n))
+''',
+    usage="\\boxed{{verb}} gives the next clue",
+    solution_step='"\\\\boxed{{verb}}"',
+    hint="Collect clues one at a time and keep only the answers that fit all of them.")
+
+INFO: dict[str, Info] = {i.name: i for i in (_PROBE, _REVEAL, _CLUE)}
+"""Information actions by name."""
+
+# -- scoring rules ---------------------------------------------------------------------------
+
+_EXACT = Scoring(
+    name="exact",
+    method='''\
+    def _verdict(self, guess):
+        if guess is not None and self._close(guess) >= 1.0:
+            return 1.0, "Exactly right."
+        return 0.0, "Wrong: it was %s." % self._answer()
+''',
+    rule="An exact answer scores 1.0; anything else scores 0.")
+
+_STEEP = Scoring(
+    name="steep",
+    method='''\
+    def _verdict(self, guess):
+        closeness = 0.0 if guess is None else self._close(guess)
+        reward = round(closeness ** 4, 3)
+        return reward, "Closeness %.2f, score %.3f." % (closeness, reward)
+''',
+    rule="An answer scores its closeness to the hidden one to the fourth power (exact: 1.0).")
+
+_BANDED = Scoring(
+    name="banded",
+    method='''\
+    def _verdict(self, guess):
+        closeness = self._close(guess) if guess is not None else 0.0
+        for floor, reward in ((1.0, 1.0), (0.75, 0.3)):
+            if closeness >= floor:
+                return reward, "Score %.1f." % reward
+        return 0.0, "Too far off: score 0."
+''',
+    rule="An exact answer scores 1.0, a near one (closeness 0.75 or more) 0.3, others 0.")
+
+_THRIFTY = Scoring(
+    name="thrifty", skill="Optimization",
+    method='''\
+    def _verdict(self, guess):
+        if guess is None or self._close(guess) < 1.0:
+            return 0.0, "Wrong answer."
+        cost = 0.1 * max(0, self.looks - 1)
+        return max(0.2, 1.0 - cost), "Right, after %d looks." % self.looks
+''',
+    rule="An exact answer scores 1.0 minus 0.1 for every look after the first; others 0.")
+
+SCORING: dict[str, Scoring] = {s.name: s for s in (_EXACT, _STEEP, _BANDED, _THRIFTY)}
+"""Scoring rules by name."""
+
+# -- turn structures -------------------------------------------------------------------------
+
+_OPEN = Turns(
+    name="open", init="        self.over = False\n",
+    step='''\
+    def step(self, action):
+        if self.over:
+            return "The episode is over.", 0.0, True, False, {}
+        self.turns += 1
+        words = last_box(action).split() or [""]
+        reward = 0.0
+        if words[0] == "{verb}":
+            text = self._look(words[1:])
+            self.looks += 1
+        elif words[0] == "{answer_verb}":
+            reward, text = self._verdict(self._read(words[1:]))
+            self.over = True
+        else:
+            text = {usage_reminder}
+        cut = not self.over and self.turns >= self.max_turns
+        return text, reward, self.over, cut, {}
+''')
+
+_BUDGET = Turns(
+    name="budget", init="        self.over = False\n        self.left = {budget}\n",
+    rule="You may look at most {budget} times.",
+    step='''\
+    def step(self, action):
+        if self.over:
+            return "The episode is over.", 0.0, True, False, {}
+        self.turns += 1
+        command, *rest = last_box(action).split() or [""]
+        if command == "{verb}" and self.left > 0:
+            self.left -= 1
+            self.looks += 1
+            return self._after(self._look(rest) + " Looks left: %d." % self.left, 0.0)
+        if command == "{verb}":
+            return self._after("No looks left: answer now.", 0.0)
+        if command == "{answer_verb}":
+            self.over = True
+            reward, text = self._verdict(self._read(rest))
+            return self._after(text, reward)
+        return self._after({usage_reminder}, 0.0)
+
+    def _after(self, text, reward):
+        answered = self.over
+        cut = not answered and self.turns >= self.max_turns
+        self.over = answered or cut
+        return text, reward, answered, cut, {}
+''')
+
+_GATED = Turns(
+    name="gated", init='        self.phase = "start"\n',
+    rule="An answer counts only after at least one look.",
+    step='''\
+    def step(self, action):
+        if self.phase == "done":
+            return "The episode is over.", 0.0, True, False, {}
+        self.turns += 1
+        words = last_box(action).split()
+        verb = words[0] if words else ""
+        reward, ended = 0.0, False
+        if verb == "{verb}":
+            text = self._look(words[1:])
+            self.looks += 1
+            self.phase = "ready"
+        elif verb == "{answer_verb}" and self.phase == "ready":
+            reward, text = self._verdict(self._read(words[1:]))
+            ended = True
+        elif verb == "{answer_verb}":
+            text = "Look at least once before you answer."
+        else:
+            text = {usage_reminder}
+        truncated = not ended and self.turns >= self.max_turns
+        if ended or truncated:
+            self.phase = "done"
+        return text, reward, ended, truncated, {}
+''')
+
+TURNS: dict[str, Turns] = {t.name: t for t in (_OPEN, _BUDGET, _GATED)}
+"""Turn structures by name."""
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """The four registries together (what ``compose`` combines)."""
+
+    hidden: dict[str, Hidden] = field(default_factory=lambda: dict(HIDDEN))
+    info: dict[str, Info] = field(default_factory=lambda: dict(INFO))
+    scoring: dict[str, Scoring] = field(default_factory=lambda: dict(SCORING))
+    turns: dict[str, Turns] = field(default_factory=lambda: dict(TURNS))

@@ -1,0 +1,163 @@
+"""A pool of procedural games for CPU-scale warm starts (issue 23): composed, validated in the
+sandbox, deduplicated, with a held-out split.
+
+``split_combos`` divides every combination of parts (``spadekit.envs.procedural``) into the ones a
+warm start may see and the held-out ones: every combination that uses one whole held-out part
+(default ``hidden=order``: the agent orders items, a mechanic the warm start never shows), plus a
+drawn share of the others. Novelty is then measurable: a designer that writes a held-out
+combination wrote something it never saw.
+
+``build_pool`` writes one candidate per combination (``per_combo`` of them, each on another
+grounding document and seed), validates each with the real validator, and keeps a valid one only
+when it is not a near-duplicate (the memory's fingerprint and threshold) of one already kept, so
+the kept pool's near-duplicate share is zero; ``raw_near_duplicate_share`` reports the share among
+the valid candidates before that filter. Everything is fixed by ``seed``: the same seed, corpus
+and parts give the same programs in the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from spadekit.envs.procedural import Combo, all_combos, compose, surface_words
+from spadekit.envs.program import EnvProgram
+from spadekit.selfplay.memory import DUPLICATE_THRESHOLD, fingerprint, jaccard
+
+__all__ = ["HELD_OUT_PART", "PoolBuild", "Split", "build_pool", "candidates", "split_combos"]
+
+HELD_OUT_PART = "hidden=order"
+"""The part whose every combination is held out by default."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """Which combinations a warm start may see (``train``) and which are held out."""
+
+    train: tuple[Combo, ...]
+    held_out: tuple[Combo, ...]
+    held_out_part: str
+    seed: int
+
+    def of(self, name: str) -> tuple[Combo, ...]:
+        if name not in ("train", "held_out"):
+            raise ValueError(f"a split is 'train' or 'held_out', got {name!r}")
+        return self.train if name == "train" else self.held_out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"train": [c.key for c in self.train], "held_out": [c.key for c in self.held_out],
+                "held_out_part": self.held_out_part, "seed": self.seed}
+
+
+def split_combos(seed: int = 0, held_out_share: float = 0.2,
+                 held_out_part: str = HELD_OUT_PART) -> Split:
+    """Every combination using ``held_out_part`` (``kind=name``, e.g. ``hidden=order``) is held
+    out, and a drawn ``held_out_share`` of the rest."""
+    kind, _, name = held_out_part.partition("=")
+    if kind not in ("hidden", "info", "scoring", "turns") or not name:
+        raise ValueError(f"held_out_part is kind=name with kind hidden, info, scoring or "
+                         f"turns, got {held_out_part!r}")
+    if not 0.0 <= held_out_share < 1.0:
+        raise ValueError(f"held_out_share must lie in [0, 1), got {held_out_share!r}")
+    combos = all_combos()
+    whole = [c for c in combos if getattr(c, kind) == name]
+    if not whole:
+        raise ValueError(f"no combination uses {held_out_part!r}")
+    rest = [c for c in combos if getattr(c, kind) != name]
+    random.Random(seed).shuffle(rest)
+    k = round(len(rest) * held_out_share)
+    order = {c: i for i, c in enumerate(combos)}
+    return Split(tuple(sorted(rest[k:], key=order.get)),
+                 tuple(sorted(whole + rest[:k], key=order.get)), held_out_part, seed)
+
+
+def candidates(combos: Sequence[Combo], texts: Sequence[tuple[str | None, str]], seed: int,
+               per_combo: int = 1) -> list[EnvProgram]:
+    """``per_combo`` programs of each combination, each themed on a document drawn from
+    ``texts`` (``(doc_id, text)`` pairs) and numbered by a drawn seed; shuffled by ``seed``."""
+    if not texts:
+        raise ValueError("candidates needs at least one document for the surface text")
+    rng = random.Random(seed)
+    order = [c for c in combos for _ in range(max(1, per_combo))]
+    rng.shuffle(order)
+    out = []
+    for combo in order:
+        doc_id, text = texts[rng.randrange(len(texts))]
+        words = surface_words(text, rng)
+        program = compose(combo, words, rng.randrange(2 ** 31))
+        meta = dict(program.meta)
+        meta["procedural"] = {**meta["procedural"], "doc_id": doc_id}
+        out.append(dataclasses.replace(program, meta=meta))
+    return out
+
+
+@dataclass
+class PoolBuild:
+    """What ``build_pool`` kept and why it dropped the rest."""
+
+    kept: list[tuple[EnvProgram, Any]] = field(default_factory=list)
+    rejected: list[tuple[EnvProgram, Any]] = field(default_factory=list)
+    """Invalid candidates with their reports."""
+    near_duplicates: list[tuple[EnvProgram, str, float]] = field(default_factory=list)
+    """Valid candidates dropped as near-duplicates: (program, kept sha256, similarity)."""
+
+    @property
+    def valid(self) -> int:
+        return len(self.kept) + len(self.near_duplicates)
+
+    @property
+    def raw_near_duplicate_share(self) -> float:
+        """The share of valid candidates that were near-duplicates of an earlier valid one."""
+        return len(self.near_duplicates) / self.valid if self.valid else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        reasons: dict[str, int] = {}
+        for _p, report in self.rejected:
+            reasons[report.reason] = reasons.get(report.reason, 0) + 1
+        combos = {p.meta["procedural"]["combo"] for p, _r in self.kept}
+        skills: dict[str, int] = {}
+        for p, _r in self.kept:
+            skills[p.skill] = skills.get(p.skill, 0) + 1
+        return {"kept": len(self.kept), "invalid": len(self.rejected),
+                "near_duplicates": len(self.near_duplicates),
+                "raw_near_duplicate_share": round(self.raw_near_duplicate_share, 4),
+                "combos": len(combos), "skills": skills, "invalid_reasons": reasons}
+
+
+def build_pool(programs: Sequence[EnvProgram], validator: Any, *,
+               dedup_threshold: float = DUPLICATE_THRESHOLD, seed: int = 0,
+               progress: Callable[[int, int], None] | None = None) -> PoolBuild:
+    """Validate every program (``validator.validate``, seeds drawn from ``seed``) and keep the
+    valid ones that are not near-duplicates of one kept before."""
+    rng = random.Random(seed)
+    build = PoolBuild()
+    prints: list[tuple[str, frozenset]] = []
+    for i, program in enumerate(programs):
+        report = validator.validate(program, seed=rng.getrandbits(63))
+        if not report.ok:
+            build.rejected.append((program, report))
+        else:
+            mine = fingerprint(program.code)
+            best = max(((jaccard(mine, fp), sha) for sha, fp in prints), default=(0.0, ""))
+            if best[0] >= dedup_threshold:
+                build.near_duplicates.append((program, best[1], best[0]))
+            else:
+                prints.append((program.sha256, mine))
+                build.kept.append((report.program or program, report))
+        if progress is not None:
+            progress(i + 1, len(programs))
+    return build
+
+
+def write_split(split: Split, out: str | Path) -> Path:
+    """The split as ``split.json`` beside a pool (what a benchmark reads to tell novel
+    combinations)."""
+    import json
+
+    path = Path(out) / "split.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(split.to_dict(), indent=1) + "\n")
+    return path
