@@ -1,0 +1,271 @@
+"""Supervised fine-tuning with a completion-only loss: the warm start before self-play (issue 23).
+
+An ``SFTExample`` is one token sequence and a loss mask (1 on the tokens the model must learn to
+write: a designer's program and hint, an agent's replies; 0 on prompts and observations). An
+``SFTRun`` trains the policy's own model in place on such examples:
+
+- each epoch visits the training examples in an order drawn from ``seed`` and the epoch, packed
+  into micro-batches of at most ``max_tokens_per_microbatch`` padded tokens;
+- every ``grad_accum`` micro-batches make one AdamW step; the loss of a step is the mean token
+  cross-entropy over all loss tokens of its micro-batches (token-level, so how the step was
+  split does not change it);
+- full weights, or LoRA (``use_peft``; its initial weights drawn from ``seed``) with the
+  adapter merged into the weights at export;
+- after every epoch the held-out examples' mean token loss is measured (no gradient);
+- every ``save_every`` steps, and at each epoch's end, the trainable weights, the optimizer, and
+  the position (epoch, step) are written to ``out/state`` atomically (a temporary folder, then a
+  rename), so a killed run resumed with the same examples repeats at most ``save_every`` steps
+  and continues with the same order and the same numbers;
+- ``export()`` writes the trained model in ``save_pretrained`` form with its tokenizer to
+  ``out/model``: what ``--model hf:OUT/model`` (or ``vllm:OUT/model``) loads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from spadekit.common.errors import ConfigError
+from spadekit.common.packing import pack_in_order
+
+__all__ = ["SFTConfig", "SFTExample", "SFTRun", "completion_loss"]
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    epochs: int = 3
+    learning_rate: float = 2e-4
+    weight_decay: float = 0.0
+    max_tokens_per_microbatch: int = 4096
+    grad_accum: int = 2
+    """Micro-batches per optimizer step."""
+    max_grad_norm: float | None = 1.0
+    use_peft: bool = True
+    lora_r: int = 32
+    lora_alpha: int = 64
+    lora_dropout: float = 0.0
+    lora_target_modules: str | list[str] = "all-linear"
+    save_every: int = 8
+    """Optimizer steps between resumable states (and one at every epoch's end)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "max_tokens_per_microbatch", "grad_accum", "save_every",
+                     "lora_r"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"sft.{name} must be an int >= 1, got {value!r}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ConfigError(f"sft.learning_rate must be > 0, got {self.learning_rate!r}")
+
+
+@dataclass
+class SFTExample:
+    token_ids: list[int]
+    loss_mask: list[int]
+    kind: str = ""
+    """What the example teaches (``designer``, ``agent``): counted in the stats."""
+
+    def __post_init__(self) -> None:
+        if len(self.token_ids) != len(self.loss_mask) or not self.token_ids:
+            raise ValueError("an SFT example needs as many mask entries as tokens (and some)")
+        if not any(self.loss_mask[1:]):
+            raise ValueError("an SFT example needs at least one loss token after the first")
+
+
+def completion_loss(model: Any, rows: Sequence[SFTExample], pad_id: int) -> tuple[Any, int]:
+    """``(sum of token cross-entropies, number of loss tokens)`` over ``rows``: token ``t`` is
+    predicted from the logits at ``t - 1`` wherever ``loss_mask[t]`` is 1."""
+    width = max(len(r.token_ids) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        n = len(row.token_ids)
+        ids[i, :n] = torch.tensor(row.token_ids)
+        attention[i, :n] = 1
+        mask[i, :n] = torch.tensor(row.loss_mask, dtype=torch.bool)
+    device = next(model.parameters()).device
+    ids, attention, mask = ids.to(device), attention.to(device), mask.to(device)
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+    target, keep = ids[:, 1:], mask[:, 1:]
+    picked = logits[keep].float()
+    loss = torch.nn.functional.cross_entropy(picked, target[keep], reduction="sum")
+    return loss, int(keep.sum())
+
+
+@dataclass
+class _Position:
+    epoch: int = 0
+    step_in_epoch: int = 0
+    step: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class SFTRun:
+    """Trains ``policy.model`` in place; its state and export live under ``out``."""
+
+    def __init__(self, policy: Any, config: SFTConfig, out: str | Path) -> None:
+        self.policy, self.config, self.out = policy, config, Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        model = policy.model
+        if config.use_peft:
+            from spadekit.train.model_prep import add_lora
+
+            with torch.random.fork_rng():  # the adapter's initial weights come from the seed
+                torch.manual_seed(config.seed)
+                model = add_lora(model, config)
+            policy.model = model
+        self.model = model
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate,
+                                           weight_decay=config.weight_decay)
+        self.pos = _Position()
+        tok = policy.tokenizer
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        self.resumed = self._load_state()
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return self.out / "state"
+
+    def _trainable(self) -> dict[str, Any]:
+        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters()
+                if p.requires_grad}
+
+    def _save_state(self) -> None:
+        tmp = self.out / "state.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        torch.save(self._trainable(), tmp / "weights.pt")
+        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "position.json").write_text(json.dumps({**asdict(self.pos),
+                                                       "config": asdict(self.config)}))
+        old = self.out / "state.old"
+        shutil.rmtree(old, ignore_errors=True)
+        if self.state_dir.exists():
+            self.state_dir.rename(old)
+        tmp.rename(self.state_dir)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _load_state(self) -> bool:
+        folder = self.state_dir if self.state_dir.exists() else self.out / "state.old"
+        if not (folder / "position.json").exists():
+            return False
+        saved = json.loads((folder / "position.json").read_text())
+        if saved.get("config") != json.loads(json.dumps(asdict(self.config))):
+            raise ConfigError(f"{folder} was written with other SFT settings; use a new "
+                              "output folder or the same settings")
+        weights = torch.load(folder / "weights.pt", weights_only=True)
+        missing = set(weights) - {n for n, _ in self.model.named_parameters()}
+        if missing:
+            raise ConfigError(f"{folder} holds weights this model does not have: "
+                              f"{sorted(missing)[:3]}")
+        self.model.load_state_dict(weights, strict=False)
+        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+        self.pos = _Position(saved["epoch"], saved["step_in_epoch"], saved["step"],
+                             saved.get("history", []))
+        return True
+
+    # -- training ----------------------------------------------------------------------------
+
+    def _pack(self, examples: Sequence[SFTExample], order: list[int]) -> list[list[int]]:
+        """Micro-batches in ``order``: rows x longest row <= ``max_tokens_per_microbatch``."""
+        budget = self.config.max_tokens_per_microbatch
+        return pack_in_order(order, [len(e.token_ids) for e in examples], len(order) or 1,
+                             lambda rows, width: rows * width <= budget)
+
+    def _steps(self, examples: Sequence[SFTExample], epoch: int) -> list[list[list[int]]]:
+        """The optimizer steps of one epoch: each a list of micro-batches (example indices)."""
+        order = list(range(len(examples)))
+        random.Random(self.config.seed * 1_000_003 + epoch).shuffle(order)
+        batches = self._pack(examples, order)
+        k = self.config.grad_accum
+        return [batches[i:i + k] for i in range(0, len(batches), k)]
+
+    def _step(self, examples: Sequence[SFTExample], micro: list[list[int]]) -> float:
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = sum(sum(examples[i].loss_mask[1:]) for rows in micro for i in rows)
+        loss_sum = 0.0
+        for rows in micro:
+            loss, _n = completion_loss(self.model, [examples[i] for i in rows], self.pad_id)
+            (loss / total).backward()
+            loss_sum += float(loss.detach())
+        if self.config.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters()
+                                            if p.requires_grad], self.config.max_grad_norm)
+        self.optimizer.step()
+        return loss_sum / total
+
+    @torch.no_grad()
+    def held_out_loss(self, examples: Sequence[SFTExample]) -> float | None:
+        """Mean token cross-entropy of ``examples`` (no gradient); None when there are none."""
+        if not examples:
+            return None
+        self.model.eval()
+        total, count = 0.0, 0
+        order = list(range(len(examples)))
+        for rows in self._pack(examples, order):
+            loss, n = completion_loss(self.model, [examples[i] for i in rows], self.pad_id)
+            total, count = total + float(loss), count + n
+        return total / count
+
+    def fit(self, train: Sequence[SFTExample], held_out: Sequence[SFTExample] = (),
+            progress: Callable[[int, int, float], None] | None = None) -> list[dict[str, Any]]:
+        """Train the remaining epochs; returns one record per epoch (train and held-out loss).
+        ``progress(done_steps, total_steps, last_loss)`` after every step."""
+        if not train:
+            raise ValueError("no training examples")
+        per_epoch = [self._steps(train, e) for e in range(self.config.epochs)]
+        total = sum(len(s) for s in per_epoch)
+        if not self.pos.history and self.pos.step == 0:
+            self.pos.history.append({"epoch": 0, "step": 0, "train_loss": None,
+                                     "held_out_loss": self.held_out_loss(held_out)})
+        while self.pos.epoch < self.config.epochs:
+            steps = per_epoch[self.pos.epoch]
+            losses = []
+            while self.pos.step_in_epoch < len(steps):
+                losses.append(self._step(train, steps[self.pos.step_in_epoch]))
+                self.pos.step_in_epoch += 1
+                self.pos.step += 1
+                if progress is not None:
+                    progress(self.pos.step, total, losses[-1])
+                if self.pos.step % self.config.save_every == 0 and \
+                        self.pos.step_in_epoch < len(steps):
+                    self._save_state()
+            self.pos.history.append({
+                "epoch": self.pos.epoch + 1, "step": self.pos.step,
+                "train_loss": sum(losses) / len(losses) if losses else None,
+                "held_out_loss": self.held_out_loss(held_out)})
+            self.pos.epoch += 1
+            self.pos.step_in_epoch = 0
+            self._save_state()
+        return list(self.pos.history)
+
+    def export(self) -> Path:
+        """The trained model (LoRA merged) and tokenizer under ``out/model``, atomically."""
+        model = self.model
+        if self.config.use_peft:
+            model = model.merge_and_unload()
+            self.policy.model = model
+            self.model = model
+        target, tmp = self.out / "model", self.out / "model.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        self.policy.tokenizer.save_pretrained(tmp)
+        (tmp / "warmstart.json").write_text(json.dumps({"history": self.pos.history,
+                                                       "config": asdict(self.config)},
+                                                      indent=1))
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        return target
