@@ -59,6 +59,11 @@ from spadekit.cli.train import selfplay, train_fixed  # noqa: E402  (the main jo
 app.command()(selfplay)
 app.command("train-fixed")(train_fixed)
 
+from spadekit.cli.warmstart import procedural, warmstart  # noqa: E402
+
+app.command()(warmstart)
+app.command()(procedural)
+
 from spadekit.cli.compat import import_reference  # noqa: E402
 
 app.command("import-reference")(import_reference)

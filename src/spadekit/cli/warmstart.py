@@ -1,0 +1,135 @@
+"""``spadekit procedural`` and ``spadekit warmstart``: a pool of procedural games, and supervised
+fine-tuning of both roles on a pool before self-play (issue 23).
+
+Registered on the main ``app`` by ``spadekit.cli.app`` (this module only defines the functions).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn)
+
+from spadekit.common.errors import SpadekitError
+
+console = Console()
+
+
+def _bar() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[note]}"), TimeElapsedColumn(), console=console)
+
+
+def procedural(
+    out: Path = typer.Option(..., "--out", help="Pool directory to write (spadekit's pool "
+                             "format; appended to when it exists)."),
+    split: str = typer.Option("train", help="Which combinations: train (what a warm start may "
+                              "see) or held_out (every combination of the held-out part, plus "
+                              "a drawn share of the rest)."),
+    per_combo: int = typer.Option(1, help="Candidates per combination (near-duplicates of a "
+                                  "kept program are dropped)."),
+    seed: int = typer.Option(0, help="Fixes the split's draw, the documents, the numbers and "
+                             "the validation seeds."),
+    held_out_part: str = typer.Option("hidden=order", help="The part (kind=name) whose every "
+                                      "combination is held out."),
+    held_out_share: float = typer.Option(0.2, help="Share of the other combinations held out."),
+    corpus: Optional[str] = typer.Option(None, help="Grounding corpus for the surface words "
+                                         "(default: the offline default corpus)."),
+    limit: Optional[int] = typer.Option(None, help="At most this many candidates."),
+) -> None:
+    """Write a pool of procedural games: each combines a hidden state, an information action,
+    a scoring rule and a turn structure, themed on words of a grounding document; every one is
+    validated in the sandbox and near-duplicates are dropped. `split.json` beside the pool
+    names the held-out combinations (for measuring a designer's novelty)."""
+    from spadekit.runs.pool import write_pool
+    from spadekit.sandbox.validate import Validator, ValidatorSettings
+    from spadekit.selfplay.corpus import load_corpus
+    from spadekit.selfplay.procedural_pool import (build_pool, candidates, split_combos,
+                                                   write_split)
+
+    try:
+        parts = split_combos(seed, held_out_share, held_out_part)
+        combos = parts.of(split)
+        texts = [(d.id, d.text) for d in load_corpus(corpus)]
+        programs = candidates(combos, texts, seed, per_combo)[:limit]
+    except (ValueError, SpadekitError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    with _bar() as bar, Validator(settings=ValidatorSettings()) as validator:
+        task = bar.add_task("validate", total=len(programs), note="")
+        built = build_pool(programs, validator, seed=seed,
+                           progress=lambda done, _n: bar.update(task, completed=done))
+    counts = write_pool(out, built.kept)
+    write_split(parts, out)
+    summary = {**built.summary(), **counts, "split": split, "out": str(out)}
+    (Path(out) / "procedural.json").write_text(json.dumps(summary, indent=1) + "\n")
+    console.print(f"{summary['kept']} programs ({summary['combos']} combinations, "
+                  f"{len(summary['skills'])} skills) in {out}; {summary['invalid']} invalid, "
+                  f"{summary['near_duplicates']} near-duplicates dropped")
+    print(json.dumps(summary))
+
+
+def warmstart(
+    pool: str = typer.Option(..., "--pool", help="Where the examples come from: a pool "
+                             "directory (spadekit procedural / generate / import-reference) "
+                             "or library."),
+    out: Path = typer.Option(..., "--out", help="Output folder: the resumable state, then "
+                             "OUT/model (what selfplay starts from)."),
+    preset: str = typer.Option("cpu-tiny", help="The self-play preset whose prompts, turn cap, "
+                               "format aids and model the examples use."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML on top of the preset."),
+    overrides: list[str] = typer.Option(None, "--set", help="Override one self-play setting "
+                                        "(key=value). Repeatable."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to fine-tune "
+                                        "(default: the preset's)."),
+    epochs: int = typer.Option(3, help="Passes over the training examples."),
+    learning_rate: float = typer.Option(2e-4, help="AdamW learning rate."),
+    full: bool = typer.Option(False, "--full", help="Train all weights instead of LoRA."),
+    lora_r: int = typer.Option(32, help="LoRA rank (ignored with --full)."),
+    max_tokens: int = typer.Option(4096, help="Padded tokens per micro-batch."),
+    seeds_per_program: int = typer.Option(2, help="Solution episodes per program (agent "
+                                          "examples)."),
+    held_out_share: float = typer.Option(0.1, help="Share of programs held out for the "
+                                         "held-out loss."),
+    seed: int = typer.Option(0, help="Fixes the split, the order and the LoRA init."),
+) -> None:
+    """Supervised fine-tuning of both roles before self-play: the designer learns to write the
+    pool's programs (from the exact prompt the loop builds), the agent to play their solutions
+    (through the real sandbox). Completion-only loss; a held-out loss every epoch; rerun the
+    same command to resume after a crash. Then: `spadekit selfplay --model hf:OUT/model`."""
+    from spadekit.cli.train import _resolve
+    from spadekit.selfplay.warmstart import run_warmstart
+    from spadekit.train.sft import SFTConfig
+
+    cfg = _resolve(preset, config, overrides, model, None, False, [])
+    try:
+        sft = SFTConfig(epochs=epochs, learning_rate=learning_rate, use_peft=not full,
+                        lora_r=lora_r, lora_alpha=2 * lora_r, max_tokens_per_microbatch=max_tokens,
+                        seed=seed)
+    except SpadekitError as exc:
+        raise typer.BadParameter(exc.message) from None
+    with _bar() as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(phase: str, done: int, total: int, loss: float | None) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total, note="")
+            bar.update(tasks[phase], completed=done, total=total,
+                       note="" if loss is None else f"loss {loss:.3f}")
+
+        try:
+            result = run_warmstart(cfg, pool, out, sft, seeds_per_program=seeds_per_program,
+                                   held_out_share=held_out_share, progress=progress)
+        except (ValueError, SpadekitError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+    first, last = result.history[0]["held_out_loss"], result.history[-1]["held_out_loss"]
+    losses = ("no held-out programs" if first is None else
+              f"held-out loss {first:.3f} -> {last:.3f}")
+    console.print(f"{losses}; {result.counts['train_examples']} training examples "
+                  f"({result.counts['completion_tokens']} completion tokens)")
+    console.print(f"start self-play from it: spadekit selfplay --model hf:{result.model_dir}",
+                  soft_wrap=True)

@@ -1,0 +1,211 @@
+"""``spadekit warmstart``: supervised fine-tuning of both roles on a pool before self-play
+(issue 23).
+
+Two kinds of example come from each program of a pool directory (``spadekit generate``,
+``spadekit procedural``, an imported reference pool, or ``library``):
+
+- designer: the prompt the self-play loop builds for that program's skill (the same
+  ``build_designer_messages`` with the run's turn cap and document budget, a grounding document
+  of the corpus (the program's own when the pool recorded it), and up to
+  ``designer.positive_seeds`` other programs of the same skill as the memory's references when
+  ``use_memory`` is on), rendered by the model's chat template with the designer's response
+  prefix; the completion is the program in a ```python block and its ``HINT:`` line, then the
+  end-of-turn token, exactly the format the loop's extractor reads;
+- agent: the program's own ``solution()`` played through the real sandbox by the real rollout
+  engine (the run's system prompt, format aids and turn cap), one episode per drawn seed, so the
+  tokens are the ones self-play would produce; the loss is on the agent's replies only.
+
+Programs are split by a drawn share into training and held-out programs (both kinds of a program
+go to the same side), and ``spadekit.train.sft`` trains and exports ``OUT/model``;
+``spadekit selfplay --model hf:OUT/model`` starts from it. ``OUT/warmstart.json`` records the
+pool, the split and the losses.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from spadekit.common.errors import SandboxError
+from spadekit.envs.program import EnvProgram
+from spadekit.train.sft import SFTConfig, SFTExample, SFTRun
+
+__all__ = ["WarmstartResult", "agent_examples", "designer_completion", "designer_examples",
+           "load_programs", "run_warmstart"]
+
+
+def designer_completion(program: EnvProgram) -> str:
+    """What the designer writes for ``program``: the code block and the hint line."""
+    text = f"```python\n{program.code.strip()}\n```"
+    return text + (f"\nHINT: {program.hint.strip()}" if program.hint else "")
+
+
+def _end_id(tokenizer: Any) -> int:
+    vocab = tokenizer.get_vocab()
+    for token in ("<|im_end|>", tokenizer.eos_token):
+        if token in vocab:
+            return vocab[token]
+    raise ValueError("the tokenizer has no end-of-turn token")
+
+
+def designer_examples(policy: Any, config: Any, programs: Sequence[EnvProgram],
+                      documents: dict[str | None, str], rng: random.Random
+                      ) -> list[SFTExample]:
+    """One example per program: the loop's designer prompt, the program and hint as completion."""
+    from spadekit.policy.base import encode_text, render_text
+    from spadekit.selfplay.prompts import build_designer_messages
+
+    dcfg, tok = config.designer, policy.tokenizer
+    by_skill: dict[str | None, list[EnvProgram]] = {}
+    for p in programs:
+        by_skill.setdefault(p.skill, []).append(p)
+    texts = [t for t in documents.values() if t]
+    out = []
+    for program in programs:
+        doc_id = (program.meta.get("procedural") or {}).get("doc_id")
+        doc = documents.get(doc_id) if doc_id in documents else None
+        if doc is None and texts and config.grounding:
+            doc = texts[rng.randrange(len(texts))]
+        others = [p for p in by_skill.get(program.skill, []) if p.sha256 != program.sha256]
+        k = min(dcfg.positive_seeds, len(others)) if config.use_memory else 0
+        refs = rng.sample(others, k) if k else []
+        messages = build_designer_messages(config.setting, program.skill or "", doc if
+                                           config.grounding else None, refs, None,
+                                           config.turn_cap, doc_words=dcfg.max_words)
+        prompt = encode_text(tok, render_text(tok, messages, True, None,
+                                              config.chat_template.for_role("designer"))
+                             + dcfg.response_prefix)
+        text = designer_completion(program)
+        if dcfg.response_prefix and text.startswith(dcfg.response_prefix):
+            text = text[len(dcfg.response_prefix):]
+        completion = encode_text(tok, text) + [_end_id(tok)]
+        out.append(SFTExample(prompt + completion, [0] * len(prompt) + [1] * len(completion),
+                              kind="designer"))
+    return out
+
+
+def _solutions(pool: Any, program: EnvProgram, seeds: Sequence[int], cap: int
+               ) -> dict[int, list[str]]:
+    """``solution()`` after ``reset(seed)`` for each seed, in one sandbox (seeds whose call
+    fails are left out)."""
+    out: dict[int, list[str]] = {}
+    try:
+        sb = pool.acquire(program.code)
+    except SandboxError:
+        return out
+    try:
+        env = sb.new_env(max_turns=cap)
+        for seed in seeds:
+            try:
+                env.reset(seed=seed)
+                actions = env.solution()
+            except SandboxError:
+                continue
+            if isinstance(actions, list) and all(isinstance(a, str) for a in actions):
+                out[seed] = actions
+    finally:
+        pool.release(sb)
+    return out
+
+
+def agent_examples(policy: Any, config: Any, pool: Any, programs: Sequence[EnvProgram],
+                   seeds_per_program: int, rng: random.Random) -> list[tuple[int, SFTExample]]:
+    """``(program index, example)`` for every solution episode that won (return 1.0), played
+    by the rollout engine with the solution's actions as the agent's replies."""
+    from spadekit.policy.scripted import ScriptedPolicy
+    from spadekit.rollout.engine import EpisodeSpec, RolloutEngine
+
+    prefixes = config.rollout.response_prefix
+    out = []
+    for index, program in enumerate(programs):
+        seeds = [rng.randrange(2 ** 31) for _ in range(seeds_per_program)]
+        prefix = prefixes.get(program.domain or config.setting, "")
+        for seed, actions in _solutions(pool, program, seeds, config.turn_cap).items():
+            queue = list(actions)
+
+            def reply(_ids: list[int], _text: str, queue: list[str] = queue) -> str:
+                action = queue.pop(0) if queue else ""
+                return action[len(prefix):] if prefix and action.startswith(prefix) else action
+
+            engine = RolloutEngine(ScriptedPolicy(policy.tokenizer, reply), pool,
+                                   config.rollout,
+                                   chat_template_kwargs=config.chat_template.for_role("agent"))
+            [tr] = engine.run([EpisodeSpec(program, seed=seed, max_turns=config.turn_cap)])
+            if tr.failure or tr.episode_return < 1.0 or not any(tr.loss_mask):
+                continue
+            out.append((index, SFTExample(list(tr.token_ids), list(tr.loss_mask),
+                                          kind="agent")))
+    return out
+
+
+def load_programs(source: str) -> list[EnvProgram]:
+    """The programs of a pool directory, or ``library`` (the bundled reference environments)."""
+    if source == "library":
+        from spadekit.envs import library
+
+        return [library.program(e) for e in library.list_library()]
+    from spadekit.runs.pool import load_pool
+
+    return load_pool(source)
+
+
+@dataclass
+class WarmstartResult:
+    model_dir: Path
+    history: list[dict[str, Any]]
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
+                  policy: Any = None, pool: Any = None, seeds_per_program: int = 2,
+                  held_out_share: float = 0.1,
+                  progress: Callable[[str, int, int, float | None], None] | None = None
+                  ) -> WarmstartResult:
+    """Build the examples of ``source`` for ``config``'s loop, train, export ``out/model``."""
+    from spadekit.policy.registry import load_policy
+    from spadekit.sandbox import SandboxPool
+    from spadekit.selfplay.corpus import load_corpus
+
+    out = Path(out)
+    programs = [p for p in load_programs(source)
+                if (p.domain or config.setting) == config.setting]
+    if not programs:
+        raise ValueError(f"{source}: no {config.setting} programs to warm-start from")
+    rng = random.Random(sft.seed)
+    order = list(range(len(programs)))
+    rng.shuffle(order)
+    n_held = round(len(programs) * held_out_share) if len(programs) > 1 else 0
+    held = set(order[:n_held])
+    policy = policy or load_policy(config.model)
+    corpus = load_corpus(config.corpus)
+    documents = {d.id: d.text for d in corpus}
+    own = pool is None
+    pool = pool or SandboxPool(config.sandbox, warm=1)
+    try:
+        if progress:
+            progress("examples", 0, len(programs), None)
+        designer = designer_examples(policy, config, programs, documents, rng)
+        agent = agent_examples(policy, config, pool, programs, seeds_per_program, rng)
+    finally:
+        if own:
+            pool.close()
+    train = [e for i, e in enumerate(designer) if i not in held] + \
+        [e for i, e in agent if i not in held]
+    held_out = [e for i, e in enumerate(designer) if i in held] + \
+        [e for i, e in agent if i in held]
+    counts = {"programs": len(programs), "held_out_programs": len(held),
+              "designer_examples": len(designer), "agent_examples": len(agent),
+              "train_examples": len(train), "held_out_examples": len(held_out),
+              "completion_tokens": sum(sum(e.loss_mask) for e in train)}
+    run = SFTRun(policy, sft, out)
+    history = run.fit(train, held_out, None if progress is None else
+                      (lambda done, total, loss: progress("train", done, total, loss)))
+    model_dir = run.export()
+    (out / "warmstart.json").write_text(json.dumps({
+        "source": source, "counts": counts, "history": history,
+        "held_out": sorted(programs[i].sha256 for i in held),
+        "model": str(model_dir)}, indent=1) + "\n")
+    return WarmstartResult(model_dir, history, counts)
