@@ -2,7 +2,7 @@
 
 :func:`hint_candidates` turns a hint into the actions an agent could copy out of it without any
 reasoning: each quoted phrase, each number (digits or words), each letter-by-letter spelling
-(``x-y-z-z-y`` -> ``xyzzy``) and each word of at least three letters that is not a stop word
+(``x-y-z-z-y`` -> ``xyzzy``), each id-like chunk of letters and digits (``FIN-7``) and each word of at least three letters that is not a stop word
 (``spadekit.selfplay.leaks.STOP_WORDS``), as written and lower-cased. With the verbs of the
 solution's commands (the first token of a multi-token ``\\boxed{}`` command) each value is also
 tried after each verb (``open 3``). Games wrap them as ``\\boxed{...}``, tool use as
@@ -66,6 +66,10 @@ def _values(hint: str) -> list[str]:
     found: list[tuple[int, str]] = []
     for m in _QUOTED.finditer(text):
         found.append((m.start(), next(g for g in m.groups() if g is not None).strip()))
+    for m in re.finditer(r"\S{2,80}", text):  # ids: a letter and a digit (E123, FIN-7, b7)
+        chunk = m.group(0).strip(".,;:!?()[]{}<>\"'")
+        if any(c.isdigit() for c in chunk) and any(c.isalpha() for c in chunk):
+            found.append((m.start(), chunk))
     for m in _SPELLED.finditer(text):
         found.append((m.start(), "".join(tokens(m.group(0)))))
     for m in re.finditer(r"(?<![\w.,])-?\d[\d,]{0,40}(?:\.\d{1,40})?", text):
