@@ -224,7 +224,8 @@ def test_verbs_and_shown_words_are_not_needles():
 
 
 def test_short_arguments_count_only_when_every_seed_uses_them():
-    varying = SolutionTrace(per_seed=[["\\boxed{open 1}"], ["\\boxed{open 2}"], ["\\boxed{open 3}"]])
+    varying = SolutionTrace(per_seed=[["\\boxed{open 1}"], ["\\boxed{open 2}"],
+                                      ["\\boxed{open 3}"]])
     varying.extend(a for s in varying.per_seed for a in s)
     assert leaked_fragments("There are 3 doors; door 1 is not always it.", varying) == []
     fixed = SolutionTrace(per_seed=[["\\boxed{open 3}"]] * 3)

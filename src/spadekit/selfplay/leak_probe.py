@@ -2,11 +2,11 @@
 
 :func:`hint_candidates` turns a hint into the actions an agent could copy out of it without any
 reasoning: each quoted phrase, each number (digits or words), each letter-by-letter spelling
-(``x-y-z-z-y`` -> ``xyzzy``), each id-like chunk of letters and digits (``FIN-7``) and each word of at least three letters that is not a stop word
-(``spadekit.selfplay.leaks.STOP_WORDS``), as written and lower-cased. With the verbs of the
-solution's commands (the first token of a multi-token ``\\boxed{}`` command) each value is also
-tried after each verb (``open 3``). Games wrap them as ``\\boxed{...}``, tool use as
-``<answer>...</answer>``.
+(``x-y-z-z-y`` -> ``xyzzy``), each id-like chunk of letters and digits (``FIN-7``) and each word
+of at least three letters that is not a stop word (``spadekit.selfplay.leaks.STOP_WORDS``), as
+written and lower-cased. With the verbs of the solution's commands (the first token of a
+multi-token ``\\boxed{}`` command) each value is also tried after each verb (``open 3``).
+Games wrap them as ``\\boxed{...}``, tool use as ``<answer>...</answer>``.
 
 :func:`empirical_leak` plays them in the real sandbox on the validator's seeds: each candidate
 alone as the first action, then a few short sequences (the values in the order the hint gives
@@ -28,7 +28,7 @@ import re
 import time
 from typing import Any, Iterable
 
-from spadekit.common.errors import EnvRaised, SandboxError
+from spadekit.common.errors import EnvRaised, InvalidResult, SandboxError
 from spadekit.selfplay.leaks import (MAX_HINT_CHARS, STOP_WORDS, boxed_contents, number_words,
                                      numbers_in, tokens)
 
@@ -165,5 +165,5 @@ def _try(sb: Any, seed: int, actions: list[str], max_turns: int, deadline: float
         return False
     try:
         return _wins(sb, seed, actions, max_turns)
-    except EnvRaised:  # the program raised on this input: not a win, the worker lives on
+    except (EnvRaised, InvalidResult):  # raised on this input or broke the contract: no win
         return False
