@@ -4,9 +4,14 @@ For each environment to design: pick a skill (round robin over the active skills
 document, positive and negative memory seeds; one batched ``generate`` call writes all programs.
 Each output is extracted and validated in the sandbox; near-duplicates of remembered programs are
 turned away; valid programs get a hint (a second call of the same policy reading the code, or the
-designer's own ``HINT:`` line) that must not spell out the solution. Every designer sample (its
-prompt, sampled ids and behaviour logprobs) goes to the delay buffer, due ``regen_interval``
-rounds later; invalid ones carry their fixed reward (0, or -0.5 and a blacklist entry for a hang).
+designer's own ``HINT:`` line) that must not give the answer away: the leak check drops a hint
+that spells out part of the program's solution (``spadekit.selfplay.leaks``: commands, their
+arguments, constants the solution uses, a run of its commands, in any case, spacing or number
+form) or whose copied-out words and numbers win on every validator seed when played in the
+sandbox (``spadekit.selfplay.leak_probe``); ``hints["leaks"]`` counts them, split into
+``leaks_literal`` and ``leaks_empirical``, and ``leak_details`` says what gave each away. Every
+designer sample (its prompt, sampled ids and behaviour logprobs) goes to the delay buffer, due
+``regen_interval`` rounds later; invalid ones carry their fixed reward (0, or -0.5 and a blacklist entry for a hang).
 The blacklist is read before validation: a blacklisted program (a hang in validation or a program
 retired during training, ``spadekit.selfplay.watch``) is not validated again and earns -0.5 again (reason
 ``blacklisted``).
@@ -37,8 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spadekit.selfplay.config import SelfPlayConfig
-from spadekit.selfplay.prompts import (build_designer_messages, build_hint_messages, leaked_fragments,
-                               parse_hint, skills_for)
+from spadekit.selfplay.leak_probe import empirical_leak
+from spadekit.selfplay.leaks import leaked_fragments
+from spadekit.selfplay.prompts import (build_designer_messages, build_hint_messages, parse_hint,
+                                       skills_for)
 from spadekit.common.errors import ConfigError
 from spadekit.envs.extract import ExtractionError, extract_program
 from spadekit.envs.program import EnvProgram
@@ -52,7 +59,7 @@ from spadekit.rollout.aids import designer_request, with_prefix
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.runs.store import RunStore
 from spadekit.rollout.thinking import count_thinking_cut
-from spadekit.sandbox.validate import ValidationReport, Validator, to_program
+from spadekit.sandbox.validate import DEFAULT_SEEDS, ValidationReport, Validator, to_program
 from spadekit.selfplay.watch import RETIRE_PENALTY
 
 log = logging.getLogger(__name__)
@@ -73,7 +80,11 @@ class DesignOutcome:
     valid: int = 0
     pooled: list[str] = field(default_factory=list)
     reasons: dict[str, int] = field(default_factory=dict)
-    hints: dict[str, int] = field(default_factory=lambda: {"ok": 0, "missing": 0, "leaks": 0})
+    hints: dict[str, int] = field(default_factory=lambda: {
+        "ok": 0, "missing": 0, "leaks": 0, "leaks_literal": 0, "leaks_empirical": 0})
+    leak_details: list[dict] = field(default_factory=list)
+    """One entry per leaking hint: the program's sha256, ``literal`` or ``empirical`` and the
+    evidence (the fragments spelled out, or the winning actions)."""
     designer_tokens: int = 0
     repaired: int = 0
     """Programs pooled only after repair turns (not counted in ``valid``)."""
@@ -425,9 +436,29 @@ class DesignPhase:
 
     def _accept(self, items: list, i: int, hint: str | None, actions: dict,
                 out: DesignOutcome) -> bool:
+        """Keep ``hint`` for item ``i`` unless it leaks: literally (it spells out part of the
+        solution, ``leaks.leaked_fragments``) or empirically (actions copied out of it win on
+        every validator seed, ``leak_probe.empirical_leak``). A leak counts in
+        ``hints["leaks"]`` and in ``hints["leaks_literal"]`` or ``hints["leaks_empirical"]``,
+        with what gave it away in ``out.leak_details``."""
         item, program, report, _own = items[i]
-        if hint and leaked_fragments(hint, actions.get(i) or []):
+        reason, evidence = None, None
+        if hint:
+            evidence = leaked_fragments(hint, actions.get(i))
+            reason = "literal" if evidence else None
+        if hint and reason is None:
+            settings = getattr(self.validator, "settings", None)
+            evidence = empirical_leak(self.pool, program.code, hint, setting=self.config.setting,
+                                      seeds=getattr(settings, "seeds", None) or DEFAULT_SEEDS,
+                                      max_turns=self.config.turn_cap, solution=actions.get(i))
+            reason = "empirical" if evidence else None
+        if reason is not None:
             out.hints["leaks"] += 1
+            out.hints[f"leaks_{reason}"] += 1
+            out.leak_details.append({"sha256": program.sha256, "reason": reason,
+                                     "evidence": [str(e)[:200] for e in evidence[:5]],
+                                     "hint": hint[:500]})
+            log.info("hint for %s leaks (%s): %s", program.sha256[:12], reason, evidence[:3])
             hint = None
         elif hint:
             out.hints["ok"] += 1

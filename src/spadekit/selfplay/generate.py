@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from spadekit.selfplay.corpus import Corpus, load_corpus
+from spadekit.selfplay.leaks import SolutionTrace, program_constants
 from spadekit.selfplay.prompts import (DOC_WORDS, build_designer_messages, build_hint_messages,
                                leaked_fragments, normalize_skill, parse_hint, skills_for)
 from spadekit.envs.extract import ExtractionError, extract_program
@@ -102,19 +103,25 @@ def _derive(seed: int, *parts: Any) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def solution_actions(pool: Any, code: str, max_turns: int) -> list[str] | None:
-    """The program's solution actions over a few seeds (for the hint leak check)."""
+def solution_actions(pool: Any, code: str, max_turns: int) -> SolutionTrace | None:
+    """The program's solution actions over a few seeds, for the hint leak check: a
+    :class:`~spadekit.selfplay.leaks.SolutionTrace` (a list of the actions, seed after seed,
+    which also holds them per seed, each seed's first observation and the program's constants),
+    or ``None`` when the program does not load or its ``solution()`` fails."""
     try:
         sb = pool.acquire(code)
     except SandboxError:
         return None
     try:
         env = sb.new_env(max_turns=max_turns)
-        actions: list[str] = []
+        per_seed: list[list[str]] = []
+        observations: list[str] = []
         for seed in _LEAK_SEEDS:
-            env.reset(seed=seed)
-            actions += env.solution()
-        return actions
+            obs, _info = env.reset(seed=seed)
+            observations.append(obs)
+            per_seed.append(list(env.solution()))
+        return SolutionTrace([a for actions in per_seed for a in actions], per_seed=per_seed,
+                             observations=observations, constants=program_constants(code))
     except SandboxError:
         return None
     finally:

@@ -235,6 +235,8 @@ class SelfPlay(SetupSteps):
                          valid_share=outcome.valid_share, pooled=len(outcome.pooled),
                          designer_tokens=outcome.designer_tokens,
                          hints_ok=outcome.hints["ok"], hints_leaked=outcome.hints["leaks"],
+                         hints_leaked_literal=outcome.hints["leaks_literal"],
+                         hints_leaked_empirical=outcome.hints["leaks_empirical"],
                          invalid_reasons=outcome.reasons, repaired=outcome.repaired,
                          repair_calls=outcome.repair_calls,
                          judge_rejected=outcome.judge.get("reject", 0),

@@ -3,20 +3,19 @@
 ``build_designer_messages`` asks for one complete environment program for a skill, grounded on a
 corpus document, with reference environments to differ from and one example to avoid.
 ``build_hint_messages`` is the second call (SPEC point 2): the same policy reads the code and
-writes a 1-3 sentence hint. ``parse_hint`` cleans a hint reply; ``hint_leaks`` rejects hints that
-spell out a solution action.
+writes a 1-3 sentence hint. ``parse_hint`` cleans a hint reply. The hint leak check (``hint_leaks``,
+``leaked_fragments``) lives in :mod:`spadekit.selfplay.leaks` and is re-exported here.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from spadekit.selfplay.corpus import truncate_words
-from spadekit.envs.actions import parse_tool_calls
 from spadekit.envs.skills import (SETTINGS, SKILLS, _check_setting,  # noqa: F401 (re-exported)
                                   normalize_skill, skills_for)
+from spadekit.selfplay.leaks import hint_leaks, leaked_fragments  # noqa: F401 (re-exported)
 
 __all__ = ["DOC_WORDS", "SETTINGS", "SKILLS", "build_designer_messages", "build_hint_messages",
            "hint_leaks", "leaked_fragments", "normalize_skill", "parse_hint", "skills_for"]
@@ -280,61 +279,3 @@ def parse_hint(text: str | None) -> str | None:
     if re.search(r"^\s*(def|class|import|return)\b|\bself\.", hint):
         return None
     return hint
-
-
-def _normalise(text: str) -> str:
-    return " ".join(str(text).lower().split())
-
-
-def _boxed_contents(action: str) -> Iterable[str]:
-    """Every top-level ``\\boxed{...}`` content in ``action`` (balanced braces)."""
-    for match in re.finditer(r"\\boxed\s*\{", action):
-        depth, i = 1, match.end()
-        while i < len(action) and depth:
-            depth += {"{": 1, "}": -1}.get(action[i], 0)
-            i += 1
-        if depth == 0:
-            yield action[match.end(): i - 1]
-
-
-def _argument_values(value: Any) -> Iterable[str]:
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _argument_values(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _argument_values(item)
-    elif isinstance(value, bool) or value is None:
-        return
-    elif isinstance(value, (int, float, str)):
-        yield value if isinstance(value, str) else json.dumps(value)
-
-
-def leaked_fragments(hint: str, solution_actions: Iterable[str], min_chars: int = 3) -> list[str]:
-    """The solution fragments that ``hint`` spells out: each ``\\boxed{}`` command and each tool
-    call argument value (at least ``min_chars`` characters), compared after lower-casing and
-    collapsing whitespace, and matched as whole tokens (``"E12"`` does not match ``"E123"``)."""
-    if not hint:
-        return []
-    haystack = _normalise(hint)
-    needles: list[str] = []
-    for action in solution_actions:
-        if not isinstance(action, str):
-            continue
-        needles += list(_boxed_contents(action))
-        calls, _errors = parse_tool_calls(action, strict=False)
-        for call in calls:
-            needles += list(_argument_values(call.arguments))
-    found = []
-    for needle in dict.fromkeys(_normalise(n) for n in needles):
-        if len(needle) < min_chars:
-            continue
-        pattern = r"(?<![a-z0-9])" + re.escape(needle) + r"(?![a-z0-9])"
-        if re.search(pattern, haystack):
-            found.append(needle)
-    return found
-
-
-def hint_leaks(hint: str | None, solution_actions: Iterable[str]) -> bool:
-    """Whether ``hint`` contains a solution action's literal command or argument value."""
-    return bool(leaked_fragments(hint or "", solution_actions))

@@ -1,0 +1,451 @@
+"""The hint leak check: does a privileged hint hand the agent the answer instead of an insight?
+
+SPEC point 2 asks for a hint of key insight or strategy, "never the exact answer or concrete
+ids/values". A hint that spells out the answer earns the designer hint regret for nothing, so the
+design phase (``spadekit.selfplay.design``) drops such a hint (``hints["leaks"]``). Two checks:
+
+**Literal** (:func:`leaked_fragments`): the hint is compared with what the program's own
+``solution()`` plays on the leak seeds (a :class:`SolutionTrace`, from
+``spadekit.selfplay.generate.solution_actions``). The needles, and the matcher each one gets:
+
+* *commands*: each ``\\boxed{...}`` content, each ``<answer>...</answer>`` content and each tool
+  call argument value of the solution's actions;
+* *arguments*: the tokens of a multi-token boxed command after its first one (the verb; a verb
+  alone is never a needle, the hint may name the commands);
+* *constants*: the string and number literals of the program's module constants and class
+  attributes (``ast``) that the solution's commands contain;
+* *sequences*: three or more consecutive commands of one seed's solution, spelled in order.
+
+Text is compared as tokens: lower-cased runs of letters and digits, so case, separators and
+spacing do not matter (``x-y-z-z-y``, ``X Y Z Z Y`` and ``x.y.z.z.y`` all spell ``xyzzy``) while
+token edges do (``mod 11`` is not in ``mod 111``). A needle matches when consecutive hint tokens
+join into it. Needles of at least ``min_chars`` (3) letters and digits get that matcher; a
+shorter one is checked as a whole token only when it holds a digit (``b7``). Numbers are matched
+as whole numeric tokens (``7`` is not in ``17`` or ``7.5``; ``4,321`` is 4321; ``forty-two`` is
+42; a number of three or more digits spelled digit by digit, ``4 3 2 1``, counts too). A short
+number (under three characters) that is an argument or a tool argument value is checked only
+when it recurs in the solution of every leak seed (a number of one seed's answer is a
+coincidence in a hint that serves every seed); a whole command that is a number (``\\boxed{7}``)
+is always checked. Exempt: needles that the program's first observation already shows (the
+agent was told them, e.g. the command words or "3 doors"), words of a small stop list and
+``done``.
+
+**Empirical** (:func:`empirical_leak`, in ``spadekit.selfplay.leak_probe``): garbage plus the
+hint must not win. See that module.
+
+Every scan here is linear in its input and capped (hint, action and command lengths, the number
+of actions, boxes, tool calls and needles; JSON nesting is walked without recursion) and runs
+under a wall-clock budget: a hostile hint or solution can neither raise out of the check nor
+stall it. An exhausted budget ends the scan with what was found so far.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Iterable
+
+from spadekit.envs.actions import parse_tool_calls
+
+__all__ = ["LITERAL_BUDGET_S", "SolutionTrace", "STOP_WORDS", "argument_values", "boxed_contents",
+           "hint_leaks", "leaked_fragments", "number_words", "numbers_in", "program_constants",
+           "tokens"]
+
+MAX_HINT_CHARS = 4000
+MAX_ACTION_CHARS = 8192
+MAX_COMMAND_CHARS = 400
+MAX_ACTIONS = 256
+MAX_BOXES = 32
+MAX_TOOL_CALLS = 16
+MAX_VALUES = 256
+MAX_DEPTH = 32
+MAX_NEEDLES = 512
+MAX_TOKENS = 2000
+MAX_CONSTANTS = 512
+MAX_SEQUENCE = 25
+SEQUENCE_RUN = 3
+SEQUENCE_GAP = 3
+LITERAL_BUDGET_S = 2.0
+
+#: Words never checked or tried on their own: function words and words every hint may use.
+STOP_WORDS = frozenset("""
+a an the and or but nor not no yes so if then than else when while until before after first last
+next each every all any some both few more most less least many much one once twice again also
+only just very too still then there here this that these those it its is are was were be been
+being am do does did done doing have has had having will would can could should shall may might
+must of in on at by for from to into onto with without within over under about above below up
+down out off as per via you your yours we our they them their he she his her i me my mine use
+using try trying keep make sure way ways what which who whom whose why how where
+""".split())
+
+_ALNUM = re.compile(r"[^\W_]+")
+_NUMBER = re.compile(r"(?<![\w.,])-?\d{1,40}(?:,\d{3})*(?:\.\d{1,40})?(?![\w]|[.,]\d)")
+_BOX_OR_BRACE = re.compile(r"\\boxed\s*\{|[{}]")
+_ANSWER = re.compile(r"<answer>([^<]{0,400})</answer>", re.IGNORECASE)
+_UNITS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate(
+    "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if w != "_"}
+
+
+class SolutionTrace(list):
+    """A solution's actions over the leak seeds (a plain ``list`` of action strings, as before)
+    with what the literal check reads besides: the actions per seed, the first observation of
+    each seed and the program's constants (:func:`program_constants`)."""
+
+    def __init__(self, actions: Iterable[str] = (), *, per_seed: Iterable[Iterable[str]] = (),
+                 observations: Iterable[str] = (), constants: Iterable[Any] = ()) -> None:
+        super().__init__(actions)
+        self.per_seed = [list(s) for s in per_seed]
+        self.observations = [o for o in observations if isinstance(o, str)]
+        self.constants = list(constants)
+
+
+class _Clock:
+    def __init__(self, budget_s: float) -> None:
+        self.deadline = time.monotonic() + max(0.0, float(budget_s))
+
+    def over(self) -> bool:
+        return time.monotonic() > self.deadline
+
+
+# -- scanners ---------------------------------------------------------------------------------
+
+
+def tokens(text: Any, limit: int = MAX_TOKENS, cap: int = MAX_HINT_CHARS) -> list[str]:
+    """The lower-cased runs of letters and digits of ``text`` (its first ``cap`` characters)."""
+    if not isinstance(text, str):
+        return []
+    out = []
+    for match in _ALNUM.finditer(text[:cap].lower()):
+        out.append(match.group(0))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _key(text: str) -> str:
+    return "".join(tokens(text, cap=MAX_COMMAND_CHARS))
+
+
+def _canonical(number: str) -> str | None:
+    try:
+        value = Decimal(number.replace(",", ""))
+    except (InvalidOperation, ValueError):
+        return None
+    if not value.is_finite():
+        return None
+    text = format(value.normalize(), "f")
+    return "0" if text in ("-0", "0") else text
+
+
+def numbers_in(text: Any, cap: int = MAX_HINT_CHARS) -> set[str]:
+    """The whole numeric tokens of ``text``, canonical (``"4,321"`` -> ``"4321"``, ``"7.50"`` ->
+    ``"7.5"``); a number inside a word or a longer number is not one (``x7``, ``7`` in ``7.5``)."""
+    if not isinstance(text, str):
+        return set()
+    found = (_canonical(m.group(0)) for m in _NUMBER.finditer(text[:cap]))
+    return {n for n in found if n is not None}
+
+
+def number_words(toks: list[str]) -> set[str]:
+    """Numbers 0-999 written in words in ``toks`` (``forty``, ``two`` -> ``"42"``); a lone
+    ``one`` is left out (it is a pronoun as often as a number)."""
+    out, i = set(), 0
+    while i < len(toks):
+        value, j = _words_value(toks, i)
+        if j > i and not (j == i + 1 and toks[i] == "one"):
+            out.add(str(value))
+        i = max(j, i + 1)
+    return out
+
+
+def _words_value(toks: list[str], i: int) -> tuple[int, int]:
+    value, j = _below_hundred(toks, i)
+    if j > i and j < len(toks) and toks[j] == "hundred" and 0 < value < 10:
+        rest, k = _below_hundred(toks, j + 2 if j + 1 < len(toks) and toks[j + 1] == "and"
+                                 else j + 1)
+        start = j + 2 if j + 1 < len(toks) and toks[j + 1] == "and" else j + 1
+        return value * 100 + (rest if k > start else 0), (k if k > start else j + 1)
+    return value, j
+
+
+def _below_hundred(toks: list[str], i: int) -> tuple[int, int]:
+    if i < len(toks) and toks[i] in _TENS:
+        value = _TENS[toks[i]]
+        if i + 1 < len(toks) and 0 < _UNITS.get(toks[i + 1], 0) < 10:
+            return value + _UNITS[toks[i + 1]], i + 2
+        return value, i + 1
+    if i < len(toks) and toks[i] in _UNITS:
+        return _UNITS[toks[i]], i + 1
+    return 0, i
+
+
+def boxed_contents(action: Any) -> list[str]:
+    """Every balanced ``\\boxed{...}`` content of ``action``, nested ones too, in order of their
+    openings; one pass over the first ``MAX_ACTION_CHARS`` characters, unclosed openings are
+    dropped (not rescanned), contents longer than ``MAX_COMMAND_CHARS`` are skipped."""
+    if not isinstance(action, str):
+        return []
+    text, found, stack = action[:MAX_ACTION_CHARS], [], []
+    for match in _BOX_OR_BRACE.finditer(text):
+        piece = match.group(0)
+        if piece == "}":
+            if stack:
+                start = stack.pop()
+                if start >= 0 and match.start() - start <= MAX_COMMAND_CHARS:
+                    found.append((start, text[start:match.start()]))
+                    if len(found) >= MAX_BOXES:
+                        break
+        else:
+            stack.append(match.end() if piece != "{" else -1)
+    return [content for _start, content in sorted(found)]
+
+
+def argument_values(value: Any) -> list[str]:
+    """The leaf strings and numbers of a tool call's arguments, in order, walked without
+    recursion (at most ``MAX_VALUES`` leaves, ``MAX_DEPTH`` levels; booleans and None skipped)."""
+    out: list[str] = []
+    stack = [(value, 0)]
+    while stack and len(out) < MAX_VALUES:
+        item, depth = stack.pop()
+        if isinstance(item, dict) or isinstance(item, (list, tuple)):
+            if depth < MAX_DEPTH:
+                children = list(item.values() if isinstance(item, dict) else item)[:MAX_VALUES]
+                stack.extend((child, depth + 1) for child in reversed(children))
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if item.bit_length() <= 128:
+                out.append(str(item))
+        elif isinstance(item, float):
+            if item == item and abs(item) != float("inf"):
+                out.append(repr(item))
+        elif isinstance(item, str):
+            out.append(item[:MAX_COMMAND_CHARS])
+    return out
+
+
+def _tool_values(action: str) -> list[str]:
+    if "<tool_call>" not in action.lower():
+        return []
+    try:  # a foreign parser on hostile text: deep JSON raises RecursionError, huge ints ValueError
+        calls, _errors = parse_tool_calls(action[:MAX_ACTION_CHARS], strict=False,
+                                          limit=MAX_TOOL_CALLS)
+    except (RecursionError, ValueError, TypeError, MemoryError):
+        return []
+    values: list[str] = []
+    for call in calls:
+        values += argument_values(getattr(call, "arguments", None))
+    return values
+
+
+def program_constants(code: Any) -> list[Any]:
+    """The string and number literals assigned at module level or in a class body of ``code``
+    (alone or inside literal tuples, lists, sets and dicts); ``[]`` for code that does not parse."""
+    if not isinstance(code, str):
+        return []
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out: list[Any] = []
+    bodies = [tree.body] + [node.body for node in tree.body if isinstance(node, ast.ClassDef)]
+    for body in bodies:
+        for node in body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            stack = [value] if value is not None else []
+            while stack and len(out) < MAX_CONSTANTS:
+                item = stack.pop()
+                if isinstance(item, ast.Constant):
+                    if isinstance(item.value, (str, int, float)) and not isinstance(item.value,
+                                                                                     bool):
+                        out.append(item.value)
+                elif isinstance(item, (ast.Tuple, ast.List, ast.Set)):
+                    stack.extend(reversed(item.elts))
+                elif isinstance(item, ast.Dict):
+                    stack.extend(reversed([k for k in item.keys if k is not None] + item.values))
+    return out
+
+
+# -- needles ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Needle:
+    text: str  # as the report shows it
+    key: str  # the tokens joined
+    kind: str  # command, argument, tool_value, constant
+    number: str | None  # canonical, when the whole needle is one number
+
+
+def _needle(text: Any, kind: str) -> _Needle | None:
+    text = str(text)[:MAX_COMMAND_CHARS]
+    key = _key(text)
+    if not key:
+        return None
+    found = numbers_in(text.strip(), cap=MAX_COMMAND_CHARS)
+    number = next(iter(found)) if len(found) == 1 and _NUMBER.fullmatch(text.strip()) else None
+    return _Needle(" ".join(text.lower().split()), key, kind, number)
+
+
+def _commands(action: str) -> list[str]:
+    cut = action[:MAX_ACTION_CHARS]
+    return boxed_contents(cut) + [m.group(1) for m in _ANSWER.finditer(cut)][:MAX_BOXES]
+
+
+class _Hay:
+    """A text's tokens with an index of where each token starts, and its numbers."""
+
+    def __init__(self, text: str) -> None:
+        self.toks = tokens(text)
+        self.at: dict[str, list[int]] = {}
+        for i, tok in enumerate(self.toks):
+            self.at.setdefault(tok, []).append(i)
+        self.numbers = numbers_in(text) | number_words(self.toks)
+        self.spelled, run = set(), []
+        for tok in self.toks + [""]:
+            if len(tok) == 1 and tok.isdigit():
+                run.append(tok)
+                continue
+            if len(run) >= 3:
+                self.spelled.add("".join(run))
+            run = []
+
+    def runs(self, key: str, start: int = 0) -> Iterable[tuple[int, int]]:
+        """Each ``(i, j)`` with ``toks[i:j]`` joining into ``key``, ``i >= start``, by ``i``."""
+        starts = sorted(p for n in range(1, len(key) + 1) for p in self.at.get(key[:n], ())
+                        if p >= start)
+        for i in starts:
+            size, j = len(self.toks[i]), i + 1
+            while size < len(key) and j < len(self.toks) and key.startswith(self.toks[j], size):
+                size += len(self.toks[j])
+                j += 1
+            if size == len(key):
+                yield i, j
+
+    def has(self, needle: _Needle, min_chars: int) -> bool:
+        if needle.number is not None:
+            digits = needle.number.lstrip("-")
+            return needle.number in self.numbers or (digits.isdigit() and len(digits) >= 3
+                                                     and digits in self.spelled)
+        if len(needle.key) < min_chars and not any(c.isdigit() for c in needle.key):
+            return False
+        return next(iter(self.runs(needle.key)), None) is not None
+
+
+def _needles(actions: list[str], trace: Any, clock: _Clock) -> list[_Needle]:
+    per_seed = getattr(trace, "per_seed", None) or []
+    seed_sets = [set() for _ in per_seed]
+    for k, seed_actions in enumerate(per_seed):
+        for action in seed_actions[:MAX_ACTIONS]:
+            if isinstance(action, str):
+                seed_sets[k].update(_key(c) for c in _commands(action))
+                seed_sets[k].update(t for c in boxed_contents(action) for t in tokens(c))
+                seed_sets[k].update(_key(v) for v in _tool_values(action))
+    stable = set.intersection(*seed_sets) if len(seed_sets) >= 2 else set()
+    out: list[_Needle] = []
+    commands: list[str] = []
+    for action in actions[:MAX_ACTIONS]:
+        if clock.over() or len(out) >= MAX_NEEDLES:
+            break
+        if not isinstance(action, str):
+            continue
+        for command in _commands(action):
+            commands.append(command)
+            out.append(_needle(command, "command"))
+            parts = command.split()
+            if len(parts) > 1:
+                out += [_needle(p, "argument") for p in parts[1:]]
+        out += [_needle(v, "tool_value") for v in _tool_values(action)]
+    keys = {_key(c) for c in commands}
+    hay = _Hay("\n".join(commands)[:MAX_ACTION_CHARS]) if commands else None
+    for value in getattr(trace, "constants", None) or []:
+        if clock.over() or hay is None:
+            break
+        needle = _needle(value, "constant")
+        if needle and (needle.key in keys or next(iter(hay.runs(needle.key)), None)):
+            out.append(needle)
+    kept, seen = [], set()
+    for needle in out:
+        if needle is None or needle.key in seen or needle.text in STOP_WORDS \
+                or needle.key == "done":
+            continue
+        short_number = needle.number is not None and len(needle.number.lstrip("-")) < 3
+        if short_number and needle.kind in ("argument", "tool_value") \
+                and needle.key not in stable:
+            continue
+        seen.add(needle.key)
+        kept.append(needle)
+    return kept[:MAX_NEEDLES]
+
+
+def _sequence_leak(hay: _Hay, per_seed: list[list[str]], clock: _Clock) -> str | None:
+    """``SEQUENCE_RUN`` consecutive commands of one seed's solution, in order in the hint, with
+    at most ``SEQUENCE_GAP`` tokens between them; returns them joined by ``" -> "``."""
+    for seed_actions in per_seed:
+        keys = []
+        for action in seed_actions[:MAX_SEQUENCE]:
+            found = _commands(action) if isinstance(action, str) else []
+            keys.append(_key(found[-1]) if found else "")
+        for k in range(len(keys) - SEQUENCE_RUN + 1):
+            if clock.over():
+                return None
+            run = keys[k:k + SEQUENCE_RUN]
+            if all(run) and _chain(hay, run):
+                return " -> ".join(run)
+    return None
+
+
+def _chain(hay: _Hay, run: list[str]) -> bool:
+    for _i, j in hay.runs(run[0]):
+        end, ok = j, True
+        for key in run[1:]:
+            nxt = next((m for m in hay.runs(key, end) if m[0] - end <= SEQUENCE_GAP), None)
+            if nxt is None:
+                ok = False
+                break
+            end = nxt[1]
+        if ok:
+            return True
+    return False
+
+
+def leaked_fragments(hint: str | None, solution_actions: Iterable[str] | None,
+                     min_chars: int = 3, *, budget_s: float = LITERAL_BUDGET_S) -> list[str]:
+    """The solution fragments that ``hint`` spells out (the module docstring says which and
+    how), each as lower-cased text with whitespace collapsed, in the order of the solution; a
+    spelled-out sequence of commands reads ``"a -> b -> c"``. ``solution_actions`` is a
+    :class:`SolutionTrace` or any iterable of action strings (then nothing is known of the
+    seeds, the first observations or the constants: short numeric arguments are not checked
+    and nothing is exempt as shown)."""
+    if not isinstance(hint, str) or not hint.strip() or solution_actions is None:
+        return []
+    clock = _Clock(budget_s)
+    actions = []
+    for action in solution_actions:
+        if len(actions) >= MAX_ACTIONS:
+            break
+        if isinstance(action, str):
+            actions.append(action)
+    trace = solution_actions if isinstance(solution_actions, SolutionTrace) else None
+    hay = _Hay(hint)
+    shown = [_Hay(o[:MAX_ACTION_CHARS]) for o in (trace.observations if trace else [])[:8]]
+    found = []
+    for needle in _needles(actions, trace, clock):
+        if clock.over():
+            break
+        if hay.has(needle, min_chars) and not any(s.has(needle, 1) for s in shown):
+            found.append(needle.text)
+    per_seed = trace.per_seed if trace and trace.per_seed else [actions]
+    sequence = None if found else _sequence_leak(hay, per_seed, clock)
+    return found + ([sequence] if sequence else [])
+
+
+def hint_leaks(hint: str | None, solution_actions: Iterable[str] | None) -> bool:
+    """Whether ``hint`` spells out part of the solution (:func:`leaked_fragments`)."""
+    return bool(leaked_fragments(hint or "", solution_actions))
