@@ -115,11 +115,13 @@ def design(cfg: SelfPlayConfig, w: World) -> Any:
             memory.seed_from_source(cfg.memory_seed, cfg.setting)
         corpus = load_corpus(cfg.corpus, seed=0) if cfg.grounding else None
         phase = DesignPhase(cfg, RecordingPolicy(hybrid(), designer_script(), log), w.pool,
-                            Validator(w.pool, ValidatorSettings(max_turns=cfg.env_max_turns),
+                            Validator(w.pool, ValidatorSettings(max_turns=cfg.turn_cap),
                                       seed=0),
                             store, memory if cfg.use_memory else SeedlessMemory(memory), corpus)
         out = phase.run(0, random.Random(0))
-        hints = [store.get_hint(sha) for sha in out.pooled]
+        # the hint rows without their wall-clock created_at (equal configs, equal results)
+        hints = [{k: v for k, v in (store.get_hint(sha) or {}).items() if k != "created_at"}
+                 for sha in out.pooled]
     return (tuple(log), out.valid, tuple(sorted(out.reasons.items())), out.repair_calls,
             tuple(sorted(out.judge.items())), json.dumps(hints, sort_keys=True, default=str))
 

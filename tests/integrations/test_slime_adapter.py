@@ -305,7 +305,7 @@ def _batch_tensors(samples, seed, spread):
 
 def _mixed(agent_samples, produced):
     """The real designer samples (their real weight and stored logprobs) with nonzero
-    advantages of both signs (two skills of one sample each centre to 0), then the agent's."""
+    advantages of both signs set by hand (whatever the round's rewards were), then the agent's."""
     designer = [s for s in produced["rounds"][1][0] if s.role == "designer"]
     designer = [dataclasses.replace(s, advantage=a) for s, a in zip(designer, (0.3, -0.2))]
     return designer + agent_samples[0]
@@ -364,6 +364,53 @@ def test_padded_slime_objective_equals_spadekit_grpo_loss(agent_samples, produce
 
 
 # -- the round as slime samples, the data source and the glue --------------------------------
+
+def _recording_designer(tokenizer, prompts: list) -> ScriptedPolicy:
+    """The scripted designer of GAME_SOURCES that also keeps each designer prompt's text."""
+    respond = designer_responder(GAME_SOURCES)
+
+    def recording(ids, text):
+        if "You write privileged hints" not in text:
+            prompts.append(text)
+        return respond(ids, text)
+
+    return ScriptedPolicy(tokenizer, recording)
+
+
+def test_producer_applies_the_schedule_and_grounds_on_the_corpus(tmp_path, tiny):
+    """The producer's round is the loop's: a ``schedule`` entry moves ``envs_per_round`` from
+    its round on (the old producer had its own round and ignored it), and the designer is
+    grounded on the run's pinned corpus."""
+    prompts: list = []
+    cfg = producer_config(schedule="[{from_round: 1, set: {envs_per_round: 1}}]")
+    with sl.RoundProducer(cfg, tmp_path / "run", policy=tiny,
+                          designer_policy=_recording_designer(tiny.tokenizer, prompts)) as p:
+        _s0, m0 = p.produce()
+        n0 = len(prompts)
+        _s1, m1 = p.produce()
+    assert (m0["designed"], m1["designed"]) == (2, 1) and len(prompts) == n0 + 1 == 3
+    assert m1["schedule/envs_per_round"] == 1 and "schedule/changed" in m1
+    assert all("<document>" in text for text in prompts)
+    from spadekit.selfplay.corpus_pin import PIN_NAME
+
+    assert (tmp_path / "run" / PIN_NAME).is_file()  # the corpus pin, as a selfplay run has
+
+
+def test_producer_honours_grounding_false(tmp_path, tiny):
+    """``grounding=false`` (the no-grounding ablation): no document in the designer's prompt
+    (the old producer always loaded the corpus and grounded on it)."""
+    prompts: list = []
+    cfg = producer_config(grounding="false")
+    with sl.RoundProducer(cfg, tmp_path / "run", policy=tiny,
+                          designer_policy=_recording_designer(tiny.tokenizer, prompts)) as p:
+        _s0, m0 = p.produce()
+    assert m0["designed"] == 2 and len(prompts) == 2
+    assert all("<document>" not in text and "No grounding document" in text
+               for text in prompts)
+    from spadekit.selfplay.corpus_pin import PIN_NAME
+
+    assert not (tmp_path / "run" / PIN_NAME).exists()  # no corpus loaded
+
 
 def test_produce_round_pads_and_orders(tmp_path, tiny):
     designer = ScriptedPolicy(tiny.tokenizer, designer_responder(GAME_SOURCES))

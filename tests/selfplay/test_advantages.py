@@ -48,13 +48,30 @@ def test_agent_rejects_nan():
 # ----- designer: centring by skill ---------------------------------------------------------------
 def test_designer_centring_by_skill():
     # Logic: 0.2, 0.6, 0.7 -> mean 0.5 -> -0.3, 0.1, 0.2 (no std division)
-    # Math: 0.9, 0.1 -> mean 0.5 -> 0.4, -0.4 ; Spatial: one sample -> 0
+    # Math: 0.9, 0.1 -> mean 0.5 -> 0.4, -0.4 ; Spatial: one sample -> the fallback below
     adv = designer_advantages({"Logic": [0.2, 0.6, 0.7], "Math": [0.9, 0.1], "Spatial": [0.8],
                                "Empty": []})
     assert adv["Logic"] == approx([-0.3, 0.1, 0.2])
     assert adv["Math"] == approx([0.4, -0.4])
-    assert adv["Spatial"] == [0.0]
+    # the round's mean over all six: (0.2 + 0.6 + 0.7 + 0.9 + 0.1 + 0.8) / 6 = 0.55 -> 0.25
+    assert adv["Spatial"] == approx([0.25])
     assert adv["Empty"] == []
+
+
+def test_designer_single_sample_skills_centre_on_the_round_mean():
+    """The default preset's shape: 2 programs over 3 skills, one sample per skill. Centring
+    within each skill alone would give both 0 (no designer gradient)."""
+    # round mean (0.7 + 0.1) / 2 = 0.4 -> 0.3, -0.3
+    adv = designer_advantages({"Logic": [0.7], "Math": [0.1], "Spatial": []})
+    assert adv == {"Logic": approx([0.3]), "Math": approx([-0.3]), "Spatial": []}
+    # a skill of two keeps its own mean; the singleton uses all three: (0.2 + 0.4 + 0.9) / 3
+    adv = designer_advantages({"Logic": [0.2, 0.4], "Math": [0.9]})
+    assert adv["Logic"] == approx([-0.1, 0.1]) and adv["Math"] == approx([0.4])
+    # one designer sample in the whole round: nothing to compare with
+    assert designer_advantages({"Logic": [0.7]}) == {"Logic": [0.0]}
+    # equal singletons carry no preference
+    assert designer_advantages({"Logic": [0.5], "Math": [0.5]}) == {"Logic": [0.0],
+                                                                    "Math": [0.0]}
 
 
 # ----- upweighting --------------------------------------------------------------------------------

@@ -109,8 +109,16 @@ from spadekit.integrations.slime_samples import (  # noqa: E402  (re-exported)
 class _NoTrainer:
     """Stands in for spadekit's trainer: slime owns the weights and their checkpoints."""
 
+    class dist:  # one process: the environment side runs inside slime's RolloutManager
+        world_size, rank, enabled, is_main = 1, 0, False, True
+
     def load(self, path: str) -> None:  # a spadekit checkpoint pointer in a run dir
         return None
+
+    def gathered_for_generation(self) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
 
 
 class RoundProducer:
@@ -118,8 +126,13 @@ class RoundProducer:
     advantages; the weights live elsewhere (slime). Same run directory, store, memory and delay
     buffer as ``spadekit selfplay``; each ``produce`` commits one round.
 
-    Built on ``spadekit.selfplay.loop.SelfPlay`` (its methods, not its constructor, which makes a
-    transformers trainer): ``policy`` only needs ``token_ids`` and ``logprobs``.
+    One path with ``spadekit selfplay``: a ``SelfPlay`` whose setup steps are the loop's own
+    (``spadekit.selfplay.setup``: stored config on resume, environment side with the
+    ``grounding``, ``use_memory``, ``memory_seed*`` switches and the pinned corpus, checkpoint
+    and loop state) except the two that need a transformers model (``load_model`` takes the
+    given ``policy``, which only needs ``token_ids`` and ``logprobs``; ``build_trainer`` puts
+    nothing in the trainer's place), and whose round is ``SelfPlay.produce_samples`` (the
+    ``schedule``, then design, validate, hint, play, reward, advantages).
     """
 
     def __init__(self, config: Any, run_dir: str | Path, *, policy: Any,
@@ -132,10 +145,14 @@ class RoundProducer:
                 f"{getattr(policy, 'name', type(policy).__name__)} cannot produce training "
                 f"samples: it lacks {sorted(missing)} (the server must return sampled token ids "
                 "and their logprobs)")
+        if config.generation_model:
+            raise ConfigError("generation_model is not used under slime: slime's SGLang engines "
+                              "generate; leave generation_model unset")
         run_dir = Path(run_dir)
         if resume is None:
             resume = (run_dir / "run.sqlite").exists()
-        self._sp = _producer_selfplay(config, run_dir, policy, designer_policy, resume)
+        self._sp = _producer_selfplay()(config, run_dir, policy=policy,
+                                        designer_policy=designer_policy, resume=resume)
 
     @property
     def config(self) -> Any:
@@ -185,77 +202,24 @@ class RoundProducer:
         self.close()
 
 
-def _producer_selfplay(config: Any, run_dir: Path, policy: Any, designer_policy: Any,
-                       resume: bool) -> Any:
-    """A ``SelfPlay`` with every part of a run except the transformers trainer."""
-    import random
-
-    from spadekit.selfplay.config import save_config
-    from spadekit.selfplay.corpus import load_corpus
-    from spadekit.curriculum import build_curriculum
-    from spadekit.selfplay.design import DesignPhase
-    from spadekit.common.errors import ConfigError
-    from spadekit.selfplay.memory import EnvironmentMemory
-    from spadekit.rollout.engine import RolloutEngine
-    from spadekit.sandbox.pool import SandboxPool
+def _producer_selfplay() -> type:
+    """``SelfPlay`` with the two setup steps that need a transformers model replaced (built
+    here so that importing this module does not import torch)."""
     from spadekit.selfplay.loop import SelfPlay
-    from spadekit.runs.store import RunStore
-    from spadekit.sandbox.validate import Validator, ValidatorSettings
-    from spadekit.selfplay.watch import PoolWatch
 
-    sp = SelfPlay.__new__(SelfPlay)
-    sp.run_dir = run_dir
-    sp.console = None
-    if resume:
-        sp.store = RunStore.open(run_dir)
-        config = sp._stored_config(config)
-    elif (run_dir / "run.sqlite").exists():
-        raise ConfigError(f"{run_dir} already holds a run")
-    sp.config = config
-    try:
-        sp.curriculum = build_curriculum(config)
-    except BaseException:
-        if resume:
-            sp.store.close()
-        raise
-    if not resume:
-        sp.store = RunStore(run_dir, create=True)
-        save_config(config, run_dir / "config.yaml")
-    sp.policy = policy
-    sp.designer_policy = designer_policy or policy
-    sp.trainer = _NoTrainer()
-    sp.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
-    sp.validator = Validator(sp.pool, ValidatorSettings(max_turns=config.turn_cap))
-    sp.engine = RolloutEngine(policy, sp.pool, dataclasses.replace(
-        config.rollout, max_turns=config.turn_cap),  # the one turn cap, as in SelfPlay
-        chat_template_kwargs=config.chat_template.for_role("agent"))
-    sp.memory = EnvironmentMemory(sp.store, cap=config.memory_size,
-                                  duplicate_threshold=config.dedup_threshold)
-    sp.corpus = load_corpus(config.corpus, seed=config.seed)
-    sp.rng = random.Random(config.seed)
-    sp.ema = {}
-    sp._bootstrap_created = {}
-    sp._broken = None
-    sp._mix = {}
-    sp.design = DesignPhase(config, sp.designer_policy, sp.pool, sp.validator, sp.store,
-                            sp.memory, sp.corpus)
-    sp.watch = PoolWatch(config.watch, sp.store, sp.memory, sp.pool, config.turn_cap,
-                         config.setting == "tooluse")
-    sp._eval_cache = {}
-    sp.tb = None
-    last = sp.store.latest_complete_step()
-    if last is None:
-        if not resume and len(sp.memory) == 0 and config.memory_seed_library:
-            sp.memory.seed_from_library()
-        sp.next_step = 0
-    else:
-        try:
-            sp._restore(last)
-        except BaseException:
-            sp.close()
-            raise
-        sp.next_step = last + 1
-    return sp
+    class ProducerSelfPlay(SelfPlay):
+        single_process = True  # never joins a torch.distributed launch
+
+        def load_model(self, policy: Any) -> Any:
+            return policy
+
+        def build_trainer(self) -> None:
+            self.trainer = _NoTrainer()
+
+        def sync_generation(self, what: str, r: Any = None) -> None:
+            return None
+
+    return ProducerSelfPlay
 
 
 def produce_round(producer: RoundProducer, *, global_batch_size: int,

@@ -5,7 +5,8 @@
   environment's plays, ``(r - mean) / (std + eps)``, with the population standard deviation
   (divide by n, as GRPO implementations do).
 - Environment Designer: the designer rewards centred by their mean within each skill, no std
-  division. The upweighting factor ``min(n_agent / n_designer * regen_interval, cap)`` is not
+  division; a skill with a single sample in the round is centred against the round's mean over
+  all designer samples instead (``designer_advantages``), so it still gets a gradient. The upweighting factor ``min(n_agent / n_designer * regen_interval, cap)`` is not
   folded into the advantage: it travels as an explicit per-sample loss weight
   (``Sample.weight``), so logged advantages stay on the reward's scale.
 - Designer samples are trained ``regen_interval`` rollouts after they were generated, so they
@@ -62,15 +63,31 @@ def agent_advantages(returns_by_env: dict[str, list[float]],
 
 def designer_advantages(rewards_by_skill: dict[str, list[float]]) -> dict[str, list[float]]:
     """Designer advantages: each reward minus the mean reward of its skill (no std division).
-    An empty skill maps to an empty list; a skill with one sample gets 0.0."""
+
+    A skill with a single sample has no peer to be compared with, and centring it within its
+    skill would always give 0 (no gradient for that program). Such a sample is instead centred
+    against the round's mean over ALL designer rewards passed in (every skill together): the
+    fallback when a round designs fewer programs per skill than two, as the default preset does
+    (2 programs over 3 skills). Skills with two or more samples are centred within the skill
+    only, as SPEC point 6 says. With one designer sample in the whole round there is nothing to
+    compare with, and it gets 0.0. An empty skill maps to an empty list.
+
+    Example: ``{"A": [0.2, 0.6], "B": [0.9], "C": [0.1]}``: A's mean 0.4 -> -0.2, 0.2; the
+    round's mean (0.2 + 0.6 + 0.9 + 0.1) / 4 = 0.45 -> B 0.45, C -0.35.
+    """
+    values_by_skill = {skill: _floats(rewards, f"designer_advantages[{skill!r}]")
+                       for skill, rewards in rewards_by_skill.items()}
+    everything = [v for values in values_by_skill.values() for v in values]
+    round_mean = _mean(everything) if len(everything) > 1 else None
     out: dict[str, list[float]] = {}
-    for skill, rewards in rewards_by_skill.items():
-        values = _floats(rewards, f"designer_advantages[{skill!r}]")
-        if not values or max(values) == min(values):
+    for skill, values in values_by_skill.items():
+        if len(values) == 1:  # the fallback: against the round's mean over all skills
+            out[skill] = [0.0 if round_mean is None else values[0] - round_mean]
+        elif not values or max(values) == min(values):
             out[skill] = [0.0] * len(values)
-            continue
-        mean = _mean(values)
-        out[skill] = [v - mean for v in values]
+        else:
+            mean = _mean(values)
+            out[skill] = [v - mean for v in values]
     return out
 
 

@@ -75,6 +75,10 @@ class RoundState:
 class SelfPlay(SetupSteps):
     """A self-play run in ``run_dir`` (created, or resumed when it already holds rounds)."""
 
+    single_process = False
+    """True where another system owns the ranks (``spadekit.integrations.slime``): the run never
+    joins a torch.distributed launch."""
+
     def __init__(self, config: SelfPlayConfig, run_dir: str | Path, *, policy: Any = None,
                  designer_policy: Any = None, resume: bool = False, console: Any = None):
         self.run_dir = Path(run_dir)
@@ -82,7 +86,12 @@ class SelfPlay(SetupSteps):
         self.gen_policy = self.frozen_designer = None
         # under a launcher: join the process group (same decision on every rank: same config),
         # and let spadekit.selfplay.distributed place each named step on its ranks
-        self.dist = join_launch(config)
+        if self.single_process:
+            from spadekit.train.distributed import DistContext
+
+            self.dist = DistContext()
+        else:
+            self.dist = join_launch(config)
         self.is_main = self.dist.is_main
         self.console = console if self.is_main else None
         place_steps(self, self.dist, control_group(self.dist))
@@ -196,8 +205,10 @@ class SelfPlay(SetupSteps):
                         metrics: dict[str, Any]) -> tuple[list[Sample], list[Sample]]:
         """Round ``step``'s environment side, inside its open transaction: design (or the
         baseline curriculum), validate, hint, play, reward and advantages; returns the agent and
-        designer samples (an external trainer such as slime's calls this)."""
+        designer samples (an external trainer such as slime's calls this). The round's
+        ``schedule`` applies first, as in ``_round``."""
         r = RoundState(step, None, timings, metrics)
+        self.apply_schedule(r)
         if self.designs_now(step):
             self.hint(r, self.validate(r, self.design_environments(r)))
         plays = self.play(r)
