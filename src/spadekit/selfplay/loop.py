@@ -444,8 +444,8 @@ class SelfPlay(SetupSteps):
 
     def _pool_bootstrap(self, programs: list[EnvProgram], step: int) -> None:
         for program in programs:
-            if self.store.is_blacklisted(program.sha256):  # retired by the watch: never again
-                continue
+            if self.memory.blacklist_reason(program) is not None:  # retired (or a near
+                continue  # duplicate of a retired program): never again
             if not self.store.has_environment(program.sha256):
                 self.store.add_environment(program, step=step, lineage={"bootstrap": True})
             self.store.set_status(program.sha256, "pooled", step)
