@@ -497,9 +497,17 @@ class PoolWatch:
         for row in rows:
             sha = row["sha256"]
             reason, details = self._verdict(sha, kinds[sha])
+            mine = [r for group in kinds[sha].values() for r in group]
             if reason is None:
-                times = [s for group in kinds[sha].values() for r in group for s in r.step_s]
+                times = [s for r in mine for s in r.step_s]
                 reason, details = slow_verdict(times, self.validated(sha)[1], self.config)
+            if reason is None:  # one sandbox steps its probes in turn: their times add up
+                per_turn: dict[int, float] = {}
+                for r in mine:
+                    for k, sec in enumerate(r.step_s):
+                        per_turn[k] = per_turn.get(k, 0.0) + sec
+                reason, details = turn_verdict([per_turn[k] for k in sorted(per_turn)],
+                                               self.config)
             if reason:
                 found[sha] = (reason, {**details, "spot_check": True, "in_batch": False})
         return len(rows), errors
