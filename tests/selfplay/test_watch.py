@@ -398,3 +398,36 @@ def test_the_worker_s_time_per_turn_is_budgeted(tmp_path, pool, tiny_engine_args
             assert event["reason"] == "slow_in_play"
             assert event["details"]["mean_worker_turn_s"] >= 1.2
             assert event["details"]["turn_limit_s"] == 1.0
+
+
+def test_a_near_duplicate_of_a_retired_program_is_refused_too(tmp_path):
+    """The blacklist gate compares by the memory's similarity, not only the exact sha256: a
+    one-token edit of a program retired in play is not validated again (issue 22)."""
+    from spadekit.selfplay.loop import SelfPlay
+
+    policy = load_policy("tiny")
+    edited = [h.replace("0.5 * sum", "0.6 * sum") for h in HANGERS]
+    calls = {"n": 0}
+
+    def respond(_ids, text):
+        if "You write privileged hints" in text:
+            return "HINT: one short lowercase word."
+        calls["n"] += 1
+        codes = HANGERS if calls["n"] <= 2 else edited
+        return f"```python\n{codes[(calls['n'] - 1) % 2]}\n```"
+
+    designer = ScriptedPolicy(policy.tokenizer, respond)
+    cfg = config(tmp_path, rounds=3, regen_interval=2, dedup_threshold=0.9,
+                 **{"watch.spot_checks": 0})
+    with SelfPlay(cfg, tmp_path / "run", policy=policy, designer_policy=designer) as sp:
+        assert sp.round(0)["watch/play_timeout"] == 2
+        sp.next_step = 1
+        sp.round(1)
+        m2 = sp.round(2)
+        assert calls["n"] == 4 and edited[0] != HANGERS[0]
+        for code in edited:  # the exact sha is not on the list, the near duplicate is
+            program = EnvProgram(code=code)
+            assert sp.store.blacklist_reason(program.sha256) is None
+            assert sp.memory.blacklist_reason(program) == "play_timeout"
+        assert m2["blacklist_skipped"] == 2 and m2["invalid_reasons"] == {"blacklisted": 2}
+        assert sp.memory.blacklist_reason(EnvProgram(code=HONEST)) is None
