@@ -480,3 +480,23 @@ def test_win_rate_is_clipped_and_blacklisted_codes_are_found(store):
     store.blacklist("f" * 64, "timeout", 1)
     found = {sha: (reason, code) for sha, reason, code in store.blacklisted_codes()}
     assert found == {p.sha256: ("garbage_wins", p.code), hang.sha256: ("timeout", hang.code)}
+
+
+@pytest.mark.parametrize(("given", "expected"), [("mean_return", 0.075),
+                                                 ("positive_share", 0.5)])
+def test_the_memory_s_win_rate_is_the_plateau_s(store, given, expected):
+    """A lottery's plays (0.15 on half the seeds): the memory records the number the plateau
+    judges, so a positive seed (band [0.15, 0.85]) is only what the plateau would reward."""
+    from spadekit.selfplay.memory import EnvironmentMemory
+
+    memory = EnvironmentMemory(store, win_rate_input=given)
+    p = program(9)
+    store.add_environment(p, step=0)
+    memory.add(p, step=0)
+    for r in (0.15, 0.0) * 4:  # mean 0.075 (< 0.1: too hard), share 0.5 (a positive seed)
+        store.record_play(p.sha256, 0, with_hint=False, episode_return=r)
+    record = memory.refresh_from_store(p.sha256)
+    assert record.win_rate == pytest.approx(expected)
+    assert (memory.positive_seeds(p.skill, 2) != []) is (given == "positive_share")
+    negative = memory.negative_seed(p.skill)
+    assert (negative[1] if negative else None) == ("too hard" if given == "mean_return" else None)
