@@ -88,13 +88,18 @@ def test_skills_win_rates_complexity_match_hand_sql(run, snap):
         entry = next(x for x in snap["skills"][skill] if x["step"] == step)
         assert entry["envs_played"] == len({sha for sha, _ in plays})
         assert entry["mean_return"] == pytest.approx(sum(r for _, r in plays) / len(plays))
-        assert entry["win_rate"] == pytest.approx(sum(r > 0 for _, r in plays) / len(plays))
+        # the plateau's win rate is the mean return (clipped to [0, 1]); the share of plays
+        # with return > 0 comes next to it
+        mean = sum(r for _, r in plays) / len(plays)
+        assert entry["win_rate"] == pytest.approx(min(1.0, max(0.0, mean)))
+        assert entry["positive_share"] == pytest.approx(
+            sum(r > 0 for _, r in plays) / len(plays))
         regrets = [e["regret"] for e in snap["environments"]
                    if e["skill"] == skill and e["created_step"] == step]
         assert entry["mean_regret"] == pytest.approx(sum(regrets) / len(regrets))
     wr = next(x for x in snap["win_rates"] if x["step"] == step)
     assert sorted(wr["values"]) == pytest.approx(
-        sorted(sum(r > 0 for r in v) / len(v) for v in by_env.values()))
+        sorted(min(1.0, max(0.0, sum(v) / len(v))) for v in by_env.values()))
     cx = next(x for x in snap["complexity"] if x["step"] == step)
     assert cx["mean_turns"] == pytest.approx(sum(t for *_, t in rows) / len(rows))
     codes = [c for (c,) in sql(run, "SELECT code FROM environments WHERE created_step = ? AND "
@@ -121,6 +126,7 @@ def test_environments_match_the_store(run, snap, tmp_path):
         assert e["code_lines"] > 0 and e["code_chars"] > e["code_lines"] and e["has_hint"]
         assert (e["n_plays"], e["n_plays_with_hint"]) == (s["n_plays"], s["n_plays_with_hint"])
         assert e["win_rate"] == pytest.approx(s["win_rate"])
+        assert e["positive_share"] == pytest.approx(s["positive_share"])
         assert e["regret"] == pytest.approx(s["regret_at_gen"])
         assert e["designer_reward"] == pytest.approx(memory.get(e["sha"]))
         assert e["mean_turns"] == pytest.approx(1.0)

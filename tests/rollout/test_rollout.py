@@ -179,3 +179,99 @@ def test_trajectories_serialise(pool):
     d = json.loads(json.dumps(tr.to_dict()))
     assert d["tag"]["env"] == "echo" and d["num_sampled"] == sum(d["loss_mask"])
     assert d["turns"][0]["action"] == "\\boxed{1}"
+
+
+# -- scripted episodes (the watch's in-batch spot checks) and the per-worker turn time ---------
+
+# Every instance of one program lives in one sandbox: the class counters see them all. Each step
+# reports how many instances exist and how many step calls the sandbox has served so far.
+CENSUS = r'''
+class CensusEnv:
+    instances = 0
+    calls = 0
+
+    def __init__(self, max_turns=12, **kwargs):
+        self.max_turns = max_turns
+        type(self).instances += 1
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return "Say anything.", {}
+
+    def step(self, action):
+        type(self).calls += 1
+        self.t += 1
+        obs = "%d %d %s" % (type(self).instances, type(self).calls, action.strip()[:20])
+        return obs, 0.25, False, self.t >= self.max_turns, {}
+'''
+
+
+def test_scripted_episodes_step_in_the_same_sandbox_and_lockstep_without_the_policy(pool):
+    asked = []
+    policy = ScriptedPolicy(TOK, lambda _ids, text: asked.append(text) or "\\boxed{x}")
+    engine = RolloutEngine(policy, pool, RolloutConfig(max_turns=3, max_new_tokens=8))
+    program = EnvProgram(code=CENSUS)
+    specs = [EpisodeSpec(program, seed=1), EpisodeSpec(program, seed=2, scripted=("g1", "g2")),
+             EpisodeSpec(program, seed=3)]
+    real_a, probe, real_b = engine.run(specs)
+    assert len(asked) == 2 * 3  # the two sampled episodes, 3 turns each; the probe never asks
+    assert probe.scripted and not real_a.scripted
+    assert probe.token_ids == [] and probe.num_sampled == 0 and probe.logprobs == []
+    assert [t.action for t in probe.turns] == ["g1", "g2"] and probe.stop_reason == "script_end"
+    assert probe.episode_return == 0.0 and probe.failure is None
+    assert [t.finish_reason for t in probe.turns] == ["scripted", "scripted"]
+    assert all(t.new_tokens == 0 and t.generate_s == 0.0 for t in probe.turns)
+    # one sandbox: every episode sees 3 instances; one lockstep: turn k's calls are 3k+1..3k+3
+    for tr in (real_a, probe, real_b):
+        for k, turn in enumerate(tr.turns):
+            instances, calls, _ = turn.observation.split(" ", 2)
+            assert int(instances) == 3 and 3 * k + 1 <= int(calls) <= 3 * k + 3
+    assert [m["content"] for m in probe.messages if m["role"] == "assistant"] == ["g1", "g2"]
+    assert real_a.num_sampled > 0 and real_a.stop_reason == "truncated"  # its own t >= 3
+
+
+def test_only_scripted_episodes_never_call_the_policy(pool):
+    def refuse(_ids, _text):
+        raise AssertionError("the policy was asked")
+
+    engine = RolloutEngine(ScriptedPolicy(TOK, refuse), pool, RolloutConfig(max_turns=4))
+    (tr,) = engine.run([EpisodeSpec(EnvProgram(code=CENSUS), seed=0, scripted=["a"] * 6)])
+    assert len(tr.turns) == 4 and tr.stop_reason == "truncated" and tr.num_sampled == 0
+    with pytest.raises(ValueError):
+        EpisodeSpec(EnvProgram(code=CENSUS), seed=0, scripted="abc")
+
+
+SLEEPY = r'''
+import time
+
+class SleepyEnv:
+    def __init__(self, max_turns=12, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return "Wait.", {}
+
+    def step(self, action):
+        self.t += 1
+        time.sleep(0.05)
+        return "Waited.", 0.25, self.t >= 2, False, {}
+'''
+
+
+def test_worker_turn_time_is_the_total_of_the_program_s_episodes_on_that_turn(pool, tiny):
+    """Three episodes of one program step one after another in its one sandbox: the worker's
+    turn is the sum of their step times (0.15 s and more), while each call alone is ~0.05 s."""
+    engine = RolloutEngine(tiny, pool, RolloutConfig(max_turns=3, max_new_tokens=4))
+    sleepy, fast = EnvProgram(code=SLEEPY), EnvProgram(code=CENSUS)
+    trajs = engine.run([EpisodeSpec(sleepy, seed=i) for i in range(2)]
+                       + [EpisodeSpec(sleepy, seed=9, scripted=("a", "b")),
+                          EpisodeSpec(fast, seed=0)])
+    sleepers = trajs[:3]
+    for k in range(2):
+        turns = [tr.turns[k] for tr in sleepers]
+        total = sum(t.step_s for t in turns)
+        assert all(t.worker_turn_s == pytest.approx(total) for t in turns)
+        assert total >= 0.15 and all(t.step_s < total for t in turns)
+    # the other program's worker is its own
+    assert all(t.worker_turn_s == pytest.approx(t.step_s) for t in trajs[3].turns)

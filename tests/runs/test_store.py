@@ -109,13 +109,21 @@ def test_plays_win_rate_and_regret_by_sql(store):
     store.record_play(p.sha256, 3, with_hint=False, episode_return=0.0, failure="timeout")
     stats = store.env_stats(p.sha256)
     assert stats["n_plays"] == 8 and stats["n_plays_with_hint"] == 4
-    assert stats["win_rate"] == pytest.approx(4 / 8)  # whole life, no hint only
-    assert stats["win_rate_with_hint"] == pytest.approx(3 / 4)
+    # win rate = mean return (the reference's): (.5 + 1 + 1 + .2) / 8 = 2.7 / 8, whole life,
+    # no hint only; with the hint (1 + .5 + 0 + .5) / 4 = .5
+    assert stats["win_rate"] == pytest.approx(2.7 / 8)
+    assert stats["win_rate_with_hint"] == pytest.approx(0.5)
+    # the share of plays with return > 0: 4 of 8, with the hint 3 of 4
+    assert stats["positive_share"] == pytest.approx(4 / 8)
+    assert stats["positive_share_with_hint"] == pytest.approx(3 / 4)
+    # variance: mean of squares (.25 + 1 + 1 + .04) / 8 = .28625 minus .3375 ** 2
+    assert stats["return_variance"] == pytest.approx(0.28625 - 0.3375 ** 2)
     assert stats["regret_at_gen"] == pytest.approx(0.5 - 0.125)  # step 2 only
     assert (stats["n_plays_at_gen"], stats["n_hint_plays_at_gen"]) == (4, 4)
     assert stats["n_failures"] == 1 and (stats["first_step"], stats["last_step"]) == (2, 3)
     early = store.env_stats(p.sha256, until_step=2)
-    assert early["win_rate"] == pytest.approx(0.25) and early["n_plays"] == 4
+    assert early["win_rate"] == pytest.approx(0.125) and early["n_plays"] == 4
+    assert early["positive_share"] == pytest.approx(0.25)
     q = program(2)
     store.add_environment(q, step=5)
     fresh = store.env_stats(q.sha256)
@@ -452,3 +460,43 @@ def test_a_version_1_run_is_migrated_and_keeps_rejected_outputs(tmp_path):
         assert row["id"] == rid and row["text"].startswith("```python")
         assert row["details"] == {"n": 1} and row["stage"] == "load"
         assert s.rejected("other") == []
+
+
+def test_win_rate_is_clipped_and_blacklisted_codes_are_found(store):
+    p = program(7)
+    store.add_environment(p, step=0)
+    for r in (1.5, 1.0):  # a program paying over 1: the win rate stays in [0, 1]
+        store.record_play(p.sha256, 0, with_hint=False, episode_return=r)
+    stats = store.env_stats(p.sha256)
+    assert stats["win_rate"] == 1.0 and stats["mean_return"] == pytest.approx(1.25)
+    assert stats["return_variance"] == pytest.approx(0.0625)
+    # blacklisted: a stored environment (its code), a rejected output (the program in it),
+    # and one whose code is nowhere (left out)
+    hang = program(8)
+    store.blacklist(p.sha256, "garbage_wins", 1)
+    store.blacklist(hang.sha256, "timeout", 1)
+    store.record_rejected(step=1, skill="s", stage="interface", reason="timeout",
+                          sha256=hang.sha256, text=f"```python\n{hang.code}\n```")
+    store.blacklist("f" * 64, "timeout", 1)
+    found = {sha: (reason, code) for sha, reason, code in store.blacklisted_codes()}
+    assert found == {p.sha256: ("garbage_wins", p.code), hang.sha256: ("timeout", hang.code)}
+
+
+@pytest.mark.parametrize(("given", "expected"), [("mean_return", 0.075),
+                                                 ("positive_share", 0.5)])
+def test_the_memory_s_win_rate_is_the_plateau_s(store, given, expected):
+    """A lottery's plays (0.15 on half the seeds): the memory records the number the plateau
+    judges, so a positive seed (band [0.15, 0.85]) is only what the plateau would reward."""
+    from spadekit.selfplay.memory import EnvironmentMemory
+
+    memory = EnvironmentMemory(store, win_rate_input=given)
+    p = program(9)
+    store.add_environment(p, step=0)
+    memory.add(p, step=0)
+    for r in (0.15, 0.0) * 4:  # mean 0.075 (< 0.1: too hard), share 0.5 (a positive seed)
+        store.record_play(p.sha256, 0, with_hint=False, episode_return=r)
+    record = memory.refresh_from_store(p.sha256)
+    assert record.win_rate == pytest.approx(expected)
+    assert (memory.positive_seeds(p.skill, 2) != []) is (given == "positive_share")
+    negative = memory.negative_seed(p.skill)
+    assert (negative[1] if negative else None) == ("too hard" if given == "mean_return" else None)

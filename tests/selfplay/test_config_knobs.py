@@ -154,12 +154,14 @@ probe("reward.regret_scale", 0.6, designer)
 probe("reward.regret_weight", 0.1, designer)
 probe("reward.plateau_weight", 0.2, designer)
 probe("reward.plateau_low", 0.1, designer)
-probe("reward.plateau_high", 0.9, designer)
+probe("reward.plateau_high", 0.9, designer,  # a win rate above 0.6 to move
+      reward__win_rate_input="positive_share")
 probe("reward.plateau_ramp", 0.5, designer)
 probe("reward.designer_weight_cap", 2.0, designer)
 probe("reward.ema_alpha_fast", 0.6, designer, reward__signal="learning_potential")
 probe("reward.ema_alpha_slow", 0.2, designer, reward__signal="learning_potential")
 probe("reward.ema_scale", 2.0, designer, reward__signal="learning_potential")
+probe("reward.win_rate_input", "positive_share", designer)
 probe("regen_interval", 3, designer)
 # how many plays
 probe("agent_samples_per_round", 12, budget, joint={"num_generations": None})
@@ -201,6 +203,9 @@ probe("watch.spot_checks", 0, watch)
 probe("watch.step_time_limit_s", 0.02, watch, watch__slow_step_factor=1e6)
 probe("watch.slow_step_factor", 1e6, watch, watch__step_time_limit_s=30.0)
 probe("watch.slow_step_min_s", 10.0, watch, watch__step_time_limit_s=30.0)
+probe("watch.turn_time_limit_s", 0.02, watch, watch__step_time_limit_s=30.0,
+      watch__slow_step_factor=1e6)
+probe("watch.action_margin", 0.8, watch)  # SlowEnv's garbage earns 0.25: 1.0 - 0.25 < 0.8
 # what only the loop itself reads
 probe("model", "smollm2-135m", policy_name)
 probe("rounds", 2, loop)

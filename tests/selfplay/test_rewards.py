@@ -70,14 +70,53 @@ def test_regret_norm_custom_scale_and_bad_scale():
 
 
 # ----- win rate and plateau -----------------------------------------------------------------------
-def test_win_rate_counts_strictly_positive():
+def test_positive_share_counts_strictly_positive():
     # > 0: 0.1, 1.0, 0.5 -> 3 of 5 ; 0.0 and -1 are losses
-    assert win_rate([0.0, 0.1, 1.0, -1.0, 0.5]) == approx(0.6)
+    assert win_rate([0.0, 0.1, 1.0, -1.0, 0.5], "positive_share") == approx(0.6)
+
+
+def test_win_rate_is_the_mean_return_by_default():
+    # the reference's: mean(0.0, 0.1, 1.0, 0.0, 0.5) = 1.6 / 5 = 0.32
+    assert win_rate([0.0, 0.1, 1.0, 0.0, 0.5]) == approx(0.32)
+    assert win_rate([0.0, 0.1, 1.0, 0.0, 0.5], "mean_return") == approx(0.32)
+    # clipped to [0, 1]: mean(-1, 0) = -0.5 -> 0 ; mean(1.5, 1.0) = 1.25 -> 1
+    assert win_rate([-1.0, 0.0]) == 0.0 and win_rate([1.5, 1.0]) == 1.0
+    with pytest.raises(ValueError):
+        win_rate([0.5], "share")
+
+
+def test_a_lottery_sits_in_the_band_only_by_positive_share():
+    # pays 0.2 on half the seeds whatever the agent does: share 4/8 = 0.5 -> plateau 1 ;
+    # mean return 0.8 / 8 = 0.1 -> distance 0.3 to the band > ramp 0.25 -> plateau 0
+    lottery = [0.2, 0.0] * 4
+    assert plateau(win_rate(lottery, "positive_share")) == 1.0
+    assert win_rate(lottery) == approx(0.1) and plateau(win_rate(lottery)) == 0.0
+    stats = EnvStats(returns_with_hint=lottery, returns_without_hint=lottery)
+    assert designer_signal("plateau", stats) == 0.0  # the default input
+    assert designer_signal("plateau", stats, RewardParams(win_rate_input="positive_share")) == 1.0
+    # regret 0 -> blend = 0.6 * plateau
+    assert designer_signal("blend", stats, RewardParams(win_rate_input="positive_share")) \
+        == approx(0.6)
+    assert designer_signal("blend", stats) == 0.0
+    with pytest.raises(ValueError):
+        RewardParams(win_rate_input="share")
+
+
+def test_return_variance_is_the_bimodal_monitor():
+    # all 0 or 1 around mean 0.5: each (x - 0.5)^2 = 0.25 -> 0.25 ; all 0.5 -> 0
+    assert rewards.return_variance([0.0, 1.0, 0.0, 1.0]) == approx(0.25)
+    assert rewards.return_variance([0.5] * 4) == 0.0
+    # the lottery: mean 0.1, deviations +-0.1 -> 0.01
+    assert rewards.return_variance([0.2, 0.0] * 4) == approx(0.01)
+    with pytest.raises(ValueError):
+        rewards.return_variance([])
 
 
 def test_win_rate_empty_raises():
     with pytest.raises(ValueError):
         win_rate([])
+    with pytest.raises(ValueError):
+        win_rate([], "positive_share")
 
 
 @pytest.mark.parametrize(("w", "expected"), [
@@ -198,21 +237,29 @@ def _stats() -> EnvStats:
     return EnvStats(
         returns_with_hint=[1.0, 1.0, 0.5, 0.5],           # mean 0.75
         returns_without_hint=[1.0, 0.0, 0.5, 0.5],        # mean 0.5 ; regret 0.25 -> norm 1
-        # lifetime: wins (> 0) 3 of 10 -> 0.3 -> plateau 0.6 ; solved (>= 1) 2 of 10 -> 0.2
+        # lifetime: mean return 2.5 / 10 = 0.25 -> distance 0.15 -> plateau 1 - 0.6 = 0.4
+        # (positive share 3 of 10 -> 0.3 -> plateau 0.6) ; solved (>= 1) 2 of 10 -> 0.2
         lifetime_returns=[1.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0],
         ema=tracker)
 
 
 @pytest.mark.parametrize(("name", "expected"), [
-    ("blend", 0.76),              # 0.4 * 1 + 0.6 * 0.6 = 0.4 + 0.36
+    ("blend", 0.64),              # 0.4 * 1 + 0.6 * 0.4 = 0.4 + 0.24
     ("regret", 1.0),              # clip(0.25 / 0.15) = 1
-    ("plateau", 0.6),
+    ("plateau", 0.4),
     ("learning_potential", 0.125),
     ("solve_rate", 0.2),
     ("azr", 0.8),                 # 1 - 0.2
 ])
 def test_designer_signals(name, expected):
     assert designer_signal(name, _stats()) == approx(expected)
+
+
+def test_positive_share_input_moves_only_the_plateau():
+    share = RewardParams(win_rate_input="positive_share")
+    assert designer_signal("plateau", _stats(), share) == approx(0.6)
+    assert designer_signal("blend", _stats(), share) == approx(0.76)   # 0.4 + 0.6 * 0.6
+    assert designer_signal("solve_rate", _stats(), share) == approx(0.2)
 
 
 def test_designer_signal_registry():
@@ -272,6 +319,12 @@ def test_reward_params_from_a_reward_config():
                                                    regret_scale=0.3))
     assert (params.plateau_low, params.plateau_high, params.regret_scale) == (0.2, 0.4, 0.3)
     assert params.regret_weight == 0.4 and params.plateau_ramp == 0.25
+    assert params.win_rate_input == "mean_return"
+    share = RewardParams.from_config(RewardConfig(win_rate_input="positive_share"))
+    assert share.win_rate_input == "positive_share" and share.win_rate([0.2, 0.0]) == 0.5
+    from spadekit.common.errors import ConfigError
+    with pytest.raises(ConfigError):
+        RewardConfig(win_rate_input="share")
 
 
 # -- the learning-potential EMAs (issue 12, defect 6) ------------------------------------------

@@ -204,3 +204,92 @@ def test_a_schedule_entry(tmp_path, from_round, expected):
 def test_each_ablation_signal(tmp_path, signal, expected):
     records, memory, *_ = run(tmp_path, **{"reward.signal": signal})
     check(records, memory, expected)
+
+
+# -- issue 22: rewards a program cannot buy with a lottery or a near-win for anything ----------
+
+HACKS = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "watch_hacks"
+
+
+def lottery_run(tmp_path, **extra):
+    """A real run on the tiny model whose scripted designer writes the lottery (0.2 on half the
+    seeds whatever the action, 1.0 for its secret word, which the tiny agent never says):
+    returns its designer_samples record (round 2), its no-hint returns and round 2's metrics."""
+    from spadekit.selfplay.loop import SelfPlay
+
+    lottery = (HACKS / "lottery.py").read_text()
+    policy = load_policy("tiny")
+
+    def respond(_ids, text):
+        if "You write privileged hints" in text:
+            return HINT
+        return f"```python\n{lottery}\n```"
+
+    cfg = config(tmp_path, **{"envs_per_round": 1, "num_generations": 8, **extra})
+    with SelfPlay(cfg, tmp_path / "run", policy=policy,
+                  designer_policy=ScriptedPolicy(policy.tokenizer, respond)) as sp:
+        m0, _m1, m2 = sp.run(3)
+        assert m0["valid"] == 1 and m0["watch/retired"] == 0
+        [event] = [e for e in sp.store.events("designer_samples") if e["step"] == 2]
+        [record] = event["data"]["samples"]
+        returns = [r[0] for r in sp.store.query(
+            "SELECT episode_return FROM plays WHERE env_sha = ? AND with_hint = 0 "
+            "ORDER BY id", (record["env_sha"],))]
+        regret = sp.store.env_stats(record["env_sha"])["regret_at_gen"]
+    return record, returns, regret, m2
+
+
+def test_a_lottery_earns_no_plateau(tmp_path):
+    from spadekit.selfplay.rewards import plateau, regret_norm
+
+    record, returns, regret, m2 = lottery_run(tmp_path / "a")
+    assert len(returns) == 16 and set(returns) == {0.0, 0.2}  # 8 plays in each of 2 rounds
+    mean = sum(returns) / len(returns)
+    share = sum(r > 0 for r in returns) / len(returns)
+    assert record["win_rate"] == pytest.approx(mean) and mean <= 0.15
+    # plateau(mean) = 0: the designer gets only the regret part
+    assert record["reward"] == pytest.approx(0.4 * regret_norm(regret) + 0.6 * plateau(mean))
+    assert plateau(mean) == 0.0
+    variance = sum((r - mean) ** 2 for r in returns) / len(returns)
+    assert record["win_rate_variance"] == pytest.approx(variance)
+    assert m2["designer/win_rate_variance"] == pytest.approx(variance)
+    # the old input, positive share, put the same program in (or near) the band
+    old, returns_old, regret_old, _ = lottery_run(tmp_path / "b",
+                                                  **{"reward.win_rate_input": "positive_share"})
+    assert returns_old == returns and old["win_rate"] == pytest.approx(share)
+    assert plateau(share) > 0.5
+    assert old["reward"] == pytest.approx(0.4 * regret_norm(regret_old) + 0.6 * plateau(share))
+    assert old["reward"] > record["reward"] + 0.3
+
+
+def test_anything_scores_099_is_retired_by_the_in_batch_spot_check(tmp_path):
+    """The near-win for any action is pooled directly (validation would turn it away; what is
+    tested is the watch in play): round 0's batch carries its spot checks, and it is retired."""
+    from spadekit.envs.program import EnvProgram
+    from spadekit.selfplay.loop import SelfPlay
+
+    policy = load_policy("tiny")
+    cfg = config(tmp_path, **{"envs_per_round": 1, "rounds": 1})
+    with SelfPlay(cfg, tmp_path / "run", policy=policy,
+                  designer_policy=designer_policy(policy.tokenizer)) as sp:
+        almost = sp.store.add_environment(EnvProgram(code=(HACKS / "almost.py").read_text()),
+                                          step=0, validation={"ok": True, "details": {}})
+        sp.store.push_delayed({"token_ids": [1, 2], "loss_mask": [0, 1],
+                               "logprobs": [0.0, -1.0], "generated_step": 0, "due_step": 2,
+                               "env_sha": almost, "skill": "s", "meta": {"reason": "ok"}})
+        m0 = sp.round(0)
+        assert m0["valid"] == 1 and m0["watch/retired"] == 1 and m0["watch/garbage_wins"] == 1
+        assert sp.store.blacklist_reason(almost) == "garbage_wins"
+        [event] = sp.store.events("env_retired")
+        details = event["data"]["details"]
+        assert details["in_batch"] and details["garbage_mean_return"] == pytest.approx(0.99)
+        assert details["solution_mean_return"] == pytest.approx(0.99)  # its "solution" too
+        assert m0["watch/spot_checked_outside"] == 0 and m0["watch/spot_check_episodes"] >= 4
+        # its plays were recorded (they happened) but not trained on; spot checks are not plays
+        assert m0["watch/episodes_dropped"] == 4 and m0["agent_episodes"] == 4
+        n = sp.store.query("SELECT COUNT(*) FROM plays WHERE env_sha = ? AND with_hint = 0",
+                           (almost,))[0][0]
+        assert n == 4
+        [meta] = [r[0] for r in sp.store.query("SELECT meta FROM delay_buffer WHERE env_sha = ?",
+                                               (almost,))]
+        assert '"fixed_reward": -0.5' in meta

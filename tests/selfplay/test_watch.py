@@ -5,6 +5,7 @@ steps that turn slow (issue 13). Real sandboxes, a real run database, the real t
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +18,7 @@ from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.runs.store import RunStore
 from spadekit.sandbox.validate import Validator, ValidatorSettings
 from spadekit.selfplay.watch import (RETIRE_PENALTY, PoolWatch, ProbeResult, WatchConfig, run_probes,
-                            slow_verdict, spot_check_verdicts)
+                            slow_verdict, spot_check_verdicts, turn_verdict)
 
 from knob_watch import ANYTHING_WINS  # noqa: E402  (one fixture for both)
 from test_selfplay import config
@@ -58,6 +59,7 @@ class TakeTurnsEnv:
 HANGERS = [INTERLEAVE_HANG.replace("WORD", w) for w in ("solve", "train")]
 COIN = r'''
 import random
+from pathlib import Path
 
 class CoinEnv:
     def __init__(self, max_turns=12, **kwargs):
@@ -190,15 +192,47 @@ def test_probes_run_in_lockstep_with_typed_failures_and_measured_steps(pool):
     assert spot_check_verdicts([hung], None, None)[0] == "play_timeout"
 
 
+def _ret(seed: int, value: float) -> ProbeResult:
+    """An episode that terminated with return ``value``."""
+    return ProbeResult(seed=seed, actions=["a"], rewards=[value], ends=[True], terminated=True)
+
+
 def test_verdicts_by_hand():
     admitted = {"seed": 1, "actions": ["x"], "rewards": [0.5], "terminated": True,
                 "truncated": False}
-    same = ProbeResult(seed=1, actions=["x"], rewards=[0.5], ends=[True])
+    same = ProbeResult(seed=1, actions=["x"], rewards=[0.5], ends=[True], terminated=True)
     other = ProbeResult(seed=1, actions=["x"], rewards=[0.5], ends=[False])
-    lucky = ProbeResult(seed=2, actions=["y"], rewards=[0.2, 1.0], ends=[False, True])
-    assert spot_check_verdicts([same], same, admitted) == (None, {})
-    assert spot_check_verdicts([same], other, admitted)[0] == "nondeterministic_in_play"
+    lucky = ProbeResult(seed=2, actions=["y"], rewards=[0.2, 1.0], ends=[False, True],
+                        terminated=True)
+    zero = _ret(2, 0.0)
+    assert spot_check_verdicts([zero], same, admitted) == (None, {})
+    assert spot_check_verdicts([zero], other, admitted)[0] == "nondeterministic_in_play"
+    # no solution known: full score 1.0 is the reference; 1.0 - 1.0 < 0.5
     assert spot_check_verdicts([lucky], same, admitted)[0] == "garbage_wins"
+    # 0.99 for anything: solution 1.0 on the same seed, 1.0 - 0.99 = 0.01 < 0.5
+    reason, details = spot_check_verdicts([_ret(2, 0.99)], None, None, [_ret(2, 1.0)])
+    assert reason == "garbage_wins" and details["garbage_mean_return"] == 0.99
+    assert details["solution_mean_return"] == 1.0 and details["solution_known"]
+    # the old absolute rule (a reward >= 1.0) let 0.99 through; garbage 0.5 below is fine:
+    # means 0.5 and 1.0 -> 1.0 - 0.5 = 0.5, not < 0.5
+    assert spot_check_verdicts([_ret(2, 0.4), _ret(3, 0.6)], None, None,
+                               [_ret(2, 1.0), _ret(3, 1.0)]) == (None, {})
+    assert spot_check_verdicts([_ret(2, 0.4), _ret(3, 0.62)], None, None,
+                               [_ret(2, 1.0), _ret(3, 1.0)])[0] == "garbage_wins"
+    # a margin of 0.3: 1.0 - 0.6 = 0.4 passes
+    assert spot_check_verdicts([_ret(2, 0.6)], None, None, [_ret(2, 1.0)], margin=0.3) \
+        == (None, {})
+    # the solution misses full score in play: its own reason (garbage is fine: 0.9 - 0 >= 0.5)
+    assert spot_check_verdicts([zero], None, None, [_ret(2, 0.9)])[0] \
+        == "solution_fails_in_play"
+    failed = ProbeResult(seed=2, actions=["s"], error={"reason": "env_raised"})
+    assert spot_check_verdicts([zero], None, None, [failed])[0] == "solution_fails_in_play"
+    hung = ProbeResult(seed=2, actions=["s"], error={"reason": "timeout", "message": "m"})
+    assert spot_check_verdicts([zero], None, None, [hung])[0] == "play_timeout"
+    # garbage that is not terminated earns 0 whatever it was paid on the way
+    unfinished = ProbeResult(seed=2, actions=["g"], rewards=[1.0], ends=[False])
+    assert unfinished.episode_return == 0.0
+    assert spot_check_verdicts([unfinished], None, None, [_ret(2, 1.0)]) == (None, {})
     cfg = WatchConfig(step_time_limit_s=1.0, slow_step_factor=20.0, slow_step_min_s=0.05)
     assert slow_verdict([0.019, 0.021], 0.001, cfg) == (None, {})  # 20x, under the floor
     assert slow_verdict([0.06], 0.001, cfg)[0] == "slow_in_play"  # 60x and over 0.05 s
@@ -206,7 +240,12 @@ def test_verdicts_by_hand():
     assert slow_verdict([0.06], None, cfg) == (None, {})  # no validation timing: limit only
     assert slow_verdict([1.5], None, cfg)[0] == "slow_in_play"
     assert slow_verdict([], 0.001, cfg) == (None, {})
-    for bad in ({"spot_checks": -1}, {"slow_step_factor": 0}, {"step_time_limit_s": "1"}):
+    # per worker and turn: 8 plays x 0.95 s = 7.6 s a turn > 5 s; 4.9 s turns are fine
+    assert turn_verdict([7.6, 7.6], WatchConfig())[0] == "slow_in_play"
+    assert turn_verdict([4.9, 4.9, 5.2], WatchConfig()) == (None, {})  # mean 5.0, not over
+    assert turn_verdict([], WatchConfig()) == (None, {})
+    for bad in ({"spot_checks": -1}, {"slow_step_factor": 0}, {"step_time_limit_s": "1"},
+                {"turn_time_limit_s": 0}, {"action_margin": 0}, {"action_margin": 1.5}):
         with pytest.raises(ConfigError):
             WatchConfig(**bad)
 
@@ -215,19 +254,21 @@ reward = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(reward, max_size=8), st.lists(reward, min_size=1, max_size=8), st.booleans(),
-       st.booleans())
-def test_verdicts_hold_for_any_episode(fresh_rewards, validated_rewards, ended, replay_ended):
-    """A garbage win always retires; a replay identical to validation's episode never does; a
-    replay that differs in any reward or in how it ended always does."""
-    fresh = ProbeResult(seed=0, actions=["g"] * len(fresh_rewards), rewards=fresh_rewards,
-                        ends=[False] * len(fresh_rewards))
+@given(st.lists(reward, min_size=1, max_size=6), st.lists(reward, min_size=1, max_size=8),
+       st.booleans(), st.booleans(), st.floats(min_value=0.05, max_value=1.0))
+def test_verdicts_hold_for_any_episode(garbage_returns, validated_rewards, ended, replay_ended,
+                                       margin):
+    """Garbage retires exactly when its mean return is not ``margin`` below the solution's on
+    the same seeds; a replay identical to validation's episode never retires; a replay that
+    differs in any reward or in how it ended always does."""
+    garbage = [_ret(i, r) for i, r in enumerate(garbage_returns)]
+    solution = [_ret(i, 1.0) for i in range(len(garbage_returns))]
     reference = {"seed": 1, "actions": ["a"] * len(validated_rewards),
                  "rewards": validated_rewards, "terminated": ended, "truncated": False}
     same = ProbeResult(seed=1, actions=reference["actions"], rewards=list(validated_rewards),
                        ends=[False] * (len(validated_rewards) - 1) + [ended])
-    reason, _ = spot_check_verdicts([fresh], same, reference)
-    won = any(r >= 1.0 for r in fresh_rewards)
+    reason, _ = spot_check_verdicts(garbage, same, reference, solution, margin)
+    won = 1.0 - sum(garbage_returns) / len(garbage_returns) < margin
     assert reason == ("garbage_wins" if won else None)
     if won:
         return
@@ -235,5 +276,158 @@ def test_verdicts_hold_for_any_episode(fresh_rewards, validated_rewards, ended, 
                         ends=same.ends[:-1] + [replay_ended])
     other.rewards[-1] = min(1.0, other.rewards[-1] + (0.5 if replay_ended == ended else 0.0))
     differs = other.rewards != validated_rewards or other.ended != ended
-    assert (spot_check_verdicts([fresh], other, reference)[0] == "nondeterministic_in_play") \
-        == differs
+    assert (spot_check_verdicts(garbage, other, reference, solution, margin)[0]
+            == "nondeterministic_in_play") == differs
+
+
+# -- spot checks inside the rollout batch (issue 22) ---------------------------------------------
+
+HACKS = Path(__file__).resolve().parents[1] / "data" / "watch_hacks"
+KEYWORD = (HACKS / "batch_pays.py").read_text().replace("BatchPaysEnv", "KeywordEnv").replace(
+    "        if type(self).instances >= 6:\n"
+    "            return \"Close enough.\", 0.99, True, False, {}\n", "")
+
+
+def _batch_round(watch: PoolWatch, store: RunStore, engine, plays: int,
+                 rng: random.Random) -> tuple[set[str], dict, list]:
+    """One round's play step as the loop does it: ``plays`` agent plays of every pooled
+    environment, the watch's scripted spot checks shuffled among them, one engine run."""
+    from spadekit.rollout.engine import EpisodeSpec
+
+    specs = []
+    for row in store.environments(status="pooled"):
+        program = store.get_program(row["sha256"])
+        specs += [EpisodeSpec(program, seed=rng.randrange(2 ** 31),
+                              tag={"env": row["sha256"], "with_hint": False})
+                  for _ in range(plays)]
+    specs += watch.spot_check_specs(rng)
+    rng.shuffle(specs)
+    trajs = engine.run(specs)
+    retired, metrics = watch.after_play(0, trajs, rng)
+    return retired, metrics, trajs
+
+
+@pytest.fixture(scope="module")
+def tiny_engine_args():
+    return load_policy("tiny")
+
+
+def test_in_batch_spot_checks_catch_what_only_pays_in_a_batch_and_near_wins(
+        tmp_path, pool, tiny_engine_args):
+    from spadekit.rollout.engine import RolloutConfig, RolloutEngine
+
+    engine = RolloutEngine(tiny_engine_args, pool, RolloutConfig(max_turns=2, max_new_tokens=8))
+    almost = (HACKS / "almost.py").read_text()
+    batch_pays = (HACKS / "batch_pays.py").read_text()
+    with RunStore(tmp_path / "run", create=True) as store:
+        shas = {name: _pooled(store, code, {}) for name, code in
+                (("almost", almost), ("batch_pays", batch_pays), ("keyword", KEYWORD))}
+        watch = PoolWatch(WatchConfig(spot_checks=2), store, {}, pool, 2, tooluse=False)
+        # out of the batch (two instances each, what the watch used to run): nothing to see
+        # in batch_pays; almost only because the new relative rule judges it
+        fallback = PoolWatch(WatchConfig(spot_checks=2), store, {}, pool, 2, tooluse=False)
+        outside, m_out = fallback.after_play(0, [], random.Random(1))
+        assert outside == {shas["almost"]} and m_out["watch/spot_checked_outside"] == 3
+        assert store.blacklist_reason(shas["almost"]) == "garbage_wins"
+        store.set_status(shas["almost"], "pooled")  # put it back for the batch round
+        store.execute("DELETE FROM blacklist")
+        retired, metrics, trajs = _batch_round(watch, store, engine, 8, random.Random(2))
+        assert retired == {shas["almost"], shas["batch_pays"]}
+        for name in ("almost", "batch_pays"):
+            assert store.blacklist_reason(shas[name]) == "garbage_wins"
+        assert store.get_environment(shas["keyword"])["status"] == "pooled"
+        assert metrics["watch/spot_checked_envs"] == 3 and metrics["watch/garbage_wins"] == 2
+        assert metrics["watch/spot_checked_outside"] == 0
+        # per program: 2 garbage, 2 solution episodes on the same seeds, all in the batch
+        probes = [t for t in trajs if t.scripted]
+        assert metrics["watch/spot_check_episodes"] == len(probes) == 3 * 4
+        for sha in shas.values():
+            mine = [t for t in probes if t.spec.tag["env"] == sha]
+            seeds = {k: sorted(t.spec.seed for t in mine if t.spec.tag["probe"] == k)
+                     for k in ("garbage", "solution")}
+            assert len(seeds["garbage"]) == 2 and seeds["garbage"] == seeds["solution"]
+            assert all(t.num_sampled == 0 for t in mine)
+        # the solution was computed outside the batch: it reaches 1.0 in it
+        events = {e["data"]["env"]: e["data"] for e in store.events("env_retired")
+                  if e["data"]["details"].get("in_batch")}
+        details = events[shas["batch_pays"]]["details"]
+        assert details["solution_mean_return"] == 1.0
+        assert details["garbage_mean_return"] == pytest.approx(0.99)
+        assert store.query("SELECT COUNT(*) FROM plays")[0][0] == 0
+
+
+def test_a_solution_that_stops_working_in_play_is_retired(tmp_path, pool, tiny_engine_args):
+    from spadekit.rollout.engine import RolloutConfig, RolloutEngine
+
+    # solves only while few instances exist; in a batch the solution word scores 0.7 (still 0.7 above garbage)
+    fading = KEYWORD.replace("KeywordEnv", "FadingEnv").replace(
+        '            return "Solved.", 1.0, True, False, {}',
+        '            return "Solved.", 1.0 if type(self).instances < 6 else 0.7, True, '
+        'False, {}')
+    engine = RolloutEngine(tiny_engine_args, pool, RolloutConfig(max_turns=2, max_new_tokens=8))
+    with RunStore(tmp_path / "run", create=True) as store:
+        sha = _pooled(store, fading, {})
+        watch = PoolWatch(WatchConfig(spot_checks=1), store, {}, pool, 2, tooluse=False)
+        retired, metrics, _ = _batch_round(watch, store, engine, 8, random.Random(0))
+        assert retired == {sha} and store.blacklist_reason(sha) == "solution_fails_in_play"
+        assert metrics["watch/solution_fails_in_play"] == 1
+        assert store.pop_due(4)[0]["meta"]["fixed_reward"] == RETIRE_PENALTY
+
+
+SLEEPY = HONEST.replace("HonestEnv", "SleepyEnv").replace(
+    "class SleepyEnv", "import time\n\n\nclass SleepyEnv").replace(
+    "        self.t += 1\n", "        self.t += 1\n        time.sleep(0.3)\n")
+
+
+@pytest.mark.parametrize(("limit", "retired"), [(1.0, True), (5.0, False)])
+def test_the_worker_s_time_per_turn_is_budgeted(tmp_path, pool, tiny_engine_args, limit,
+                                                 retired):
+    """0.3 s a call (under the 1 s per-call limit) for each of 4 plays that one worker serves
+    one after another: 1.2 s a turn, over a 1 s turn budget, under a 5 s one."""
+    from spadekit.rollout.engine import RolloutConfig, RolloutEngine
+
+    engine = RolloutEngine(tiny_engine_args, pool, RolloutConfig(max_turns=2, max_new_tokens=4))
+    with RunStore(tmp_path / "run", create=True) as store:
+        sha = _pooled(store, SLEEPY, {})
+        watch = PoolWatch(WatchConfig(spot_checks=0, turn_time_limit_s=limit), store, {}, pool,
+                          2, tooluse=False)
+        found, metrics, _ = _batch_round(watch, store, engine, 4, random.Random(0))
+        assert (found == {sha}) is retired
+        if retired:
+            event = store.events("env_retired")[0]["data"]
+            assert event["reason"] == "slow_in_play"
+            assert event["details"]["mean_worker_turn_s"] >= 1.2
+            assert event["details"]["turn_limit_s"] == 1.0
+
+
+def test_a_near_duplicate_of_a_retired_program_is_refused_too(tmp_path):
+    """The blacklist gate compares by the memory's similarity, not only the exact sha256: a
+    one-token edit of a program retired in play is not validated again (issue 22)."""
+    from spadekit.selfplay.loop import SelfPlay
+
+    policy = load_policy("tiny")
+    edited = [h.replace("0.5 * sum", "0.6 * sum") for h in HANGERS]
+    calls = {"n": 0}
+
+    def respond(_ids, text):
+        if "You write privileged hints" in text:
+            return "HINT: one short lowercase word."
+        calls["n"] += 1
+        codes = HANGERS if calls["n"] <= 2 else edited
+        return f"```python\n{codes[(calls['n'] - 1) % 2]}\n```"
+
+    designer = ScriptedPolicy(policy.tokenizer, respond)
+    cfg = config(tmp_path, rounds=3, regen_interval=2, dedup_threshold=0.9,
+                 **{"watch.spot_checks": 0})
+    with SelfPlay(cfg, tmp_path / "run", policy=policy, designer_policy=designer) as sp:
+        assert sp.round(0)["watch/play_timeout"] == 2
+        sp.next_step = 1
+        sp.round(1)
+        m2 = sp.round(2)
+        assert calls["n"] == 4 and edited[0] != HANGERS[0]
+        for code in edited:  # the exact sha is not on the list, the near duplicate is
+            program = EnvProgram(code=code)
+            assert sp.store.blacklist_reason(program.sha256) is None
+            assert sp.memory.blacklist_reason(program) == "play_timeout"
+        assert m2["blacklist_skipped"] == 2 and m2["invalid_reasons"] == {"blacklisted": 2}
+        assert sp.memory.blacklist_reason(EnvProgram(code=HONEST)) is None

@@ -20,8 +20,10 @@ rounds). Everything returned is JSON-safe (``json.dumps(..., allow_nan=False)`` 
 infinities become ``None``); strings come back verbatim (HTML escaping is the page's job) but
 capped: code at :data:`CODE_CAP` characters, messages, observations, actions and hints at
 :data:`TEXT_CAP`, rejected outputs at :data:`REJECTED_CAP`, with a ``"…[truncated N chars]"``
-marker. Counting rules follow SPADE: a play is a win when its return is > 0; "win rate" without
-qualification is over plays *without* the hint; regret is the mean return with the hint minus
+marker. Counting rules follow SPADE: "win rate" is the reference's, the plateau's default input
+(``reward.win_rate_input``): the mean return of plays, clipped to [0, 1], and without
+qualification over plays *without* the hint; ``positive_share`` (share of plays with return > 0,
+the knob's other choice) is given next to it; regret is the mean return with the hint minus
 without, both at the environment's ``created_step`` (as ``RunStore.env_stats``).
 
 Public API: :func:`snapshot`, :func:`env_detail`, :func:`episode`, :func:`bundle` (thin wrappers
@@ -62,8 +64,11 @@ _ENV_SQL = f"""
       (e.hint IS NOT NULL AND length(e.hint) > 0) AS has_hint,
       COALESCE(SUM(p.with_hint = 0), 0) AS n_plays,
       COALESCE(SUM(p.with_hint = 1), 0) AS n_plays_with_hint,
-      AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return > 0 END) AS win_rate,
-      AVG(CASE WHEN p.with_hint = 1 THEN p.episode_return > 0 END) AS win_rate_with_hint,
+      MIN(1.0, MAX(0.0, AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return END))) AS win_rate,
+      MIN(1.0, MAX(0.0, AVG(CASE WHEN p.with_hint = 1 THEN p.episode_return END)))
+        AS win_rate_with_hint,
+      AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return > 0 END) AS positive_share,
+      AVG(CASE WHEN p.with_hint = 1 THEN p.episode_return > 0 END) AS positive_share_with_hint,
       AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return END) AS mean_return,
       AVG(CASE WHEN p.with_hint = 1 AND p.step = e.created_step THEN p.episode_return END)
         - AVG(CASE WHEN p.with_hint = 0 AND p.step = e.created_step THEN p.episode_return END)
@@ -282,7 +287,8 @@ class RunReader:
                 "code_lines": int(r["code_lines"] or 0), "code_chars": int(r["code_chars"] or 0),
                 "has_hint": bool(r["has_hint"]), "n_plays": int(r["n_plays"]),
                 "n_plays_with_hint": int(r["n_plays_with_hint"]),
-                **{k: _num(r[k]) for k in ("win_rate", "win_rate_with_hint", "mean_return",
+                **{k: _num(r[k]) for k in ("win_rate", "win_rate_with_hint", "positive_share",
+                                           "positive_share_with_hint", "mean_return",
                                            "regret", "designer_reward", "mean_turns")},
                 "origin": _origin(r["source"], lineage if isinstance(lineage, dict) else {}),
             })
@@ -366,7 +372,8 @@ class RunReader:
         skill_rows = self._q(
             "SELECT COALESCE(e.skill, 'unknown') AS skill, p.step, "
             "COUNT(DISTINCT p.env_sha) AS n, AVG(p.episode_return) AS ret, "
-            "AVG(p.episode_return > 0) AS win FROM plays p JOIN environments e "
+            "MIN(1.0, MAX(0.0, AVG(p.episode_return))) AS win, "
+            "AVG(p.episode_return > 0) AS share FROM plays p JOIN environments e "
             "ON e.sha256 = p.env_sha WHERE p.with_hint = 0 GROUP BY 1, 2 ORDER BY 1, 2")
         born_at: dict[Any, list] = {}  # (skill, created_step) -> environments created there
         for e in envs:
@@ -376,12 +383,13 @@ class RunReader:
             born = born_at.get((r["skill"], r["step"]), [])
             skills.setdefault(r["skill"], []).append({
                 "step": r["step"], "envs_played": r["n"], "mean_return": _num(r["ret"]),
-                "win_rate": _num(r["win"]), "mean_regret": _mean([e["regret"] for e in born]),
+                "win_rate": _num(r["win"]), "positive_share": _num(r["share"]),
+                "mean_regret": _mean([e["regret"] for e in born]),
                 "mean_designer_reward": _mean([e["designer_reward"] for e in born])})
         per_env: dict[int, list] = {s: [] for s in steps}
         turns: dict[int, float | None] = {}
-        for r in self._q("SELECT step, AVG(episode_return > 0) AS w FROM plays WHERE "
-                         "with_hint = 0 GROUP BY step, env_sha ORDER BY step, w"):
+        for r in self._q("SELECT step, MIN(1.0, MAX(0.0, AVG(episode_return))) AS w FROM "
+                         "plays WHERE with_hint = 0 GROUP BY step, env_sha ORDER BY step, w"):
             per_env.setdefault(r["step"], []).append(_num(r["w"]))
         for r in self._q("SELECT step, AVG(turns) FROM plays WHERE with_hint = 0 GROUP BY step"):
             turns[r[0]] = _num(r[1])

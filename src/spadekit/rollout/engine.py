@@ -13,7 +13,13 @@ its own smaller ``max_turns`` (``Trajectory.max_turns``). Return per SPEC point 
 if terminated, else 0. Hints go on the first observation only: ``"{obs}\\n\\nHINT: {hint}"``.
 A turn sampled without logprobs makes ``Trajectory.logprobs`` None (never zeros, which would turn
 an importance weight into ``p_old``). ``TurnRecord.step_s`` is the episode's own step time where
-the backend measures it (``spadekit.sandbox.batch``), else the turn's mean.
+the backend measures it (``spadekit.sandbox.batch``), else the turn's mean;
+``TurnRecord.worker_turn_s`` is what its worker spent on the whole step call (all the episodes
+it serves), the figure a per-worker time budget judges.
+
+Scripted episodes (``EpisodeSpec.scripted``, the watch's spot checks) play given actions instead
+of the policy's, inside the same batch: they start in the same session, step in the same calls
+and the same lockstep, and produce no tokens and no training sample.
 
 Where environments run is behind a small seam, ``EnvBackend``: a run opens one ``EnvSession``,
 which starts the episodes of untrusted programs (``start``) and steps them (``step``) and frees
@@ -113,10 +119,20 @@ class EpisodeSpec:
     max_turns: int | None = None
     """This episode's turn cap, given to the program's constructor (``max_turns=``) and the most
     turns it plays (fewer if the program reports a smaller ``max_turns``); None: the config's."""
+    scripted: tuple[str, ...] | None = None
+    """Actions to play instead of asking the policy (the watch's spot checks): turn ``i`` sends
+    ``scripted[i]``; the episode ends ``script_end`` when they run out. No generation, no
+    tokens (``num_sampled`` 0), never a training sample; it starts and steps in the same
+    session and the same lockstep as the sampled episodes."""
 
     def __post_init__(self) -> None:
         if (self.program is None) == (self.env_factory is None):
             raise ValueError("an EpisodeSpec needs exactly one of program and env_factory")
+        if self.scripted is not None:
+            if isinstance(self.scripted, str) or not all(isinstance(a, str)
+                                                         for a in self.scripted):
+                raise ValueError("EpisodeSpec.scripted must be a sequence of str actions")
+            self.scripted = tuple(self.scripted)
         if self.max_turns is not None and (isinstance(self.max_turns, bool) or not isinstance(
                 self.max_turns, int) or self.max_turns < 1):
             raise ValueError(f"EpisodeSpec.max_turns must be a positive int or None, got "
@@ -143,6 +159,11 @@ class TurnRecord:
     thinking_chars: int = 0
     """Characters of thinking taken out of the sampled text before the environment saw it
     (``action`` is what the environment got); 0 when nothing was stripped."""
+    worker_turn_s: float | None = None
+    """Seconds the worker serving this episode spent on this turn's step call, all of its
+    episodes together (the backend's ``session.turn_seconds`` where it reports them; else the
+    sum of this turn's step times of the episodes of the same program, which the local
+    backend steps in one sandbox); None when unmeasured."""
 
 
 @dataclass
@@ -159,7 +180,7 @@ class Trajectory:
     terminated: bool = False
     truncated: bool = False
     stop_reason: str = ""
-    """terminated | truncated | max_turns | context | env_error | policy_error"""
+    """terminated | truncated | max_turns | context | env_error | policy_error | script_end"""
     failure: dict[str, Any] | None = None
     episode_return: float = 0.0
     tools: list[dict] | None = None
@@ -177,6 +198,11 @@ class Trajectory:
     @property
     def num_sampled(self) -> int:
         return sum(self.loss_mask)
+
+    @property
+    def scripted(self) -> bool:
+        """Whether the episode played scripted actions (``EpisodeSpec.scripted``)."""
+        return self.spec.scripted is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {"program_sha256": self.spec.program.sha256 if self.spec.program else None,
@@ -428,6 +454,8 @@ class RolloutEngine:
             demos = demonstration_messages(self.config, setting)
             tr.messages = [{"role": "system", "content": system}, *demos,
                            {"role": "user", "content": with_hint(obs, tr.spec.hint)}]
+            if tr.scripted:  # no policy reads it: no prompt tokens
+                continue
             native = tools if (tools and self.config.native_tools) else None
             prompts.append((tr, opening_text(self.renderer, system, demos,
                                              tr.messages[-1]["content"], native,
@@ -442,8 +470,14 @@ class RolloutEngine:
 
     def _turn(self, live: list[Trajectory], turn: int, session: EnvSession | None) -> None:
         cfg = self.config
-        ready, requests = [], []
+        ready, requests, scripts = [], [], []
         for tr in live:
+            if tr.scripted:
+                if len(tr.turns) >= len(tr.spec.scripted):
+                    self._end(tr, "script_end")
+                else:
+                    scripts.append(tr)
+                continue
             room = cfg.max_context_tokens - len(tr.token_ids)
             if room < 1:
                 self._end(tr, "context", truncated=True)
@@ -454,74 +488,68 @@ class RolloutEngine:
                                     stop=cfg.stop, seed=seed)
             ready.append(tr)
             requests.append(GenerationRequest(prompt_ids=list(tr.token_ids), params=params))
-        if not ready:
+        gen_of: dict[int, Any] = {}
+        gen_s = 0.0
+        if ready:
+            t = time.perf_counter()
+            try:
+                gens = self.policy.generate(requests)
+            except Exception as exc:  # the policy failing ends these episodes, typed
+                for tr in ready:
+                    self._fail(tr, exc, "policy_error")
+                gens = []
+            gen_s = time.perf_counter() - t
+            self.stats["model_s"] += gen_s
+            for tr, gen in zip(ready, gens):
+                self._take_generation(tr, gen)
+                gen_of[id(tr)] = gen
+        # every episode that acts this turn, in the run's order: scripted ones sit among the
+        # sampled ones in the same step call (one lockstep, one session)
+        acting = [tr for tr in live if tr.live and (tr.scripted or id(tr) in gen_of)]
+        if not acting:
             return
-        t = time.perf_counter()
-        try:
-            gens = self.policy.generate(requests)
-        except Exception as exc:  # the policy failing ends these episodes, typed
-            for tr in ready:
-                self._fail(tr, exc, "policy_error")
-            return
-        gen_s = time.perf_counter() - t
-        self.stats["model_s"] += gen_s
-        for tr, gen in zip(ready, gens):
-            tr.token_ids += gen.token_ids
-            tr.loss_mask += [1] * len(gen.token_ids)
-            if gen.logprobs is None or len(gen.logprobs) != len(gen.token_ids):
-                if tr.logprobs is not None:  # never filled in: the sample loses them all
-                    self.stats["trajectories_without_logprobs"] += 1
-                tr.logprobs = None
-            elif tr.logprobs is not None:
-                tr.logprobs += list(gen.logprobs)
-            tr.messages.append({"role": "assistant", "content": _prefix(cfg, tr) + gen.text})
-            tr._sampled_end = bool(gen.token_ids) and gen.token_ids[-1] in self._stop_ids
-            self.stats["sampled_tokens"] += len(gen.token_ids)
-
         actions, thought = [], []
-        for tr, gen in zip(ready, gens):
+        for tr in acting:
+            if tr.scripted:
+                actions.append(tr.spec.scripted[len(tr.turns)])
+                tr.messages.append({"role": "assistant", "content": actions[-1]})
+                thought.append(0)
+                continue
             reply = tr.messages[-1]["content"]  # the response prefix + the sampled text
             thinking, visible = split_thinking(reply) if cfg.strip_thinking else ("", "")
             actions.append(visible if thinking else reply)
             thought.append(len(thinking))
         t = time.perf_counter()
-        remote = [i for i, tr in enumerate(ready) if not isinstance(tr._env, LocalEnv)]
-        results: list[Any] = [None] * len(ready)
-        own_s: list[float | None] = [None] * len(ready)
-        if remote:
-            session.step_seconds = None
-            for i, result in zip(remote, session.step([(ready[i]._env, actions[i])
-                                                       for i in remote])):
-                results[i] = result
-            measured = session.step_seconds
-            if measured is not None and len(measured) == len(remote):
-                for i, sec in zip(remote, measured):
-                    own_s[i] = sec
-        for i, tr in enumerate(ready):
-            if isinstance(tr._env, LocalEnv):
-                t_local = time.perf_counter()
-                results[i] = tr._env.step(actions[i])
-                own_s[i] = time.perf_counter() - t_local
-        mean_s = (time.perf_counter() - t) / len(ready)
+        results, own_s, worker_s = self._step_all(acting, actions, session)
+        mean_s = (time.perf_counter() - t) / len(acting)
         pending: list[tuple[Trajectory, str]] = []
-        for tr, gen, result, action, n_thought, sec in zip(ready, gens, results, actions, thought,
-                                                           own_s):
+        for tr, result, action, n_thought, sec, w_s in zip(acting, results, actions, thought,
+                                                          own_s, worker_s):
             if isinstance(result, SandboxError):
                 self._fail(tr, result, "env_error")
                 continue
+            gen = gen_of.get(id(tr))
             obs, reward, term, trunc, _info = result
             record = TurnRecord(action=action, observation=obs, reward=reward, terminated=term,
-                                truncated=trunc, new_tokens=len(gen.token_ids),
-                                finish_reason=gen.finish_reason, generate_s=gen_s / len(ready),
-                                step_s=mean_s if sec is None else sec, thinking_chars=n_thought)
+                                truncated=trunc,
+                                new_tokens=len(gen.token_ids) if gen is not None else 0,
+                                finish_reason=gen.finish_reason if gen is not None
+                                else "scripted",
+                                generate_s=gen_s / len(ready) if gen is not None else 0.0,
+                                step_s=mean_s if sec is None else sec, thinking_chars=n_thought,
+                                worker_turn_s=w_s)
             tr.turns.append(record)
             self.stats["turns"] += 1
-            if self.on_turn is not None:
+            if self.on_turn is not None and not tr.scripted:
                 self.on_turn(tr, record)
             if term or trunc:
                 self._end(tr, "terminated" if term else "truncated", term, trunc)
             elif len(tr.turns) >= tr.max_turns:
                 self._end(tr, "max_turns", truncated=True)
+            elif tr.scripted:
+                tr.messages.append({"role": "user", "content": obs})
+                if len(tr.turns) >= len(tr.spec.scripted):
+                    self._end(tr, "script_end")
             else:
                 text, exact = self.renderer.observation_text(
                     tr.messages, tr._sampled_end, obs,
@@ -537,6 +565,59 @@ class RolloutEngine:
                 tr.logprobs += [0.0] * len(ids)
         self.stats["env_s"] += time.perf_counter() - t
 
+    def _take_generation(self, tr: Trajectory, gen: Any) -> None:
+        """Append one turn's sampled tokens, behaviour logprobs and reply text to ``tr``."""
+        tr.token_ids += gen.token_ids
+        tr.loss_mask += [1] * len(gen.token_ids)
+        if gen.logprobs is None or len(gen.logprobs) != len(gen.token_ids):
+            if tr.logprobs is not None:  # never filled in: the sample loses them all
+                self.stats["trajectories_without_logprobs"] += 1
+            tr.logprobs = None
+        elif tr.logprobs is not None:
+            tr.logprobs += list(gen.logprobs)
+        tr.messages.append({"role": "assistant", "content": _prefix(self.config, tr) + gen.text})
+        tr._sampled_end = bool(gen.token_ids) and gen.token_ids[-1] in self._stop_ids
+        self.stats["sampled_tokens"] += len(gen.token_ids)
+
+    def _step_all(self, acting: list[Trajectory], actions: list[str],
+                  session: EnvSession | None) -> tuple[list[Any], list[float | None],
+                                                       list[float | None]]:
+        """Step every acting episode once: the sandboxed ones in one ``session.step`` call, the
+        in-process ones here. Returns the results, each episode's own step time and the time
+        its worker spent on the whole call (``TurnRecord.worker_turn_s``), None where
+        unmeasured."""
+        remote = [i for i, tr in enumerate(acting) if not isinstance(tr._env, LocalEnv)]
+        results: list[Any] = [None] * len(acting)
+        own_s: list[float | None] = [None] * len(acting)
+        worker_s: list[float | None] = [None] * len(acting)
+        if remote:
+            session.step_seconds = None
+            for i, result in zip(remote, session.step([(acting[i]._env, actions[i])
+                                                       for i in remote])):
+                results[i] = result
+            measured = session.step_seconds
+            if measured is not None and len(measured) == len(remote):
+                for i, sec in zip(remote, measured):
+                    own_s[i] = sec
+            per_worker = getattr(session, "turn_seconds", None)
+            if isinstance(per_worker, list) and len(per_worker) == len(remote):
+                for i, sec in zip(remote, per_worker):
+                    worker_s[i] = None if sec is None else float(sec)
+            else:  # one sandbox serves every episode of a program: their step times add up
+                total: dict[str, float] = {}
+                for i in remote:
+                    if own_s[i] is not None:
+                        key = acting[i].spec.env_key
+                        total[key] = total.get(key, 0.0) + own_s[i]
+                for i in remote:
+                    worker_s[i] = total.get(acting[i].spec.env_key)
+        for i, tr in enumerate(acting):
+            if isinstance(tr._env, LocalEnv):
+                t_local = time.perf_counter()
+                results[i] = tr._env.step(actions[i])
+                own_s[i] = worker_s[i] = time.perf_counter() - t_local
+        return results, own_s, worker_s
+
     def _cap(self, tr: Trajectory) -> int:
         """The cap an episode is constructed with: its spec's, else the config's."""
         return tr.spec.max_turns if tr.spec.max_turns is not None else self.config.max_turns
@@ -549,7 +630,7 @@ class RolloutEngine:
         tr.terminated, tr.truncated = terminated, truncated
         last = tr.turns[-1].reward if tr.turns else None
         tr.episode_return = episode_return(last, terminated)
-        if tr.messages and tr.messages[-1]["role"] == "assistant":
+        if tr.messages and tr.messages[-1]["role"] == "assistant" and not tr.scripted:
             closing = self.renderer.closing_ids(tr._sampled_end)
             tr.token_ids += closing
             tr.loss_mask += [0] * len(closing)

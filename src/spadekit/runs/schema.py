@@ -469,10 +469,16 @@ STATS_SQL = """
     SELECT e.sha256, e.skill, e.status, e.created_step, e.retired_step,
       COALESCE(SUM(p.with_hint = 0), 0) AS n_plays,
       COALESCE(SUM(p.with_hint = 1), 0) AS n_plays_with_hint,
-      AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return > 0 END) AS win_rate,
-      AVG(CASE WHEN p.with_hint = 1 THEN p.episode_return > 0 END) AS win_rate_with_hint,
+      MIN(1.0, MAX(0.0, AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return END))) AS win_rate,
+      MIN(1.0, MAX(0.0, AVG(CASE WHEN p.with_hint = 1 THEN p.episode_return END)))
+        AS win_rate_with_hint,
+      AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return > 0 END) AS positive_share,
+      AVG(CASE WHEN p.with_hint = 1 THEN p.episode_return > 0 END) AS positive_share_with_hint,
       AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return END) AS mean_return,
       AVG(CASE WHEN p.with_hint = 1 THEN p.episode_return END) AS mean_return_with_hint,
+      MAX(0.0, AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return * p.episode_return END)
+        - AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return END)
+        * AVG(CASE WHEN p.with_hint = 0 THEN p.episode_return END)) AS return_variance,
       AVG(CASE WHEN p.with_hint = 1 AND p.step = e.created_step THEN p.episode_return END)
         - AVG(CASE WHEN p.with_hint = 0 AND p.step = e.created_step THEN p.episode_return END)
         AS regret_at_gen,

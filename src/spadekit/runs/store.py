@@ -68,6 +68,7 @@ class RunStore:
             raise StoreError(f"synchronous must be NORMAL or FULL, got {synchronous!r}")
         self._lock = threading.RLock()
         self._depth = 0  # open transaction levels (round = level 1)
+        self._black_codes: dict[str, str] = {}  # blacklisted sha -> extracted code (immutable)
         self._round: int | None = None
         self._pending: list[str] = []  # events.jsonl lines waiting for the outer commit
         self._conn: sqlite3.Connection | None = None
@@ -382,10 +383,14 @@ class RunStore:
     def env_stats(self, sha: str, *, until_step: int | None = None) -> dict[str, Any]:
         """Life statistics of one environment (only plays with ``step <= until_step`` if given).
 
-        ``win_rate``: share of no-hint plays with return > 0 over all steps (``None`` before the
-        first play); ``regret_at_gen``: mean return with hint minus without, both at the
-        environment's ``created_step`` (``None`` when either side has no play there); also
-        ``n_plays``, ``n_plays_with_hint``, ``win_rate_with_hint``, ``mean_return(_with_hint)``,
+        ``win_rate``: the reference's win rate, the mean return of the no-hint plays over all
+        steps clipped to [0, 1] (``None`` before the first play; the plateau's default input,
+        ``reward.win_rate_input``); ``positive_share``: the share of those plays with return
+        > 0 (the other choice of that knob); ``return_variance``: the population variance of
+        their returns (the bimodal-hack monitor); ``regret_at_gen``: mean return with hint minus
+        without, both at the environment's ``created_step`` (``None`` when either side has no
+        play there); also ``n_plays``, ``n_plays_with_hint``, ``win_rate_with_hint``,
+        ``positive_share_with_hint``, ``mean_return(_with_hint)`` (unclipped),
         ``n_plays_at_gen``, ``n_hint_plays_at_gen``, ``n_failures``, ``first_step``,
         ``last_step``, ``status``, ``skill``, ``created_step``, ``retired_step``.
         """
@@ -477,6 +482,35 @@ class RunStore:
 
     def blacklisted(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.query("SELECT * FROM blacklist ORDER BY created_at")]
+
+    def blacklisted_codes(self) -> list[tuple[str, str, str]]:
+        """``(sha256, reason, code)`` of every blacklisted program whose code is known: a stored
+        environment's (retired by the watch), else the program extracted from the designer
+        output recorded as rejected with that sha256 (a hang in validation). The near-duplicate
+        blacklist gate (``EnvironmentMemory.blacklist_reason``) compares against these."""
+        from spadekit.envs.extract import ExtractionError
+        from spadekit.sandbox.validate import to_program
+
+        cache = self._black_codes
+        rows = self.query(
+            "SELECT b.sha256, b.reason, e.code, (SELECT r.text FROM rejected r WHERE "
+            "r.sha256 = b.sha256 ORDER BY r.id DESC LIMIT 1) AS text FROM blacklist b "
+            "LEFT JOIN environments e ON e.sha256 = b.sha256 ORDER BY b.created_at")
+        out = []
+        for sha, reason, code, text in rows:
+            if code is None:
+                code = cache.get(sha)
+            if code is None and text:
+                try:
+                    program = to_program(zlib.decompress(text).decode("utf-8", "replace"))
+                except (ExtractionError, zlib.error):
+                    continue
+                if program.sha256 != sha:
+                    continue
+                code = cache[sha] = program.code
+            if code is not None:
+                out.append((sha, reason, code))
+        return out
 
     def put_hint(self, env_sha: str, hint: str, how: str, step: int | None = None,
                  meta: Mapping[str, Any] | None = None) -> None:

@@ -113,6 +113,13 @@ class RewardConfig:
     plateau_high: float = 0.6
     plateau_ramp: float = 0.25
     """Outside the band the plateau falls linearly to 0 over this distance."""
+    win_rate_input: str = "mean_return"
+    """What the plateau's "win rate" is (and with it the memory's seed bands, the EMA's
+    per-round win rate): ``mean_return``, the mean return of the environment's no-hint plays
+    in the window, clipped to [0, 1] (the reference's; SPEC point 5), or ``positive_share``, the
+    share of them with return > 0 (lets a program paying a little on half the seeds whatever
+    the agent does sit in the band). The variance of the same returns is logged either way
+    (``designer/win_rate_variance``)."""
     failed_episode_reward: float = 0.0
     """Return given to a crashed agent episode (the reference uses -1)."""
     designer_weight_cap: float = 50.0
@@ -130,8 +137,8 @@ class RewardConfig:
         if self.signal not in DESIGNER_SIGNALS:
             raise ConfigError(f"reward.signal must be one of {', '.join(sorted(DESIGNER_SIGNALS))}"
                               f", got {self.signal!r}")
-        params = RewardParams.from_config(self)
         try:  # the functions' own checks, at load instead of at the first reward
+            params = RewardParams.from_config(self)
             params.plateau(0.5)
             params.regret_norm(0.0)
             EmaTracker(self.ema_alpha_fast, self.ema_alpha_slow, self.ema_scale)

@@ -319,7 +319,7 @@ class DesignPhase:
             program = to_program(text)
         except ExtractionError:
             return None
-        reason = self.store.blacklist_reason(program.sha256)
+        reason = self.memory.blacklist_reason(program)  # exact or near-duplicate
         if reason is None:
             return None
         self.blacklist_skipped += 1

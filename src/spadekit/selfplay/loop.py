@@ -11,9 +11,11 @@ database transaction (``RunStore.round``):
    weak; the agent plays every pooled environment ``plays_per_env`` times without the hint
    (``ceil(agent_samples_per_round / pooled environments)``, 8 at the paper's 192 / 24, or a
    fixed ``num_generations``), and each new designer environment ``hint_generations`` times with
-   the hint (16 in the paper), every play capped at ``config.turn_cap``; then
-   ``spadekit.selfplay.watch`` retires programs that hung, slowed down or were gamed in play or
-   in its garbage spot checks (designer -0.5), and their plays are not trained on;
+   the hint (16 in the paper), every play capped at ``config.turn_cap``, with the watch's
+   scripted spot checks (garbage, the solution on the same seeds, the reference replay)
+   shuffled into the same batch; then ``spadekit.selfplay.watch`` retires programs that hung,
+   slowed down or were gamed in play or in those spot checks (designer -0.5), and their plays
+   are not trained on;
 5. ``reward``: the designer samples due now (generated ``regen_interval`` rounds ago) get the
    configured designer signal (default 0.4 * regret_norm + 0.6 * plateau(lifetime win rate));
    regret compares the hinted plays with the same round's no-hint plays (matched timing);
@@ -273,8 +275,9 @@ class SelfPlay(SetupSteps):
         t = time.perf_counter()
         retired, watched = self.watch.after_play(step, trajs, self.rng)
         r.timings["watch"] = time.perf_counter() - t
-        kept = [tr for tr in trajs if tr.spec.tag["env"] not in retired]
-        r.metrics.update(watched, **{"watch/episodes_dropped": len(trajs) - len(kept)})
+        plays = [tr for tr in trajs if not tr.scripted]  # spot checks are never trained on
+        kept = [tr for tr in plays if tr.spec.tag["env"] not in retired]
+        r.metrics.update(watched, **{"watch/episodes_dropped": len(plays) - len(kept)})
         return kept
 
     def reward(self, r: RoundState, plays: list[Trajectory]) -> DueRewards:
@@ -457,8 +460,8 @@ class SelfPlay(SetupSteps):
 
     def _pool_bootstrap(self, programs: list[EnvProgram], step: int) -> None:
         for program in programs:
-            if self.store.is_blacklisted(program.sha256):  # retired by the watch: never again
-                continue
+            if self.memory.blacklist_reason(program) is not None:  # retired (or a near
+                continue  # duplicate of a retired program): never again
             if not self.store.has_environment(program.sha256):
                 self.store.add_environment(program, step=step, lineage={"bootstrap": True})
             self.store.set_status(program.sha256, "pooled", step)
@@ -484,8 +487,16 @@ class SelfPlay(SetupSteps):
         designed_envs = {s.tag["env"] for s in specs if s.tag["designed"]}
         self._mix = {"pool_designed": len(designed_envs),
                      "pool_bootstrap": len({s.tag["env"] for s in specs}) - len(designed_envs)}
+        # the watch's spot checks (scripted garbage, solution and replay episodes) ride in the
+        # same batch, shuffled among the plays: same session, worker and lockstep
+        probes = self.watch.spot_check_specs(self.rng) if specs else []
+        if probes:
+            specs += probes
+            self.rng.shuffle(specs)
         trajs = self.engine.run(specs) if specs else []
         for tr in trajs:
+            if tr.scripted:  # not an agent play: not recorded, not trained on
+                continue
             self.store.record_episode(tr, step=step, env_sha=tr.spec.tag["env"],
                                       with_hint=tr.spec.tag["with_hint"], role="agent",
                                       play=True)

@@ -21,6 +21,13 @@ Seeds for the designer prompt (deterministic given ``rng``):
 * :meth:`EnvironmentMemory.negative_seed` - one record with win rate > 0.9 ("too easy") or
   < 0.1 ("too hard"), of the same skill when one exists, otherwise of any skill, or ``None``.
 
+A record's win rate is the plateau's (``win_rate_input``, ``reward.win_rate_input``): by
+default the mean return of its no-hint plays, so both bands judge the number the designer is
+rewarded on.
+
+The blacklist gate (:meth:`EnvironmentMemory.blacklist_reason`) uses the same similarity: a
+program within ``duplicate_threshold`` of a blacklisted one is refused with that one's reason.
+
 Near duplicates: :func:`fingerprint` parses the program with :mod:`ast`, drops docstrings (and,
 through ``ast.unparse``, comments and formatting), replaces every identifier *the program binds*
 (its classes, functions, arguments, variables, attributes it assigns, import aliases) by one
@@ -51,6 +58,7 @@ from spadekit.envs import pyparse
 from spadekit.envs.program import EnvProgram, find_env_classes
 from spadekit.runs.store import RunStore
 from spadekit.runs.schema import StoreError, StoreNotFound, dumps, finite, loads
+from spadekit.selfplay.rewards import WIN_RATE_INPUTS
 
 __all__ = ["DEFAULT_CAP", "DUPLICATE_THRESHOLD", "EnvironmentMemory", "MemoryRecord",
            "canonical_tokens", "fingerprint", "jaccard", "summarize_validation"]
@@ -244,9 +252,18 @@ class EnvironmentMemory:
 
     def __init__(self, store: RunStore, cap: int = DEFAULT_CAP, *,
                  duplicate_threshold: float = DUPLICATE_THRESHOLD,
-                 shingle_size: int = SHINGLE_SIZE, seed: int = 0) -> None:
+                 shingle_size: int = SHINGLE_SIZE, seed: int = 0,
+                 win_rate_input: str = "mean_return") -> None:
+        """``win_rate_input``: what a record's win rate is (``reward.win_rate_input``: the mean
+        return of the no-hint plays, or the share of them with return > 0), so that the seed
+        bands judge the same number the plateau does."""
         if int(cap) < 1:
             raise StoreError(f"memory cap must be at least 1, got {cap}")
+        if win_rate_input not in WIN_RATE_INPUTS:
+            raise StoreError(f"memory win_rate_input must be one of {WIN_RATE_INPUTS}, got "
+                             f"{win_rate_input!r}")
+        self.win_rate_input = win_rate_input
+        self._black_fps: dict[str, frozenset] = {}
         self.store = store
         self.cap = int(cap)
         self.duplicate_threshold = float(duplicate_threshold)
@@ -350,10 +367,13 @@ class EnvironmentMemory:
 
     def refresh_from_store(self, sha: str, *, designer_reward: Any = _KEEP,
                            step: int | None = None) -> MemoryRecord:
-        """Copy win rates, regret at generation and play count from the store's ``plays``."""
+        """Copy win rates (of ``win_rate_input``), regret at generation and play count from the
+        store's ``plays``."""
         stats = self.store.env_stats(sha)
-        return self.update_stats(sha, win_rate=stats["win_rate"],
-                                 win_rate_with_hint=stats["win_rate_with_hint"],
+        share = self.win_rate_input == "positive_share"
+        return self.update_stats(sha, win_rate=stats["positive_share" if share else "win_rate"],
+                                 win_rate_with_hint=stats["positive_share_with_hint" if share
+                                                          else "win_rate_with_hint"],
                                  regret=stats["regret_at_gen"], n_plays=stats["n_plays"],
                                  designer_reward=designer_reward, step=step)
 
@@ -451,6 +471,32 @@ class EnvironmentMemory:
             if best_sha is None or similarity > best:
                 best_sha, best = record.sha256, similarity
         return best_sha is not None and best >= limit, best_sha, best
+
+    def blacklist_reason(self, program: EnvProgram) -> str | None:
+        """Why ``program`` may not be pooled, or None: its own blacklist entry (exact sha256),
+        else that of a blacklisted program it is a near duplicate of (Jaccard similarity of
+        their fingerprints ``>= duplicate_threshold``, the same test as the memory's
+        near-duplicate check), so a one-token edit of a retired program is refused too."""
+        reason = self.store.blacklist_reason(program.sha256)
+        if reason is not None:
+            return reason
+        hit = self.blacklisted_near(program.code)
+        return None if hit is None else hit[1]
+
+    def blacklisted_near(self, code: str) -> tuple[str, str, float] | None:
+        """``(sha256, reason, similarity)`` of the most similar blacklisted program whose code is
+        known (``RunStore.blacklisted_codes``) when it is at least ``duplicate_threshold``
+        similar to ``code``, else None."""
+        target = fingerprint(code, self.shingle_size)
+        best: tuple[str, str, float] | None = None
+        for sha, reason, other in self.store.blacklisted_codes():
+            fp = self._black_fps.get(sha)
+            if fp is None:
+                fp = self._black_fps[sha] = fingerprint(other, self.shingle_size)
+            similarity = jaccard(target, fp)
+            if similarity >= self.duplicate_threshold and (best is None or similarity > best[2]):
+                best = (sha, reason, similarity)
+        return best
 
 
 class SeedlessMemory:

@@ -10,11 +10,17 @@ was generated, by the same policy snapshot. Its reward is
     designer_reward = 0.4 * regret_norm(regret) + 0.6 * plateau(win_rate)
 
 where ``regret`` is mean-with-hint minus mean-without-hint at the generation step and ``win_rate``
-is the share of the environment's no-hint plays with return > 0 over its whole life in the pool.
+is, as the reference computes it, the MEAN RETURN of the environment's no-hint plays over its
+whole life in the pool (clipped to [0, 1]); ``reward.win_rate_input="positive_share"`` selects
+the share of those plays with return > 0 instead (this project's earlier choice, kept as an
+ablation: a program that pays 0.2 on half the seeds whatever the agent does has share 0.5 and
+sits in the band, but mean return 0.1). The variance of the same returns
+(``return_variance``) is logged next to it as the reference's "bimodal-hack monitor".
 A program that hangs in validation earns ``HANG_PENALTY`` and is blacklisted; any other invalid
 program earns ``INVALID_REWARD`` and is never played.
 
-Empty inputs: every statistic over a list of returns (``regret``, ``win_rate``, ``solve_rate``)
+Empty inputs: every statistic over a list of returns (``regret``, ``win_rate``,
+``return_variance``, ``solve_rate``)
 raises ``ValueError`` on an empty list. An environment with no plays has no measurement, and a
 silent 0.0 would turn a caller's bug into a real-looking reward (win rate 0 -> plateau 0).
 Non-finite returns raise ``ValueError`` too.
@@ -36,7 +42,8 @@ from spadekit.sandbox.play import episode_return
 
 __all__ = [
     "episode_return",
-    "regret", "regret_norm", "plateau", "win_rate", "solve_rate", "designer_reward",
+    "regret", "regret_norm", "plateau", "win_rate", "return_variance", "WIN_RATE_INPUTS",
+    "solve_rate", "designer_reward",
     "HANG_PENALTY", "INVALID_REWARD", "HANG_REASONS", "FailureReward",
     "designer_reward_for_failure",
     "EmaTracker", "azr_learnability",
@@ -91,13 +98,36 @@ def regret_norm(regret: float, scale: float = REGRET_SCALE) -> float:
 
 
 # ----- win rate and plateau -----------------------------------------------------------------------
-def win_rate(returns: Sequence[float]) -> float:
-    """Share of returns strictly greater than 0. Raises ``ValueError`` on an empty list.
+WIN_RATE_INPUTS = ("mean_return", "positive_share")
+"""What "win rate" means for the plateau (``reward.win_rate_input``): ``mean_return`` (the
+reference's, the default) or ``positive_share`` (share of returns > 0)."""
+
+
+def win_rate(returns: Sequence[float], input: str = "mean_return") -> float:
+    """The win rate of a list of returns. ``input="mean_return"`` (default, the reference's
+    ``win_rate = mean(window rewards)``): their mean, clipped to [0, 1] (a program paying outside
+    [0, 1] cannot push the plateau's input out of its domain); ``"positive_share"``: the share of
+    returns strictly greater than 0. Raises ``ValueError`` on an empty list or an unknown input.
 
     For the designer reward, pass the environment's no-hint returns over its whole life in the
-    pool (not only the generation step)."""
+    pool (not only the generation step). Hand check: returns ``[0.2, 0, 0.2, 0]`` have mean
+    return 0.1 and positive share 0.5."""
     values = _returns(returns, "win_rate")
-    return sum(1 for v in values if v > 0) / len(values)
+    if input == "mean_return":
+        return min(1.0, max(0.0, math.fsum(values) / len(values)))
+    if input == "positive_share":
+        return sum(1 for v in values if v > 0) / len(values)
+    raise ValueError(f"win_rate: input must be one of {', '.join(WIN_RATE_INPUTS)}, got "
+                     f"{input!r}")
+
+
+def return_variance(returns: Sequence[float]) -> float:
+    """Population variance of the returns (the reference's "bimodal-hack monitor": a mean of
+    0.5 from returns that are all 0 or 1 has variance 0.25, from returns all 0.5 has 0).
+    Raises ``ValueError`` on an empty list."""
+    values = _returns(returns, "return_variance")
+    mean = math.fsum(values) / len(values)
+    return math.fsum((v - mean) ** 2 for v in values) / len(values)
 
 
 def plateau(win_rate: float, low: float = PLATEAU_LOW, high: float = PLATEAU_HIGH,
@@ -155,7 +185,7 @@ def designer_reward_for_failure(reason: str) -> FailureReward:
 # ----- ablation signals ---------------------------------------------------------------------------
 def solve_rate(returns: Sequence[float], threshold: float = SOLVED) -> float:
     """Share of returns that reach ``threshold`` (default 1.0, "solved"). Unlike ``win_rate``,
-    partial credit does not count. Raises ``ValueError`` on an empty list."""
+    partial credit does not count at all. Raises ``ValueError`` on an empty list."""
     values = _returns(returns, "solve_rate")
     return sum(1 for v in values if v >= threshold) / len(values)
 
@@ -283,11 +313,24 @@ class RewardParams:
     plateau_low: float = PLATEAU_LOW
     plateau_high: float = PLATEAU_HIGH
     plateau_ramp: float = PLATEAU_RAMP
+    win_rate_input: str = "mean_return"
+
+    def __post_init__(self) -> None:
+        if self.win_rate_input not in WIN_RATE_INPUTS:
+            raise ValueError(f"win_rate_input must be one of {', '.join(WIN_RATE_INPUTS)}, got "
+                             f"{self.win_rate_input!r}")
 
     @classmethod
     def from_config(cls, reward: Any) -> "RewardParams":
-        """The parameters of a ``RewardConfig`` (any object with these attribute names)."""
-        return cls(**{name: float(getattr(reward, name)) for name in cls.__dataclass_fields__})
+        """The parameters of a ``RewardConfig`` (any object with these attribute names; one
+        without ``win_rate_input`` gets the default)."""
+        values: dict[str, Any] = {name: float(getattr(reward, name))
+                                  for name in cls.__dataclass_fields__ if name != "win_rate_input"}
+        values["win_rate_input"] = str(getattr(reward, "win_rate_input", "mean_return"))
+        return cls(**values)
+
+    def win_rate(self, returns: Sequence[float]) -> float:
+        return win_rate(returns, self.win_rate_input)
 
     def plateau(self, win_rate: float) -> float:
         return plateau(win_rate, self.plateau_low, self.plateau_high, self.plateau_ramp)
@@ -305,7 +348,7 @@ DesignerSignal = Callable[[EnvStats, RewardParams], float]
 def _signal_blend(stats: EnvStats, p: RewardParams) -> float:
     return designer_reward(p.regret_norm(regret(stats.returns_with_hint,
                                                 stats.returns_without_hint)),
-                           p.plateau(win_rate(stats.lifetime())), p.regret_weight,
+                           p.plateau(p.win_rate(stats.lifetime())), p.regret_weight,
                            p.plateau_weight)
 
 
@@ -314,7 +357,7 @@ def _signal_regret(stats: EnvStats, p: RewardParams) -> float:
 
 
 def _signal_plateau(stats: EnvStats, p: RewardParams) -> float:
-    return p.plateau(win_rate(stats.lifetime()))
+    return p.plateau(p.win_rate(stats.lifetime()))
 
 
 def _signal_learning_potential(stats: EnvStats, p: RewardParams) -> float:

@@ -8,10 +8,12 @@
 - designer: the samples due now, rewarded by ``reward.signal`` with the round's ``reward.*``
   constants (so a schedule entry moves them) over the environment's plays, centred per skill,
   upweighted, importance-corrected later by the trainer (their behaviour logprobs were stored at
-  generation time); each sample's reward, advantage and weight is recorded as a
-  ``designer_samples`` event in the run database;
+  generation time); each sample's reward, advantage, weight, window win rate (the plateau's
+  input, ``reward.win_rate_input``) and the variance of the window's no-hint returns (the
+  bimodal-hack monitor) is recorded as a ``designer_samples`` event in the run database, and
+  the round's mean variance as ``designer/win_rate_variance``;
 - the learning-potential trackers: each pooled environment's EMAs get that round's no-hint win
-  rate (``update_ema``).
+  rate (``update_ema``; the same ``reward.win_rate_input``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 
 from spadekit.selfplay.advantages import (Sample, agent_advantages, designer_advantages, designer_weight,
                                  per_turn_samples)
-from spadekit.selfplay.rewards import EmaTracker, EnvStats, RewardParams, designer_signal
+from spadekit.selfplay.rewards import (EmaTracker, EnvStats, RewardParams, designer_signal,
+                                       return_variance, win_rate)
 from spadekit.rollout.engine import Trajectory
 from spadekit.rollout.thinking import ends_inside_thinking
 
@@ -78,6 +81,10 @@ class DueRewards:
 
     due: list[dict] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
+    win_rates: list[float | None] = field(default_factory=list)
+    """The window win rate (plateau input) of each; None for a fixed reward."""
+    variances: list[float | None] = field(default_factory=list)
+    """The variance of each window's no-hint returns (bimodal-hack monitor); None likewise."""
 
 
 def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config: Any, step: int,
@@ -90,22 +97,32 @@ def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config
     if not due:
         return DueRewards()
     rewards, regrets = [], []
+    win_rates: list[float | None] = []
+    variances: list[float | None] = []
     params = RewardParams.from_config(cfg.reward)
     for item in due:
         meta = item.get("meta") or {}
         if "fixed_reward" in meta:
             rewards.append(float(meta["fixed_reward"]))
+            win_rates.append(None)
+            variances.append(None)
             continue
         stats = env_stats(store, ema, item["env_sha"])
         reward = designer_signal(cfg.reward.signal, stats, params)
         rewards.append(reward)
+        win_rates.append(params.win_rate(stats.lifetime()))
+        variances.append(return_variance(stats.lifetime()))
         regret = store.env_stats(item["env_sha"])["regret_at_gen"]
         if regret is not None:
             regrets.append(regret)
         memory.refresh_from_store(item["env_sha"], designer_reward=reward, step=step)
     metrics.update(designer_reward=sum(rewards) / len(rewards),
                    regret=sum(regrets) / len(regrets) if regrets else 0.0)
-    return DueRewards(due, rewards)
+    scored = [v for v in variances if v is not None]
+    if scored:
+        metrics["designer/win_rate_variance"] = sum(scored) / len(scored)
+        metrics["designer/win_rate"] = sum(w for w in win_rates if w is not None) / len(scored)
+    return DueRewards(due, rewards, win_rates, variances)
 
 
 def designer_samples_from(scored: DueRewards, store: Any, config: Any, step: int, n_agent: int,
@@ -128,7 +145,9 @@ def designer_samples_from(scored: DueRewards, store: Any, config: Any, step: int
             item = due[i]
             records.append({"sample_id": item.get("sample_id"), "env_sha": item.get("env_sha"),
                             "skill": skill, "generated_step": item.get("generated_step"),
-                            "reward": rewards[i], "advantage": adv, "weight": weight})
+                            "reward": rewards[i], "advantage": adv, "weight": weight,
+                            "win_rate": _at(scored.win_rates, i),
+                            "win_rate_variance": _at(scored.variances, i)})
             samples.append(Sample(role="designer", group_id=skill,
                                   token_ids=item["token_ids"], loss_mask=item["loss_mask"],
                                   behaviour_logprobs=item.get("logprobs"), advantage=adv,
@@ -139,6 +158,11 @@ def designer_samples_from(scored: DueRewards, store: Any, config: Any, step: int
                         "samples": records})
     metrics.update(designer_samples=len(samples), designer_weight=weight)
     return samples
+
+def _at(values: list, i: int) -> Any:
+    """``values[i]``, or None where a caller built ``DueRewards`` without that list."""
+    return values[i] if i < len(values) else None
+
 
 def env_stats(store: Any, ema: dict[str, EmaTracker], sha: str) -> EnvStats:
     """An environment's returns for the designer signal: with and without the hint at its
@@ -153,24 +177,26 @@ def env_stats(store: Any, ema: dict[str, EmaTracker], sha: str) -> EnvStats:
                     [0.0], lifetime_returns=lifetime or None, ema=ema.get(sha))
 
 
-def round_win_rate(store: Any, sha: str, step: int) -> float | None:
-    """The share of the environment's no-hint plays of round ``step`` with return > 0 (None:
-    it was not played without the hint that round)."""
+def round_win_rate(store: Any, sha: str, step: int,
+                   input: str = "mean_return") -> float | None:
+    """The win rate (``rewards.win_rate`` of ``input``, ``reward.win_rate_input``: mean return
+    by default) of the environment's no-hint plays of round ``step`` (None: it was not played
+    without the hint that round)."""
     rows = store.query("SELECT episode_return FROM plays WHERE env_sha = ? AND step = ? "
                        "AND with_hint = 0", (sha, step))
     if not rows:
         return None
-    return sum(1 for r in rows if r[0] > 0) / len(rows)
+    return win_rate([r[0] for r in rows], input)
 
 
 def update_ema(store: Any, ema: dict[str, EmaTracker], config: Any, sha: str,
                step: int) -> None:
     """Fold round ``step``'s win rate of ``sha`` into its learning-potential tracker (created on
     first use), with the round's ``reward.ema_*`` constants."""
-    w = round_win_rate(store, sha, step)
+    r = config.reward
+    w = round_win_rate(store, sha, step, getattr(r, "win_rate_input", "mean_return"))
     if w is None:
         return
-    r = config.reward
     tracker = ema.get(sha)
     if tracker is None:
         tracker = ema[sha] = EmaTracker(r.ema_alpha_fast, r.ema_alpha_slow, r.ema_scale)

@@ -120,7 +120,8 @@ class SetupSteps:
                 config.rollout, max_turns=config.turn_cap),
             chat_template_kwargs=config.chat_template.for_role("agent"))
         self.memory = EnvironmentMemory(self.store, cap=config.memory_size,
-                                        duplicate_threshold=config.dedup_threshold)
+                                        duplicate_threshold=config.dedup_threshold,
+                                        win_rate_input=config.reward.win_rate_input)
         from spadekit.selfplay.corpus_pin import run_corpus
 
         # ablation switches (config.grounding / config.use_memory): no document, no seeds; the
@@ -131,7 +132,7 @@ class SetupSteps:
                                   self.store, self.memory if config.use_memory
                                   else SeedlessMemory(self.memory), self.corpus)
         self.watch = PoolWatch(config.watch, self.store, self.memory, self.env_backend,
-                               config.turn_cap, config.setting == "tooluse")
+                               config.turn_cap, config.setting == "tooluse", pool=self.pool)
         self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
         self.roles = self._record_roles()
         last = self.store.latest_complete_step()

@@ -5,40 +5,63 @@ During self-play every pooled program is watched again, and one that misbehaves 
 (blacklisted with a reason, removed from the pool and the memory, never validated again) and its
 pending designer sample gets the fixed reward ``RETIRE_PENALTY`` (-0.5, the SPEC's hang penalty):
 
-* ``play_timeout``: a step (or reset) of an agent's play timed out (SPEC point 3: a hang);
-* ``slow_in_play``: its mean step time in a round's plays exceeds ``WatchConfig.step_time_limit_s``,
-  or exceeds ``slow_step_factor`` times its median call time in validation (and
-  ``slow_step_min_s``);
-* ``garbage_wins``: a spot-check episode of random garbage actions reached reward 1.0;
+* ``play_timeout``: a step (or reset) of an agent's play or a spot check timed out (a hang);
+* ``slow_in_play``: its mean step time in a round's plays exceeds ``step_time_limit_s``, or
+  ``slow_step_factor`` times its median call time in validation (and ``slow_step_min_s``), or
+  the time its worker spends on one rollout turn (all its episodes there together,
+  ``TurnRecord.worker_turn_s``) averages more than ``turn_time_limit_s`` over the round;
+* ``garbage_wins``: on the spot checks' seeds, garbage actions' mean return is not at least
+  ``action_margin`` below the mean return of the program's own solution on the same seeds (1.0,
+  full score, stands in where no solution is known): a program that pays 0.99 for any action
+  teaches nothing;
+* ``solution_fails_in_play``: the program's own solution, replayed in play on those seeds, no
+  longer reaches full score (or fails);
 * ``nondeterministic_in_play``: replaying validation's reference episode (the same seed and
   garbage actions) gave different rewards or another ending than validation recorded.
 
+The spot checks run INSIDE the round's rollout batch (``spot_check_specs``): for each pooled
+designed environment, ``spot_checks`` garbage episodes, as many solution episodes on the same
+seeds and the reference-episode replay are scripted episodes (``EpisodeSpec.scripted``) that the
+loop shuffles among the real plays. They start in the same session and step in the same worker
+and the same lockstep as the agent's plays, so a program cannot tell them apart by batch shape
+or instance count; they produce no tokens, no training sample and no recorded play. The
+solution's actions for those seeds are computed beforehand in a separate sandbox (never by a
+``solution()`` call in the training worker, itself a tell). Garbage is
+``spadekit.sandbox.probes.garbage_actions`` (the validator's; mutations of the solution's
+actions where it offers ``solution=``), from fresh seeds each round.
+
+A caller that plays a round without the in-batch spot checks (no scripted episode of a pooled
+designed environment among the trajectories given to ``after_play``) gets them run here, in
+their own sandboxes (``run_probes``), with the same verdicts.
+
 What validation recorded is read from the environment's validation details: the reference
 episode (``details["reference_episode"]``: seed, actions, rewards, terminated, truncated) and the
-call latencies (``details["step_ms"]["p50"]``). Garbage is ``spadekit.sandbox.probes.garbage_actions``
-(the validator's), from a fresh seed each time. Spot-check episodes run in their own sandboxes,
-outside the rollout: they never become training samples and are not recorded as plays.
+call latencies (``details["step_ms"]["p50"]``).
 """
 
 from __future__ import annotations
 
+import inspect
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from spadekit.envs.program import EnvProgram
 from spadekit.common.errors import ConfigError, SandboxError
+from spadekit.envs.program import EnvProgram
 from spadekit.sandbox.probes import garbage_actions
 from spadekit.selfplay.rewards import HANG_PENALTY
 
 __all__ = ["WatchConfig", "PoolWatch", "RETIRE_PENALTY", "RETIRE_REASONS", "ProbeResult",
-           "run_probes", "spot_check_verdicts", "slow_verdict"]
+           "run_probes", "spot_check_verdicts", "slow_verdict", "turn_verdict",
+           "solution_actions_for", "probe_result"]
 
 RETIRE_PENALTY = HANG_PENALTY
 """The designer's fixed reward for a program retired during training (the hang penalty)."""
-RETIRE_REASONS = ("play_timeout", "slow_in_play", "garbage_wins", "nondeterministic_in_play")
+RETIRE_REASONS = ("play_timeout", "slow_in_play", "garbage_wins", "solution_fails_in_play",
+                  "nondeterministic_in_play")
 WIN = 1.0
-"""A reward this high is a win (the validator's and the solution check's threshold)."""
+"""Full score (the validator's and the solution check's threshold)."""
+PROBE_KINDS = ("garbage", "solution", "replay")
 
 
 @dataclass(frozen=True)
@@ -46,9 +69,11 @@ class WatchConfig:
     """How pooled programs are watched during self-play (``spadekit.selfplay.watch``)."""
 
     spot_checks: int = 1
-    """Garbage spot-check episodes per pooled designed environment per round, each with fresh
-    random actions and seed, plus one replay of validation's reference episode (determinism);
-    0 turns spot checks off (hangs and slow steps in play are still watched)."""
+    """Garbage spot-check episodes per pooled designed environment per round, each on a fresh
+    seed with fresh garbage, each paired with an episode of the program's solution on the same
+    seed, plus one replay of validation's reference episode (determinism), all inside the
+    round's rollout batch; 0 turns spot checks off (hangs and slow steps in play are still
+    watched)."""
     step_time_limit_s: float = 1.0
     """A program whose mean step time in one round's plays exceeds this many seconds is retired
     (``slow_in_play``)."""
@@ -57,15 +82,27 @@ class WatchConfig:
     validation,"""
     slow_step_min_s: float = 0.05
     """... provided it is also above this many seconds (a 0.1 ms step becoming 3 ms is noise)."""
+    turn_time_limit_s: float = 5.0
+    """... or whose worker spends more than this many seconds on one rollout turn, all its
+    episodes of the turn together, on average over the round (a worker serves a program's plays
+    one after another: 0.95 s a call holds every turn 7.6 s at 8 plays, though each call is
+    under ``step_time_limit_s``)."""
+    action_margin: float = 0.5
+    """``garbage_wins`` unless garbage's mean return on the spot checks' seeds is at least this
+    much below the solution's mean return on the same seeds."""
 
     def __post_init__(self) -> None:
         if isinstance(self.spot_checks, bool) or not isinstance(self.spot_checks, int) \
                 or self.spot_checks < 0:
             raise ConfigError(f"watch.spot_checks must be an int >= 0, got {self.spot_checks!r}")
-        for name in ("step_time_limit_s", "slow_step_factor", "slow_step_min_s"):
+        for name in ("step_time_limit_s", "slow_step_factor", "slow_step_min_s",
+                     "turn_time_limit_s", "action_margin"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ConfigError(f"watch.{name} must be a number > 0, got {value!r}")
+        if self.action_margin > 1:
+            raise ConfigError(f"watch.action_margin must be at most 1 (returns lie in [0, 1]), "
+                              f"got {self.action_margin!r}")
 
 
 @dataclass
@@ -78,7 +115,10 @@ class ProbeResult:
     ends: list[bool] = field(default_factory=list)
     """Per step: terminated or truncated."""
     step_s: list[float] = field(default_factory=list)
-    error: SandboxError | None = None
+    error: SandboxError | dict[str, Any] | None = None
+    """The typed failure that ended it (a ``SandboxError``, or its ``to_dict()``)."""
+    terminated: bool = False
+    """Whether the program terminated the episode at its last step."""
 
     @property
     def mean_step_s(self) -> float | None:
@@ -89,6 +129,33 @@ class ProbeResult:
         """Whether the program ended the episode (terminated or truncated) at its last step."""
         return bool(self.ends and self.ends[-1])
 
+    @property
+    def episode_return(self) -> float:
+        """SPEC point 4: the last reward if terminated, else 0 (and 0 after a failure)."""
+        if self.error is not None or not self.rewards or not self.terminated:
+            return 0.0
+        return float(self.rewards[-1])
+
+    @property
+    def error_reason(self) -> str | None:
+        if self.error is None:
+            return None
+        return self.error.get("reason") if isinstance(self.error, dict) else self.error.reason
+
+    def error_dict(self) -> dict[str, Any] | None:
+        if self.error is None:
+            return None
+        return dict(self.error) if isinstance(self.error, dict) else self.error.to_dict()
+
+
+def probe_result(tr: Any) -> ProbeResult:
+    """The ``ProbeResult`` of a scripted ``Trajectory`` (a spot check played in the batch)."""
+    return ProbeResult(seed=tr.spec.seed, actions=[t.action for t in tr.turns],
+                       rewards=[float(t.reward) for t in tr.turns],
+                       ends=[bool(t.terminated or t.truncated) for t in tr.turns],
+                       step_s=[t.step_s for t in tr.turns], error=tr.failure,
+                       terminated=bool(tr.turns and tr.turns[-1].terminated))
+
 
 def run_probes(envs: Any, probes: list[tuple[EnvProgram, int, list[str]]],
                max_turns: int) -> list[ProbeResult]:
@@ -96,7 +163,8 @@ def run_probes(envs: Any, probes: list[tuple[EnvProgram, int, list[str]]],
     until its actions run out or the episode ends; a typed failure ends that probe only
     (``ProbeResult.error``). ``envs``: where plays run, an ``EnvBackend`` or a ``SandboxPool``
     (one sandbox per distinct program, loaded in parallel, released at the end). Step times
-    are each step's own where the backend measures them (the local pool), else not kept."""
+    are each step's own where the backend measures them (the local pool), else not kept.
+    Outside a rollout: the watch's fallback, and tests' reference episodes."""
     from spadekit.rollout.engine import EnvBackend, LocalPoolBackend
 
     backend = envs if isinstance(envs, EnvBackend) else LocalPoolBackend(envs)
@@ -126,6 +194,7 @@ def run_probes(envs: Any, probes: list[tuple[EnvProgram, int, list[str]]],
                 _obs, reward, term, trunc, _info = out
                 res.rewards.append(float(reward))
                 res.ends.append(bool(term or trunc))
+                res.terminated = bool(term)
                 if sec is not None:
                     res.step_s.append(sec)
                 if not (term or trunc):
@@ -137,19 +206,90 @@ def run_probes(envs: Any, probes: list[tuple[EnvProgram, int, list[str]]],
     return results
 
 
-def spot_check_verdicts(fresh: list[ProbeResult], replay: ProbeResult | None,
-                        admitted: dict[str, Any] | None) -> tuple[str | None, dict[str, Any]]:
-    """The retirement reason (or None) from one program's spot checks this round: garbage that
-    won, a replay that differs from validation's reference episode (``admitted``: its seed,
-    actions, rewards, terminated, truncated), or a timeout. Other typed failures (an
-    environment raising on garbage) are not a reason: plays fail on them already."""
-    for res in fresh + ([replay] if replay is not None else []):
-        if res.error is not None and res.error.reason == "timeout":
-            return "play_timeout", {"seed": res.seed, "error": res.error.to_dict()}
-    for res in fresh:
-        if any(r >= WIN for r in res.rewards):
-            return "garbage_wins", {"seed": res.seed, "actions": res.actions,
-                                    "rewards": res.rewards}
+def solution_actions_for(pool: Any, program: EnvProgram, seeds: list[int], max_turns: int,
+                         tooluse: bool = False) -> tuple[dict[int, list[str]], list[dict]]:
+    """The program's ``solution()`` after ``reset(seed=s)`` for each seed, computed in a sandbox
+    of its own from ``pool`` (not the rollout's), and its tool schemas for a tool-use program.
+    A seed whose solution fails (or a program that does not load) is left out."""
+    found: dict[int, list[str]] = {}
+    tools: list[dict] = []
+    if pool is None or not seeds:
+        return found, tools
+    try:
+        sb = pool.acquire(program.code)
+    except SandboxError:
+        return found, tools
+    try:
+        env = sb.new_env(max_turns=max_turns)
+        if tooluse and sb.program.get("has_tools"):
+            try:
+                tools = list(env.tools())
+            except SandboxError:
+                tools = []
+        if not sb.program.get("has_solution"):
+            return found, tools
+        for seed in seeds:
+            try:
+                env.reset(seed=seed)
+                actions = list(env.solution())
+            except SandboxError:
+                continue
+            if actions and len(actions) <= max_turns:
+                found[seed] = actions
+    except SandboxError:
+        pass
+    finally:
+        pool.release(sb)
+    return found, tools
+
+
+def _garbage(seed: int, n: int, tooluse: bool, tools: list[dict],
+             solution: list[str] | None) -> list[str]:
+    """``garbage_actions``, given the solution's actions where that function takes them."""
+    kwargs: dict[str, Any] = {"tools": tools} if tools else {}
+    if solution is not None and "solution" in inspect.signature(garbage_actions).parameters:
+        kwargs["solution"] = solution
+    return list(garbage_actions(seed, n, tooluse, **kwargs))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def spot_check_verdicts(garbage: list[ProbeResult], replay: ProbeResult | None,
+                        admitted: dict[str, Any] | None, solution: list[ProbeResult] = (),
+                        margin: float = 0.5) -> tuple[str | None, dict[str, Any]]:
+    """The retirement reason (or None) from one program's spot checks this round, in this
+    order: a timeout; a solution episode that failed; garbage whose mean return is not at least
+    ``margin`` below the mean return of the solution episodes on the same seeds (``WIN`` when
+    none); a solution episode that did not reach full score; a replay that differs from validation's reference episode
+    (``admitted``: its seed, actions, rewards, terminated, truncated). Other typed failures of a
+    garbage episode (an environment raising on garbage) count as return 0, not as a reason."""
+    solution = list(solution)
+    for res in garbage + solution + ([replay] if replay is not None else []):
+        if res.error_reason == "timeout":
+            return "play_timeout", {"seed": res.seed, "error": res.error_dict()}
+    for res in solution:  # its own solution crashed in play: no reference to judge by
+        if res.error is not None:
+            return "solution_fails_in_play", {"seed": res.seed, "actions": res.actions,
+                                              "rewards": res.rewards,
+                                              "error": res.error_dict()}
+    if garbage:
+        seeds = {r.seed for r in garbage}
+        paired = [r for r in solution if r.seed in seeds]
+        garbage_mean = _mean([r.episode_return for r in garbage])
+        reference = _mean([r.episode_return for r in paired]) if paired else WIN
+        if reference - garbage_mean < margin:
+            worst = max(garbage, key=lambda r: r.episode_return)
+            return "garbage_wins", {"garbage_mean_return": garbage_mean,
+                                    "solution_mean_return": reference,
+                                    "solution_known": bool(paired), "margin": margin,
+                                    "seed": worst.seed, "actions": worst.actions,
+                                    "rewards": worst.rewards}
+    for res in solution:
+        if res.episode_return < WIN:
+            return "solution_fails_in_play", {"seed": res.seed, "actions": res.actions,
+                                              "rewards": res.rewards}
     if replay is not None and admitted is not None and replay.error is None:
         ended = bool(admitted.get("terminated") or admitted.get("truncated"))
         if replay.rewards != list(admitted["rewards"]) or replay.ended != ended:
@@ -176,17 +316,52 @@ def slow_verdict(step_s: list[float], base: float | None,
     return None, {}
 
 
+def turn_verdict(worker_turn_s: list[float],
+                 config: WatchConfig) -> tuple[str | None, dict[str, Any]]:
+    """``slow_in_play`` when the mean over the round's turns of one program's worker time per
+    turn (one figure per turn: all its episodes there together) exceeds
+    ``turn_time_limit_s``; else None."""
+    if not worker_turn_s:
+        return None, {}
+    mean = sum(worker_turn_s) / len(worker_turn_s)
+    if mean > config.turn_time_limit_s:
+        return "slow_in_play", {"mean_worker_turn_s": mean,
+                                "max_worker_turn_s": max(worker_turn_s),
+                                "turns": len(worker_turn_s),
+                                "turn_limit_s": config.turn_time_limit_s}
+    return None, {}
+
+
+def worker_turns(group: list[Any]) -> list[float]:
+    """One program's worker time per rollout turn: turn ``k`` of every episode of it stepped
+    in the same call, so the figure of turn ``k`` is the largest ``worker_turn_s`` reported
+    for it (the slowest worker serving the program, where several do)."""
+    per_turn: dict[int, float] = {}
+    for tr in group:
+        for k, turn in enumerate(tr.turns):
+            w = getattr(turn, "worker_turn_s", None)
+            if w is not None:
+                per_turn[k] = max(per_turn.get(k, 0.0), float(w))
+    return [per_turn[k] for k in sorted(per_turn)]
+
+
 class PoolWatch:
-    """The watch of one self-play run (rank 0): after each round's plays, ``after_play`` finds
-    the programs to retire, retires them (``retire``) and returns their sha256s with the
+    """The watch of one self-play run (rank 0): ``spot_check_specs`` gives the loop the
+    scripted episodes to mix into a round's batch; after the round's plays, ``after_play``
+    finds the programs to retire, retires them (``retire``) and returns their sha256s with the
     round's ``watch/*`` metrics."""
 
     def __init__(self, config: WatchConfig, store: Any, memory: Any, envs: Any, max_turns: int,
-                 tooluse: bool) -> None:
-        """``envs``: where the spot checks run (the run's ``EnvBackend``, or a
-        ``SandboxPool``)."""
+                 tooluse: bool, pool: Any = None) -> None:
+        """``envs``: where fallback spot checks run (the run's ``EnvBackend``, or a
+        ``SandboxPool``); ``pool``: the ``SandboxPool`` the solutions are computed in (default:
+        ``envs`` itself when it is one, else its ``pool``)."""
+        from spadekit.sandbox.pool import SandboxPool
+
         self.config, self.store, self.memory, self.envs = config, store, memory, envs
         self.max_turns, self.tooluse = max_turns, tooluse
+        self.pool = pool if pool is not None else (
+            envs if isinstance(envs, SandboxPool) else getattr(envs, "pool", None))
 
     def validated(self, sha: str) -> tuple[dict[str, Any] | None, float | None]:
         """What validation recorded of a stored environment: its reference episode and its
@@ -201,26 +376,87 @@ class PoolWatch:
         base = p50 / 1000.0 if isinstance(p50, (int, float)) and p50 > 0 else None
         return episode, base
 
+    def _watched_rows(self, exclude: set[str] = frozenset()) -> list[dict[str, Any]]:
+        return [r for r in self.store.environments(status="pooled")
+                if not (r.get("lineage") or {}).get("bootstrap") and r["sha256"] not in exclude]
+
+    def _plan(self, program: EnvProgram, rng: random.Random) -> list[tuple[str, int, list[str]]]:
+        """One program's spot checks this round: ``(kind, seed, actions)`` for each garbage
+        episode, the solution on the same seeds (where known) and the reference replay."""
+        seeds = [rng.randrange(2 ** 31) for _ in range(self.config.spot_checks)]
+        action_seeds = [rng.randrange(2 ** 31) for _ in seeds]
+        solutions, tools = solution_actions_for(self.pool, program, seeds, self.max_turns,
+                                                self.tooluse)
+        plan = [("garbage", seed, _garbage(a, self.max_turns, self.tooluse, tools,
+                                           solutions.get(seed)))
+                for seed, a in zip(seeds, action_seeds)]
+        plan += [("solution", seed, solutions[seed]) for seed in seeds if seed in solutions]
+        admitted = self.validated(program.sha256)[0]
+        if admitted is not None:
+            plan.append(("replay", int(admitted["seed"]), list(admitted["actions"])))
+        return plan
+
+    def spot_check_specs(self, rng: random.Random) -> list[Any]:
+        """The scripted episodes of this round's spot checks of every pooled designed
+        environment (none when ``spot_checks`` is 0), for the loop to shuffle among its plays;
+        tagged ``{"env", "probe": kind, "with_hint": False, "designed": True, "skill"}``."""
+        from spadekit.rollout.engine import EpisodeSpec
+
+        if self.config.spot_checks == 0:
+            return []
+        specs = []
+        for row in self._watched_rows():
+            program = self.store.get_program(row["sha256"])
+            tag = {"env": row["sha256"], "skill": row.get("skill"), "designed": True,
+                   "with_hint": False}
+            for kind, seed, actions in self._plan(program, rng):
+                specs.append(EpisodeSpec(program, seed=seed, scripted=tuple(actions),
+                                         tag={**tag, "probe": kind}))
+        return specs
+
     def after_play(self, step: int, trajs: list[Any], rng: random.Random
                    ) -> tuple[set[str], dict[str, float]]:
+        """Verdicts on this round's trajectories (the agent's plays and the in-batch spot
+        checks, told apart by ``tag["probe"]``); fallback spot checks for pooled designed
+        environments the batch did not check."""
         found: dict[str, tuple[str, dict[str, Any]]] = {}
         by_env: dict[str, list[Any]] = {}
         for tr in trajs:
             if tr.spec.program is not None:
                 by_env.setdefault(tr.spec.program.sha256, []).append(tr)
+        probed: dict[str, dict[str, list[ProbeResult]]] = {}
+        errors = 0
         for sha, group in by_env.items():
+            for tr in group:
+                kind = tr.spec.tag.get("probe")
+                if kind in PROBE_KINDS:
+                    res = probe_result(tr)
+                    probed.setdefault(sha, {k: [] for k in PROBE_KINDS})[kind].append(res)
+                    errors += res.error is not None and res.error_reason != "timeout"
             hung = [t for t in group if (t.failure or {}).get("reason") == "timeout"]
             if hung:
-                found[sha] = ("play_timeout", {"episodes": len(hung),
-                                               "error": hung[0].failure})
+                found[sha] = ("play_timeout", {"episodes": len(hung), "error": hung[0].failure,
+                                               "spot_check": any(t.spec.tag.get("probe")
+                                                                 for t in hung)})
                 continue
             reason, details = slow_verdict([turn.step_s for t in group for turn in t.turns],
                                            self.validated(sha)[1], self.config)
+            if not reason:
+                reason, details = turn_verdict(worker_turns(group), self.config)
             if reason:
                 found[sha] = (reason, details)
-        checked, errors = self._spot_checks(rng, found)
-        metrics = {"watch/spot_checked_envs": float(checked),
-                   "watch/spot_check_errors": float(errors)}
+        for sha, kinds in probed.items():
+            if sha in found:
+                continue
+            reason, details = self._verdict(sha, kinds)
+            if reason:
+                found[sha] = (reason, {**details, "spot_check": True, "in_batch": True})
+        fallback, fb_errors = self._spot_checks_outside(rng, found, set(probed))
+        metrics = {"watch/spot_checked_envs": float(len(probed) + fallback),
+                   "watch/spot_check_errors": float(errors + fb_errors),
+                   "watch/spot_check_episodes": float(sum(
+                       len(v) for kinds in probed.values() for v in kinds.values())),
+                   "watch/spot_checked_outside": float(fallback)}
         for reason in RETIRE_REASONS:
             metrics[f"watch/{reason}"] = float(sum(1 for r, _d in found.values() if r == reason))
         penalised = sum(self.retire(sha, reason, step, details)
@@ -229,46 +465,51 @@ class PoolWatch:
                         "watch/designer_penalised": float(penalised)})
         return set(found), metrics
 
-    def _spot_checks(self, rng: random.Random,
-                     found: dict[str, tuple[str, dict[str, Any]]]) -> tuple[int, int]:
-        """Spot-check every pooled designed environment not already condemned; adds verdicts to
-        ``found``; returns (environments checked, probes that ended in another typed error)."""
+    def _verdict(self, sha: str, kinds: dict[str, list[ProbeResult]]
+                 ) -> tuple[str | None, dict[str, Any]]:
+        admitted = self.validated(sha)[0]
+        replay = kinds["replay"][0] if kinds["replay"] else None
+        return spot_check_verdicts(kinds["garbage"], replay, admitted, kinds["solution"],
+                                   self.config.action_margin)
+
+    def _spot_checks_outside(self, rng: random.Random,
+                             found: dict[str, tuple[str, dict[str, Any]]],
+                             probed: set[str]) -> tuple[int, int]:
+        """The fallback: spot-check, in sandboxes of their own, every pooled designed
+        environment neither condemned nor checked in the batch; adds verdicts to ``found``;
+        returns (environments checked, probes that ended in another typed error)."""
         if self.config.spot_checks == 0:
             return 0, 0
-        rows = [r for r in self.store.environments(status="pooled")
-                if not (r.get("lineage") or {}).get("bootstrap") and r["sha256"] not in found]
+        rows = self._watched_rows(set(found) | probed)
         probes, owners = [], []
         for row in rows:
             program = self.store.get_program(row["sha256"])
-            for _ in range(self.config.spot_checks):
-                probes.append((program, rng.randrange(2 ** 31), garbage_actions(
-                    rng.randrange(2 ** 31), self.max_turns, self.tooluse)))
-                owners.append((row["sha256"], "fresh"))
-            admitted = self.validated(row["sha256"])[0]
-            if admitted is not None:
-                probes.append((program, int(admitted["seed"]), list(admitted["actions"])))
-                owners.append((row["sha256"], "replay"))
+            for kind, seed, actions in self._plan(program, rng):
+                probes.append((program, seed, actions))
+                owners.append((row["sha256"], kind))
         results = run_probes(self.envs, probes, self.max_turns) if probes else []
-        fresh: dict[str, list[ProbeResult]] = {}
-        replay: dict[str, ProbeResult] = {}
+        kinds: dict[str, dict[str, list[ProbeResult]]] = {
+            row["sha256"]: {k: [] for k in PROBE_KINDS} for row in rows}
         errors = 0
         for (sha, kind), res in zip(owners, results):
-            if res.error is not None and res.error.reason != "timeout":
-                errors += 1
-            if kind == "fresh":
-                fresh.setdefault(sha, []).append(res)
-            else:
-                replay[sha] = res
+            errors += res.error is not None and res.error_reason != "timeout"
+            kinds[sha][kind].append(res)
         for row in rows:
             sha = row["sha256"]
-            admitted, base = self.validated(sha)
-            reason, details = spot_check_verdicts(fresh.get(sha, []), replay.get(sha), admitted)
+            reason, details = self._verdict(sha, kinds[sha])
+            mine = [r for group in kinds[sha].values() for r in group]
             if reason is None:
-                times = [s for r in fresh.get(sha, []) + ([replay[sha]] if sha in replay else [])
-                         for s in r.step_s]
-                reason, details = slow_verdict(times, base, self.config)
+                times = [s for r in mine for s in r.step_s]
+                reason, details = slow_verdict(times, self.validated(sha)[1], self.config)
+            if reason is None:  # one sandbox steps its probes in turn: their times add up
+                per_turn: dict[int, float] = {}
+                for r in mine:
+                    for k, sec in enumerate(r.step_s):
+                        per_turn[k] = per_turn.get(k, 0.0) + sec
+                reason, details = turn_verdict([per_turn[k] for k in sorted(per_turn)],
+                                               self.config)
             if reason:
-                found[sha] = (reason, {**details, "spot_check": True})
+                found[sha] = (reason, {**details, "spot_check": True, "in_batch": False})
         return len(rows), errors
 
     def retire(self, sha: str, reason: str, step: int, details: dict[str, Any]) -> int:

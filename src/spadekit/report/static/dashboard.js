@@ -146,7 +146,7 @@ function renderOverview(snap) {
       ["designer_reward", "designer reward"], ["regret", "regret"]])}),
     lineChart({title: "Win rate and valid share", yFmt: pct, yRange: [0, 1],
       series: named(snap, [["agent_win_rate", "agent win rate"], ["valid_share", "valid share"]])}),
-    distributionChart({title: "Win rate per environment vs plateau band", rows: snap.win_rates, band: snap.plateau}),
+    distributionChart({title: "Win rate (mean return) per environment vs plateau band", rows: snap.win_rates, band: snap.plateau}),
     lineChart({title: "Complexity: turns used", series: [{name: "mean turns", points: cx.map(c => [c.step, c.mean_turns])}]}),
     lineChart({title: "Complexity: code size (lines)", series: [{name: "mean code lines", points: cx.map(c => [c.step, c.mean_code_lines])}]}),
     lineChart({title: "Throughput (tokens/s)", series: [{name: "train tokens/s", points: metricSeries(snap, "train/tokens_per_second")},
@@ -188,7 +188,7 @@ function renderEvals(snap) {
 /* ---- environment browser ------------------------------------------------------------------ */
 
 const COLS = [["short", "sha"], ["skill", "skill"], ["status", "status"], ["class_name", "class"],
-  ["created_step", "created"], ["origin", "origin"], ["n_plays", "plays"], ["win_rate", "win"],
+  ["created_step", "created"], ["origin", "origin"], ["n_plays", "plays"], ["win_rate", "win (mean ret.)"],
   ["win_rate_with_hint", "win+hint"], ["regret", "regret"], ["designer_reward", "d.reward"],
   ["mean_return", "return"], ["mean_turns", "turns"], ["code_lines", "lines"]];
 const PCT_COLS = new Set(["win_rate", "win_rate_with_hint"]);
