@@ -13,6 +13,15 @@ Run as a script (``python -I -S -B worker.py``), standard library only. Bootstra
    checked again by the parent; every exception becomes a structured error reply, and the worker
    stays alive (``SystemExit`` included).
 
+Every instance has its own random streams: the module ``random``'s global generator and, once
+the program has imported numpy, numpy's legacy global generator (``numpy.random.seed`` /
+``numpy.random.randint``) are swapped to the instance's own state around every op on it
+(create, reset, step, call). Each instance starts from one fixed state (``RANDOM_SEED``), so a
+program in the reference's style (``random.seed(seed)`` in ``reset``, module-level
+``random.randint`` in ``step``), or one that never seeds at all, plays every episode as if it
+ran alone, however many instances a worker hosts and however their steps interleave. The swap is
+skipped while the same instance is served again (one ``getstate``/``setstate`` pair otherwise).
+
 Replies stay inside the parent's schema (``spadekit.sandbox.replies``): valid Unicode (a lone
 surrogate in an observation is an ``InvalidResult``), bounded depth and error sizes. A reply
 the parent refuses was therefore forged by the program, never sent by this code. The result
@@ -46,6 +55,9 @@ if __name__ == "__main__":
 PROTO_IN = None
 PROTO_OUT = None
 STATE = {"module": None, "cls": None, "instances": {}, "next_id": 1, "cfg": {}}
+
+RANDOM_SEED = 20260822
+"""The fixed state every instance's random streams start from (and the program's load runs in)."""
 
 # ---------------------------------------------------------------------------------------------
 # isolation layers
@@ -219,6 +231,70 @@ def error_from_exception(exc):
 
 
 # ---------------------------------------------------------------------------------------------
+# per-instance random streams
+
+
+class Streams:
+    """The random state of each instance, swapped into the global generators around its ops.
+
+    ``states[iid]`` holds a saved ``(random state, numpy state or None)``; the instance whose
+    state is live in the globals (``current``) has none saved. numpy is looked up in
+    ``sys.modules`` only (never imported here): from the first op that finds it loaded, its
+    global generator is swapped too, each instance starting from ``RANDOM_SEED``."""
+
+    def __init__(self):
+        self.states = {}
+        self.current = None
+        self.initial = None
+        self.np_random = None
+        self.np_initial = None
+
+    def start(self):
+        """Before the program loads: the globals get the fixed state the instances start from."""
+        import random
+
+        random.seed(RANDOM_SEED)
+        self.initial = random.getstate()
+
+    def _numpy(self):
+        if self.np_random is None:
+            np = sys.modules.get("numpy")
+            rnd = getattr(np, "random", None) if np is not None else None
+            if rnd is None or not callable(getattr(rnd, "get_state", None)):
+                return None
+            try:
+                self.np_initial = rnd.RandomState(RANDOM_SEED).get_state()
+            except Exception:
+                return None
+            self.np_random = rnd
+        return self.np_random
+
+    def enter(self, iid):
+        """Make ``iid``'s streams the live ones (saving those of the instance they replace)."""
+        if self.current == iid:
+            return
+        import random
+
+        rnd = self._numpy()
+        old = self.current
+        if old is not None and old in STATE["instances"]:
+            self.states[old] = (random.getstate(), rnd.get_state() if rnd is not None else None)
+        saved = self.states.pop(iid, None)
+        py, npy = saved if saved is not None else (self.initial, None)
+        random.setstate(py)
+        if rnd is not None:
+            rnd.set_state(npy if npy is not None else self.np_initial)
+        self.current = iid
+
+    def drop(self, iid):
+        self.states.pop(iid, None)
+        if self.current == iid:
+            self.current = None
+
+
+STREAMS = Streams()
+
+# ---------------------------------------------------------------------------------------------
 # operations
 
 
@@ -234,6 +310,7 @@ def op_load(req):
     module.__file__ = filename
     sys.modules["spadekit_env_program"] = module
     compat = STATE["cfg"].get("compat")
+    STREAMS.start()
     try:
         if compat:  # reference-contract names the program mentions (spadekit.envs.compat)
             from spadekit.envs.compat import prepare
@@ -287,6 +364,9 @@ def op_create(req):
     if cls is None:
         return {"type": "ProgramLoadError", "reason": "load_error", "message": "no program loaded"}
     kwargs = req.get("kwargs") or {}
+    iid = STATE["next_id"]
+    STATE["next_id"] += 1
+    STREAMS.enter(iid)  # the constructor draws from the new instance's own streams
     try:
         try:
             env = cls(**kwargs)
@@ -305,9 +385,8 @@ def op_create(req):
             err = {"type": "ProgramLoadError", "reason": "construct_failed",
                    "message": "constructing %s failed: %s" % (cls.__name__, err["message"]),
                    "traceback": err["traceback"]}
+        STREAMS.drop(iid)
         return err
-    iid = STATE["next_id"]
-    STATE["next_id"] += 1
     STATE["instances"][iid] = env
     max_turns = getattr(env, "max_turns", None)
     if isinstance(max_turns, bool) or not isinstance(max_turns, int):
@@ -316,9 +395,11 @@ def op_create(req):
 
 
 def _instance(req):
-    env = STATE["instances"].get(req.get("instance"))
+    iid = req.get("instance")
+    env = STATE["instances"].get(iid)
     if env is None:
-        raise LookupError("no environment instance %r" % req.get("instance"))
+        raise LookupError("no environment instance %r" % iid)
+    STREAMS.enter(iid)
     return env
 
 
@@ -385,6 +466,7 @@ def op_call(req):
 
 def op_drop(req):
     STATE["instances"].pop(req.get("instance"), None)
+    STREAMS.drop(req.get("instance"))
     return {"result": True}
 
 
