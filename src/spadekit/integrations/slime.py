@@ -200,7 +200,7 @@ def _producer_selfplay(config: Any, run_dir: Path, policy: Any, designer_policy:
     from spadekit.sandbox.pool import SandboxPool
     from spadekit.selfplay.loop import SelfPlay
     from spadekit.runs.store import RunStore
-    from spadekit.sandbox.validate import Validator, ValidatorSettings
+    from spadekit.sandbox.validate import Validator
     from spadekit.selfplay.watch import PoolWatch
 
     sp = SelfPlay.__new__(SelfPlay)
@@ -225,7 +225,7 @@ def _producer_selfplay(config: Any, run_dir: Path, policy: Any, designer_policy:
     sp.designer_policy = designer_policy or policy
     sp.trainer = _NoTrainer()
     sp.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
-    sp.validator = Validator(sp.pool, ValidatorSettings(max_turns=config.turn_cap))
+    sp.validator = Validator(sp.pool, config.validation.settings(config.turn_cap))
     sp.engine = RolloutEngine(policy, sp.pool, dataclasses.replace(
         config.rollout, max_turns=config.turn_cap),  # the one turn cap, as in SelfPlay
         chat_template_kwargs=config.chat_template.for_role("agent"))
