@@ -60,9 +60,10 @@ class ScrambleEnv:
         self.max_turns = max_turns
 
     def reset(self, seed=None, options=None):
-        self.word = random.choice(WORDS)  # global random: ignores the seed
-        letters = random.sample(self.word, len(self.word))
-        self.puzzle = random.randint(1000, 9999)
+        rng = random.Random()  # seeded from the OS: ignores the seed
+        self.word = rng.choice(WORDS)
+        letters = rng.sample(self.word, len(self.word))
+        self.puzzle = rng.randint(1000, 9999)
         self.turn = 0
         return f"Puzzle #{self.puzzle}: unscramble {''.join(letters)!r} in \\boxed{{}}.", {}
 
@@ -100,7 +101,7 @@ class ReactionEnv:
 @pytest.mark.parametrize("code, first_difference, what", [
     (SCRAMBLE_GLOBAL_RANDOM, 0, "reset observation"),
     (REACTION_TIME, 1, "step 1 result"),
-], ids=["global_random", "wall_clock"])
+], ids=["unseeded_random", "wall_clock"])
 def test_nondeterministic_env_fails_at_determinism(validator, code, first_difference, what):
     report = validator.validate(code)
     expect(report, False, "determinism", "nondeterministic")

@@ -60,7 +60,7 @@ def test_honest_controls_validate(pool, name, seed):
     report = Validator(pool, seed=seed).validate(hack(name))
     expect(report, True, "done", "ok")
     d = report.details
-    assert d["solution_returns"] == [1.0] * 5  # 3 fixed seeds + 2 drawn
+    assert d["solution_returns"] == [1.0] * 6  # 3 fixed seeds + 3 drawn
     assert d["solution_mean_return"] - max(d["garbage_mean_return"],
                                            d["random_mean_return"]) >= d["action_margin"]
     assert d["lockstep"]["instances"] >= 8
@@ -70,9 +70,9 @@ def test_action_independent_report_records_the_measured_figures(pool):
     report = Validator(pool, seed=4).validate(hack("pays_099.py"))
     expect(report, False, "action_dependent", "action_independent")
     d = report.details
-    assert d["solution_returns"] == [1.0] * 5 and d["action_margin"] == 0.5
+    assert d["solution_returns"] == [1.0] * 6 and d["action_margin"] == 0.5
     assert d["garbage_mean_return"] == pytest.approx(0.99)
-    assert len(d["garbage_returns"]) == 5 and len(d["random_returns"]) == 5
+    assert len(d["garbage_returns"]) == 6 and len(d["random_returns"]) == 6  # 2 per drawn seed
     assert "0.99" in report.message
 
 

@@ -80,6 +80,8 @@ REASONS = ("nondeterministic", "no_solution", "solution_fails", "action_independ
 GAME_PROBES = GAME_EDGE_PROBES
 TOOL_PROBES = TOOL_EDGE_PROBES
 DEFAULT_SEEDS = (0, 1, 2)
+BASELINE_EPISODES = 2
+"""Garbage and random-policy episodes per drawn solution seed (each measured)."""
 SEED_SPACE = 2 ** 31
 """Drawn reset seeds are in ``range(SEED_SPACE)``; validation seeds are 63-bit."""
 
@@ -117,7 +119,10 @@ class ValidatorSettings:
       ``no_solution``). Off for programs of the reference's contract (prose solutions): those
       are checked by the absolute garbage criterion only (garbage must never reach 1.0).
     - ``action_margin``: the solution's mean return must exceed both the garbage's and the
-      random policy's mean return, on the same seeds, by at least this much.
+      random policy's mean return, on the same seeds, by at least this much. The baselines
+      are measured on the drawn seeds (``BASELINE_EPISODES`` of each per seed): the fixed
+      seeds are public, a program could play honest on them only (with no drawn seeds, on
+      the fixed ones). The fixed seeds get garbage episodes too, recorded only.
     - ``total_timeout``: budget in seconds for one program's whole validation.
     - ``garbage_episodes``: episodes of drawn garbage when there is no solution to pair them
       with (each on a drawn seed, until the program ends it or the turn cap); the first is
@@ -141,7 +146,7 @@ class ValidatorSettings:
     garbage_episodes: int = 2
     slow_step_s: float = 0.5
     slow_steps: int = 3
-    solution_drawn_seeds: int = 2
+    solution_drawn_seeds: int = 3
     require_solution: bool = True
     action_margin: float = 0.5
     lockstep_instances: int = 8
@@ -564,14 +569,19 @@ class _Runner:
         cap = self.episodes[0]["cap"]
         plan: list[tuple[str, int, list[str], dict | None]] = [
             ("replay", self.episodes[0]["seed"], self.episodes[0]["actions"], self.episodes[0])]
-        for sol in self.solved:
-            args = (cap, self.tooluse, self.advertised, self.schemas)
+        fixed = set(self.settings.seeds) if self.settings.solution_drawn_seeds else set()
+        args = (cap, self.tooluse, self.advertised, self.schemas)
+        for sol in self.solved:  # the baselines count on drawn seeds: the fixed ones are public
+            public = sol["seed"] in fixed
             plan += [("solution", sol["seed"], sol["actions"], sol),
-                     ("garbage", sol["seed"], garbage_actions(self.draw(), *args), None),
-                     ("random", sol["seed"], random_policy_actions(
-                         self.draw(), *args, solution=sol["actions"]), None),
                      ("mutant", sol["seed"], garbage_actions(
                          self.draw(), *args, solution=sol["actions"]), None)]
+            for _ in range(1 if public else BASELINE_EPISODES):
+                plan.append(("public" if public else "garbage", sol["seed"],
+                             garbage_actions(self.draw(), *args), None))
+            for _ in range(0 if public else BASELINE_EPISODES):
+                plan.append(("random", sol["seed"], random_policy_actions(
+                    self.draw(), *args, solution=sol["actions"]), None))
         while len(plan) < max(self.settings.lockstep_instances, 1 + self.settings.garbage_episodes):
             plan.append(("garbage", self.draw(), garbage_actions(
                 self.draw(), cap, self.tooluse, self.advertised, self.schemas), None))
@@ -599,7 +609,7 @@ class _Runner:
         if slow_turns and len(slow_turns) >= min(self.settings.slow_steps, turns):
             self._slow_fail(slow_turns)
         self.scored: dict[str, list[dict]] = {"garbage": [], "random": [], "solution": [],
-                                              "mutant": []}
+                                              "mutant": [], "public": []}
         for (kind, seed, actions, alone), trace in zip(plan, result.traces):
             if alone is not None:
                 _same_or_fail("lockstep", alone["trace"], trace, "while other instances of the "
@@ -607,7 +617,7 @@ class _Runner:
                               "play)", kind=kind, seed=seed)
             if kind != "replay":
                 self.scored[kind].append(_episode(seed, actions, trace, cap))
-        self.scored["garbage"].append(self.episodes[0])
+        self.scored["public"].append(self.episodes[0])
         self.seeds["garbage"] = [e["seed"] for e in self.scored["garbage"]]
         return {"lockstep": {"instances": len(plan), "turns": turns,
                              "turn_ms_max": round(max(result.turn_seconds, default=0.0) * 1e3, 3)}}
@@ -624,6 +634,8 @@ class _Runner:
 
     def action_dependent(self) -> dict:
         garbage, rand = self.scored["garbage"], self.scored["random"]
+        if not self.solved:  # without a solution every garbage episode counts
+            garbage = garbage + self.scored["public"]
         best = max((r for e in garbage + rand for r in e["rewards"]), default=0.0)
         out: dict[str, Any] = {"garbage_best_reward": best,
                                "garbage_steps": sum(len(e["rewards"]) for e in garbage)}
@@ -638,10 +650,11 @@ class _Runner:
                                     garbage_actions=episode["actions"][:i + 1], **out)
             return out
         solved = [e["return"] for e in self.scored["solution"]]
-        same = {e["seed"] for e in self.scored["solution"]}
+        same = {e["seed"] for e in rand}
         g = [e["return"] for e in garbage if e["seed"] in same]
         r = [e["return"] for e in rand]
-        sol_mean = statistics.fmean(solved)
+        sol_mean = statistics.fmean(e["return"] for e in self.scored["solution"]
+                                    if e["seed"] in same)
         out.update(mutant_returns=[e["return"] for e in self.scored["mutant"]],
                    solution_returns=solved, solution_mean_return=round(sol_mean, 4),
                    garbage_returns=g, garbage_mean_return=round(statistics.fmean(g), 4),

@@ -233,8 +233,9 @@ class ValidationConfig:
 
     require_solution: bool = True
     """Refuse programs without a replayable ``solution()`` (reason ``no_solution``)."""
-    solution_drawn_seeds: int = 2
-    """Drawn seeds on which the solution must win too, besides the fixed 0, 1, 2."""
+    solution_drawn_seeds: int = 3
+    """Drawn seeds on which the solution must win too, besides the fixed 0, 1, 2 (the
+    garbage and random-policy baselines are measured on these)."""
     action_margin: float = 0.5
     """The solution's mean return must beat garbage's and a random policy's by this much."""
     lockstep_instances: int = 8
