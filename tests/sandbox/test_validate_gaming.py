@@ -57,11 +57,17 @@ def test_advertised_crash_names_the_advertised_action(validator):
     assert re.fullmatch(r"\\boxed\{probe -?[0-9]+\}", report.details["action"])
 
 
-def test_action_advertised_by_a_step_observation_is_probed(validator):
-    report = validator.validate(GAMING["advertised_later_crashes"][0])
-    expect(report, False, "interface", "env_raised")
-    assert report.details["advertised"] == ["\\boxed{look}", "\\boxed{open 4}"]
-    assert report.details["action"] == "\\boxed{open 4}"
+def test_action_advertised_by_a_step_observation_is_probed(pool):
+    # drawn garbage ("\\boxed{open 5}": a common verb, a small number) may find the crash
+    # first; on most validation seeds the advertised "\\boxed{open 4}" does
+    reports = [Validator(pool, seed=s).validate(GAMING["advertised_later_crashes"][0])
+               for s in range(6)]
+    for report in reports:
+        expect(report, False, "interface", "env_raised")
+        assert re.fullmatch(r"\\boxed\{open [4-9][0-9]*\}", report.details["action"])
+    found = [r for r in reports if r.details["action"] == "\\boxed{open 4}"]
+    assert len(found) >= 3
+    assert all(r.details["advertised"] == ["\\boxed{look}", "\\boxed{open 4}"] for r in found)
 
 
 def test_slow_program_is_stopped_long_before_the_budget(pool):

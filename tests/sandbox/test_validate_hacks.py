@@ -72,7 +72,7 @@ def test_action_independent_report_records_the_measured_figures(pool):
     d = report.details
     assert d["solution_returns"] == [1.0] * 6 and d["action_margin"] == 0.5
     assert d["garbage_mean_return"] == pytest.approx(0.99)
-    assert len(d["garbage_returns"]) == 6 and len(d["random_returns"]) == 6  # 2 per drawn seed
+    assert len(d["garbage_returns"]) == 9 and len(d["random_returns"]) == 9  # 3 per drawn seed
     assert "0.99" in report.message
 
 

@@ -80,7 +80,7 @@ REASONS = ("nondeterministic", "no_solution", "solution_fails", "action_independ
 GAME_PROBES = GAME_EDGE_PROBES
 TOOL_PROBES = TOOL_EDGE_PROBES
 DEFAULT_SEEDS = (0, 1, 2)
-BASELINE_EPISODES = 2
+BASELINE_EPISODES = 3
 """Garbage and random-policy episodes per drawn solution seed (each measured)."""
 SEED_SPACE = 2 ** 31
 """Drawn reset seeds are in ``range(SEED_SPACE)``; validation seeds are 63-bit."""
@@ -635,7 +635,7 @@ class _Runner:
     def action_dependent(self) -> dict:
         garbage, rand = self.scored["garbage"], self.scored["random"]
         if not self.solved:  # without a solution every garbage episode counts
-            garbage = garbage + self.scored["public"]
+            garbage = self.scored["public"] + garbage
         best = max((r for e in garbage + rand for r in e["rewards"]), default=0.0)
         out: dict[str, Any] = {"garbage_best_reward": best,
                                "garbage_steps": sum(len(e["rewards"]) for e in garbage)}

@@ -237,10 +237,12 @@ def error_from_exception(exc):
 class Streams:
     """The random state of each instance, swapped into the global generators around its ops.
 
-    ``states[iid]`` holds a saved ``(random state, numpy state or None)``; the instance whose
-    state is live in the globals (``current``) has none saved. numpy is looked up in
-    ``sys.modules`` only (never imported here): from the first op that finds it loaded, its
-    global generator is swapped too, each instance starting from ``RANDOM_SEED``."""
+    ``states[iid]`` holds a saved ``(random state, gauss_next, numpy state or None)``; the
+    instance whose state is live in the globals (``current``) has none saved. The module
+    ``random``'s generator is saved and restored with the C methods of ``_random.Random`` (no
+    Python-level call on the hot path). numpy is looked up in ``sys.modules`` only (never
+    imported here): from the first op that finds it loaded, its global generator is swapped
+    too, each instance starting from ``RANDOM_SEED``."""
 
     def __init__(self):
         self.states = {}
@@ -249,12 +251,20 @@ class Streams:
         self.np_random = None
         self.np_initial = None
 
-    def start(self):
-        """Before the program loads: the globals get the fixed state the instances start from."""
+    def _fixed(self):
+        import _random
         import random
 
-        random.seed(RANDOM_SEED)
-        self.initial = random.getstate()
+        inst = random._inst
+        self.get, self.set = _random.Random.getstate, _random.Random.setstate
+        self.initial = (self.get(random.Random(RANDOM_SEED)), None, None)
+        return inst
+
+    def start(self):
+        """Before the program loads: the globals get the fixed state the instances start from."""
+        inst = self._fixed()
+        self.set(inst, self.initial[0])
+        inst.gauss_next = None
 
     def _numpy(self):
         if self.np_random is None:
@@ -273,15 +283,19 @@ class Streams:
         """Make ``iid``'s streams the live ones (saving those of the instance they replace)."""
         if self.current == iid:
             return
+        if self.initial is None:
+            self._fixed()
         import random
 
+        inst = random._inst
         rnd = self._numpy()
         old = self.current
         if old is not None and old in STATE["instances"]:
-            self.states[old] = (random.getstate(), rnd.get_state() if rnd is not None else None)
-        saved = self.states.pop(iid, None)
-        py, npy = saved if saved is not None else (self.initial, None)
-        random.setstate(py)
+            self.states[old] = (self.get(inst), inst.gauss_next,
+                                rnd.get_state() if rnd is not None else None)
+        py, gauss, npy = self.states.pop(iid, None) or self.initial
+        self.set(inst, py)
+        inst.gauss_next = gauss
         if rnd is not None:
             rnd.set_state(npy if npy is not None else self.np_initial)
         self.current = iid
