@@ -222,7 +222,7 @@ probe("watch.slow_step_min_s", 10.0, watch, watch__step_time_limit_s=30.0)
 probe("validation.require_solution", False, validation)
 probe("validation.solution_drawn_seeds", 0, validation)
 probe("validation.action_margin", 0.005, validation)
-probe("validation.lockstep_instances", 30, validation)
+probe("validation.lockstep_instances", 60, validation)
 probe("validation.turn_budget_s", 1e-6, validation)
 # what only the loop itself reads
 probe("model", "smollm2-135m", policy_name)
