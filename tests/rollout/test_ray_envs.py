@@ -177,7 +177,7 @@ def test_validation_fan_out_matches_local_validation(backend, local):
     broken = ["class BrokenEnv(:\n    pass\n", "x = 1\n",
               ECHO.replace("self.t = 0", "while True: pass"),
               ECHO.replace("return \"echo:\" + action, 0.5", "return \"echo:\" + action, 7.0"),
-              "no code here at all", EnvProgram(code=ECHO)]
+              "no code here at all", EnvProgram(code=LIBRARY[0].code)]  # (ECHO: no solution)
     sources = LIBRARY + broken
     seeds = list(range(100, 100 + len(sources)))  # the same draws on both sides
     remote = RayValidator(backend).validate_many(sources, workers=2, seeds=seeds)
