@@ -113,10 +113,16 @@ def _play(sb, episodes):
     return traces
 
 
-def test_reference_style_random_is_per_instance_in_play(pool):
+@pytest.mark.parametrize("held", [False, True], ids=["module_functions", "from_import"])
+def test_reference_style_random_is_per_instance_in_play(pool, held):
     actions = ["\\boxed{50}", "\\boxed{20}", "\\boxed{70}", "\\boxed{33}"]
     episodes = [(seed, actions) for seed in (11, 12, 13, 11)]
-    sb = pool.acquire(hack("global_rng.py"))
+    code = hack("global_rng.py")
+    if held:  # holds the shared generator's own method: the worker's complete swap
+        code = code.replace("import random\n", "import random\nfrom random import randint\n"
+                            ).replace("clicks = random.randint(1, 6)", "clicks = randint(1, 6)")
+        assert "clicks = randint(1, 6)" in code
+    sb = pool.acquire(code)
     try:
         alone = [_play(sb, [ep])[0] for ep in episodes]
         together = _play(sb, episodes)

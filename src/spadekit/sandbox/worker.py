@@ -20,7 +20,8 @@ the program has imported numpy, numpy's legacy global generator (``numpy.random.
 program in the reference's style (``random.seed(seed)`` in ``reset``, module-level
 ``random.randint`` in ``step``), or one that never seeds at all, plays every episode as if it
 ran alone, however many instances a worker hosts and however their steps interleave. The swap is
-skipped while the same instance is served again (one ``getstate``/``setstate`` pair otherwise).
+skipped while the same instance is served again, and otherwise costs one dict update (the
+module's functions pointed at the instance's own generator; ``Streams`` has the details).
 
 Replies stay inside the parent's schema (``spadekit.sandbox.replies``): valid Unicode (a lone
 surrogate in an observation is an ``InvalidResult``), bounded depth and error sizes. A reply
@@ -235,36 +236,56 @@ def error_from_exception(exc):
 
 
 class Streams:
-    """The random state of each instance, swapped into the global generators around its ops.
+    """The random streams of each instance, made the live ones around each op on it.
 
-    ``states[iid]`` holds a saved ``(random state, gauss_next, numpy state or None)``; the
-    instance whose state is live in the globals (``current``) has none saved. The module
-    ``random``'s generator is saved and restored with the C methods of ``_random.Random`` (no
-    Python-level call on the hot path). numpy is looked up in ``sys.modules`` only (never
-    imported here): from the first op that finds it loaded, its global generator is swapped
-    too, each instance starting from ``RANDOM_SEED``."""
+    The module ``random``: each instance owns a ``random.Random`` seeded with ``RANDOM_SEED``,
+    and entering an instance points the module's functions (``random.randint``, ``random.seed``
+    ...) at that generator's methods: one dict update, no state copied. A program that keeps
+    its own references to the shared generator's methods (``from random import randint`` at
+    module level, a class attribute or a default argument: found once, after load) gets the
+    slower, complete swap instead: the shared generator's state saved and restored per
+    instance with ``_random.Random``'s C methods. numpy is looked up in ``sys.modules`` only
+    (never imported here): from the first op that finds it loaded, its legacy global generator
+    is saved and restored too, each instance starting from ``RANDOM_SEED``."""
 
     def __init__(self):
+        self.gens = {}
         self.states = {}
         self.current = None
-        self.initial = None
+        self.names = None
+        self.copying = False
         self.np_random = None
         self.np_initial = None
 
-    def _fixed(self):
-        import _random
+    def start(self):
+        """Before the program loads: the shared generator gets the fixed state."""
+        import random
+
+        random.seed(RANDOM_SEED)
+        self._names()
+
+    def _names(self):
         import random
 
         inst = random._inst
-        self.get, self.set = _random.Random.getstate, _random.Random.setstate
-        self.initial = (self.get(random.Random(RANDOM_SEED)), None, None)
+        self.names = [name for name, value in vars(random).items()
+                      if getattr(value, "__self__", None) is inst]
         return inst
 
-    def start(self):
-        """Before the program loads: the globals get the fixed state the instances start from."""
-        inst = self._fixed()
-        self.set(inst, self.initial[0])
-        inst.gauss_next = None
+    def loaded(self, module):
+        """After load: does the program hold methods of the shared generator itself?"""
+        import random
+
+        inst = random._inst
+        held = []
+        for value in list(vars(module).values()):
+            held.append(value)
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                held += list(vars(value).values())
+        for value in list(held):
+            fn = getattr(value, "__func__", value)
+            held += list(getattr(fn, "__defaults__", None) or ())
+        self.copying = any(getattr(v, "__self__", None) is inst for v in held)
 
     def _numpy(self):
         if self.np_random is None:
@@ -283,25 +304,39 @@ class Streams:
         """Make ``iid``'s streams the live ones (saving those of the instance they replace)."""
         if self.current == iid:
             return
-        if self.initial is None:
-            self._fixed()
         import random
 
-        inst = random._inst
+        if self.names is None:
+            self._names()
         rnd = self._numpy()
         old = self.current
-        if old is not None and old in STATE["instances"]:
-            self.states[old] = (self.get(inst), inst.gauss_next,
-                                rnd.get_state() if rnd is not None else None)
-        py, gauss, npy = self.states.pop(iid, None) or self.initial
-        self.set(inst, py)
-        inst.gauss_next = gauss
+        keep = old is not None and old in STATE["instances"]
+        if self.copying:
+            import _random
+
+            inst = random._inst
+            if keep:
+                self.states[old] = (_random.Random.getstate(inst), inst.gauss_next)
+            py, gauss = self.states.pop(iid, None) or (
+                _random.Random.getstate(random.Random(RANDOM_SEED)), None)
+            _random.Random.setstate(inst, py)
+            inst.gauss_next = gauss
+        else:
+            bound = self.gens.get(iid)
+            if bound is None:
+                gen = random.Random(RANDOM_SEED)
+                bound = self.gens[iid] = {name: getattr(gen, name) for name in self.names}
+            vars(random).update(bound)
         if rnd is not None:
-            rnd.set_state(npy if npy is not None else self.np_initial)
+            if keep:
+                self.states[("np", old)] = rnd.get_state()
+            rnd.set_state(self.states.pop(("np", iid), None) or self.np_initial)
         self.current = iid
 
     def drop(self, iid):
+        self.gens.pop(iid, None)
         self.states.pop(iid, None)
+        self.states.pop(("np", iid), None)
         if self.current == iid:
             self.current = None
 
@@ -353,6 +388,7 @@ def op_load(req):
                 % (mend_text(repr(declared[0])[:300]), MAX_NAME_CHARS)}
     cls = module.__dict__[declared[0]]
     STATE["module"], STATE["cls"] = module, cls
+    STREAMS.loaded(module)
     return {"result": {"class_name": declared[0],
                        "has_solution": _overrides(cls, "solution"),
                        "has_tools": callable(getattr(cls, "tools", None)) or bool(
