@@ -289,17 +289,25 @@ class MenuEnv:
 '''
 
 GAMING = {
-    "wins_except_known_probes": (WINS_EXCEPT_KNOWN_PROBES, "not_trivially_won", "trivially_won"),
-    "honest_only_from_seed_42": (HONEST_ONLY_FROM_SEED_42, "not_trivially_won", "trivially_won"),
-    "honest_only_on_known_seeds": (HONEST_ONLY_ON_KNOWN_SEEDS, "not_trivially_won",
-                                   "trivially_won"),
-    "cheats_in_first_episodes": (CHEATS_IN_FIRST_EPISODES, "not_trivially_won", "trivially_won"),
+    # issue 22: a program must come with a solution; one that only cheats has none
+    "wins_except_known_probes": (WINS_EXCEPT_KNOWN_PROBES, "solution", "no_solution"),
+    # issue 22: garbage and random play, measured against the solution on drawn seeds
+    "honest_only_from_seed_42": (HONEST_ONLY_FROM_SEED_42, "action_dependent",
+                                 "action_independent"),
+    "honest_only_on_known_seeds": (HONEST_ONLY_ON_KNOWN_SEEDS, "action_dependent",
+                                   "action_independent"),
+    "cheats_in_first_episodes": (CHEATS_IN_FIRST_EPISODES, "action_dependent",
+                                 "action_independent"),
     "fast_then_slow": (FAST_THEN_SLOW, None, "slow"),
-    "negative_max_turns": (NEGATIVE_MAX_TURNS, "not_trivially_won", "trivially_won"),
-    "huge_max_turns": (HUGE_MAX_TURNS, "not_trivially_won", "trivially_won"),
+    "negative_max_turns": (NEGATIVE_MAX_TURNS, "solution", "no_solution"),
+    "huge_max_turns": (HUGE_MAX_TURNS, "solution", "no_solution"),
     "advertised_action_crashes": (ADVERTISED_ACTION_CRASHES, "interface", "env_raised"),
     "advertised_later_crashes": (ADVERTISED_LATER_CRASHES, "interface", "env_raised"),
     "out_of_range_crashes": (OUT_OF_RANGE_CRASHES, "interface", "env_raised"),
     "tool_crashes_on_its_own_tool": (TOOL_CRASHES_ON_ITS_OWN_TOOL, "tools", "env_raised"),
 }
+NO_SOLUTION_VERDICTS = {"negative_max_turns": ("action_dependent", "trivially_won"),
+                        "huge_max_turns": ("action_dependent", "trivially_won"),
+                        "wins_except_known_probes": ("action_dependent", "trivially_won")}
+"""With ``require_solution`` off (reference imports), the verdicts these reach instead."""
 """name -> (program, stage, reason) the validator must now reach (stage None: any stage)."""

@@ -177,7 +177,7 @@ def test_validation_fan_out_matches_local_validation(backend, local):
     broken = ["class BrokenEnv(:\n    pass\n", "x = 1\n",
               ECHO.replace("self.t = 0", "while True: pass"),
               ECHO.replace("return \"echo:\" + action, 0.5", "return \"echo:\" + action, 7.0"),
-              "no code here at all", EnvProgram(code=ECHO)]
+              "no code here at all", EnvProgram(code=LIBRARY[0].code)]  # (ECHO: no solution)
     sources = LIBRARY + broken
     seeds = list(range(100, 100 + len(sources)))  # the same draws on both sides
     remote = RayValidator(backend).validate_many(sources, workers=2, seeds=seeds)
@@ -237,3 +237,34 @@ def test_selfplay_round_with_ray_env_workers(ray_mod, tmp_path):
         (m0,) = sp.run()
         assert m0["valid"] == 2 and m0["agent_episodes"] == 8 and m0["agent_failures"] == 0
         assert sp.store.latest_complete_step() == 0
+
+
+STEP_TIMES = '''
+import time
+
+
+class TimedEnv:
+    def reset(self, seed=None, options=None):
+        self.pause = 0.02 + 0.04 * (seed or 0)
+        return "ready", {}
+
+    def step(self, action):
+        time.sleep(self.pause)
+        return "ok", 0.0, False, False, {}
+'''
+
+
+def test_step_times_and_worker_turn_totals_come_back_per_episode(backend):
+    # issue 22: the watch saw batch-averaged step times under Ray; now each episode's own,
+    # and its sandbox worker's total for the turn, as with the local pool
+    with backend.session() as session:
+        started = session.start([("t", STEP_TIMES, 12, seed) for seed in (0, 1, 2)])
+        session.step([(s[0], "x") for s in started])
+        own, turn = session.step_seconds, session.turn_seconds
+    assert len(own) == 3 and len(turn) == 3
+    assert own[0] < own[1] < own[2] and own[2] >= 0.1  # 0.02, 0.06, 0.10 s: not averaged
+    by_slot: dict[int, list[int]] = {}
+    for i, s in enumerate(started):
+        by_slot.setdefault(s[0].slot, []).append(i)
+    for idx in by_slot.values():  # one sandbox per program per actor: its episodes' sum
+        assert all(turn[i] == pytest.approx(sum(own[j] for j in idx)) for i in idx)

@@ -60,9 +60,10 @@ class ScrambleEnv:
         self.max_turns = max_turns
 
     def reset(self, seed=None, options=None):
-        self.word = random.choice(WORDS)  # global random: ignores the seed
-        letters = random.sample(self.word, len(self.word))
-        self.puzzle = random.randint(1000, 9999)
+        rng = random.Random()  # seeded from the OS: ignores the seed
+        self.word = rng.choice(WORDS)
+        letters = rng.sample(self.word, len(self.word))
+        self.puzzle = rng.randint(1000, 9999)
         self.turn = 0
         return f"Puzzle #{self.puzzle}: unscramble {''.join(letters)!r} in \\boxed{{}}.", {}
 
@@ -100,7 +101,7 @@ class ReactionEnv:
 @pytest.mark.parametrize("code, first_difference, what", [
     (SCRAMBLE_GLOBAL_RANDOM, 0, "reset observation"),
     (REACTION_TIME, 1, "step 1 result"),
-], ids=["global_random", "wall_clock"])
+], ids=["unseeded_random", "wall_clock"])
 def test_nondeterministic_env_fails_at_determinism(validator, code, first_difference, what):
     report = validator.validate(code)
     expect(report, False, "determinism", "nondeterministic")
@@ -119,7 +120,8 @@ def test_correct_solution_is_replayed_for_every_seed(pool):
     expect(report, True, "done", "ok")
     assert report.details["solution"] == "replayed"
     turns = report.details["solution_turns"]
-    assert len(turns) == len(seeds)
+    assert len(turns) == len(seeds) + 3  # and three drawn seeds (issue 22)
+    assert report.details["seeds"]["solution"][:4] == list(seeds)
     assert all(1 <= t <= 10 for t in turns)  # binary search over 900 numbers
 
 
@@ -138,14 +140,21 @@ def test_bad_solution_fails_at_solution(validator, code, needle):
         assert report.details["seed"] == 0
 
 
-def test_tool_env_without_solution_is_absent_but_valid(validator):
-    report = validator.validate(STOCK_BASE + STOCK_CRITERIA)
-    expect(report, True, "done", "ok")  # today: solution / solution_fails
+# issue 22: a designed program must come with a solution (reason no_solution); without
+# require_solution (reference imports) a missing one is recorded as absent and the program valid
+NO_REQUIREMENT = ValidatorSettings(require_solution=False)
+
+
+def test_tool_env_without_solution_is_refused_or_absent(validator, pool):
+    expect(validator.validate(STOCK_BASE + STOCK_CRITERIA), False, "solution", "no_solution")
+    report = Validator(pool, NO_REQUIREMENT).validate(STOCK_BASE + STOCK_CRITERIA)
+    expect(report, True, "done", "ok")
     assert report.details["solution"] == "absent"
 
 
-def test_missing_solution_is_absent_but_valid(validator):
-    report = validator.validate(GUESS_BASE)
+def test_missing_solution_is_refused_or_absent(validator, pool):
+    expect(validator.validate(GUESS_BASE), False, "solution", "no_solution")
+    report = Validator(pool, NO_REQUIREMENT).validate(GUESS_BASE)
     expect(report, True, "done", "ok")
     assert report.details["has_solution"] is False
     assert report.details["solution"] == "absent"
@@ -169,9 +178,10 @@ class RiddleEnv:
 '''
 
 
-def test_game_won_by_any_boxed_answer_fails(validator):
-    report = validator.validate(ANY_BOX_WINS)
-    expect(report, False, "not_trivially_won", "trivially_won")
+def test_game_won_by_any_boxed_answer_fails(validator, pool):
+    expect(validator.validate(ANY_BOX_WINS), False, "solution", "no_solution")
+    report = Validator(pool, NO_REQUIREMENT).validate(ANY_BOX_WINS)
+    expect(report, False, "action_dependent", "trivially_won")
     seed = report.details["garbage_seed"]
     assert seed == report.details["reference_episode"]["seed"]  # the first garbage episode
     won_by = report.details["garbage_actions"]
@@ -181,8 +191,9 @@ def test_game_won_by_any_boxed_answer_fails(validator):
     assert report.details["solution"] == "absent"
 
 
-def test_game_with_partial_credit_for_garbage_still_passes(validator):
-    report = validator.validate(ECHO)  # rewards 0.5 for anything, never 1.0
+def test_game_with_partial_credit_for_garbage_still_passes(pool):
+    # rewards 0.5 for anything, never 1.0 (no solution: the absolute criterion)
+    report = Validator(pool, NO_REQUIREMENT).validate(ECHO)
     expect(report, True, "done", "ok")
     assert report.details["garbage_best_reward"] == 0.5
 
@@ -242,8 +253,8 @@ class HangmanEnv:
 '''
 
 
-def test_env_that_never_ends_is_valid_with_the_runner_cap(validator):
-    report = validator.validate(NEVER_ENDS)
+def test_env_that_never_ends_is_valid_with_the_runner_cap(pool):
+    report = Validator(pool, NO_REQUIREMENT).validate(NEVER_ENDS)
     expect(report, True, "done", "ok")
     assert report.details["ends"].startswith("runner_cap")
     assert "within 12 steps" in report.details["ends"]
@@ -252,7 +263,8 @@ def test_env_that_never_ends_is_valid_with_the_runner_cap(validator):
 
 
 def test_env_that_truncates_reports_it(pool):
-    report = Validator(pool=pool, settings=ValidatorSettings(max_turns=5)).validate(ECHO)
+    report = Validator(pool=pool, settings=ValidatorSettings(
+        max_turns=5, require_solution=False)).validate(ECHO)
     expect(report, True, "done", "ok")
     assert report.details["max_turns"] == 5
     assert report.details["ends"] == "truncated after 5 steps"
@@ -280,7 +292,7 @@ def test_validate_many_returns_reports_in_order(validator):
         (False, "syntax", "syntax"),
         (False, "interface", "reward_out_of_range"),
         (True, "done", "ok"),
-        (False, "not_trivially_won", "trivially_won"),
+        (False, "solution", "no_solution"),
     ]
     assert reports[0].details["class_name"] == "GuessEnv"
     assert reports[4].details["class_name"] == "StockEnv"
@@ -300,9 +312,9 @@ def test_report_to_dict_is_json(validator):
 
 def test_validator_does_not_close_a_pool_it_was_given(pool):
     with Validator(pool=pool) as v:
-        expect(v.validate(ECHO), True, "done", "ok")
+        expect(v.validate(GUESS), True, "done", "ok")
     assert_pool_works(pool)
-    expect(Validator(pool=pool).validate(ECHO), True, "done", "ok")
+    expect(Validator(pool=pool).validate(GUESS), True, "done", "ok")
 
 
 # ---------------------------------------------------------------------------------------------

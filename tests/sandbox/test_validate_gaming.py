@@ -19,11 +19,12 @@ pytest.register_assert_rewrite("validate_cases")
 
 from conftest import ECHO, assert_pool_works  # noqa: E402
 from spadekit.common.errors import ConfigError  # noqa: E402
-from spadekit.sandbox.probes import (GAME_EDGE_PROBES, MAX_ADVERTISED, TOOL_EDGE_PROBES,  # noqa: E402
-                             advertised_actions, garbage_actions, mutate, tool_probes)
+from spadekit.sandbox.probes import (MAX_ADVERTISED, MAX_GARBAGE_CHARS,  # noqa: E402
+                                    advertised_actions, garbage_actions, mutate, mutate_action,
+                                    mutate_solution, random_policy_actions, tool_probes)
 from spadekit.sandbox.validate import Validator, ValidatorSettings, turn_cap  # noqa: E402
 from validate_cases import GUESS, GUESS_BASE, STOCK, expect, validator  # noqa: E402,F401
-from validate_gaming_cases import GAMING, HUGE_MAX_TURNS  # noqa: E402
+from validate_gaming_cases import GAMING, HUGE_MAX_TURNS, NO_SOLUTION_VERDICTS  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -41,19 +42,32 @@ def test_gaming_program_is_rejected(validator, pool, name):
     assert_pool_works(pool)
 
 
+@pytest.mark.parametrize("name", sorted(NO_SOLUTION_VERDICTS))
+def test_gaming_program_without_solution_check_is_still_rejected(pool, name):
+    validator = Validator(pool, ValidatorSettings(require_solution=False))
+    expect(validator.validate(GAMING[name][0]), False, *NO_SOLUTION_VERDICTS[name])
+
+
 def test_advertised_crash_names_the_advertised_action(validator):
     report = validator.validate(GAMING["advertised_action_crashes"][0])
     expect(report, False, "interface", "env_raised")
     assert report.details["error"]["exc_type"] == "IndexError"
     assert "\\boxed{probe 123}" in report.details["advertised"]
-    assert report.details["action"] == "\\boxed{probe 123}"
+    # the advertised action or its out-of-range mutation, whichever the drawn order sent first
+    assert re.fullmatch(r"\\boxed\{probe -?[0-9]+\}", report.details["action"])
 
 
-def test_action_advertised_by_a_step_observation_is_probed(validator):
-    report = validator.validate(GAMING["advertised_later_crashes"][0])
-    expect(report, False, "interface", "env_raised")
-    assert report.details["advertised"] == ["\\boxed{look}", "\\boxed{open 4}"]
-    assert report.details["action"] == "\\boxed{open 4}"
+def test_action_advertised_by_a_step_observation_is_probed(pool):
+    # drawn garbage ("\\boxed{open 5}": a common verb, a small number) may find the crash
+    # first; on most validation seeds the advertised "\\boxed{open 4}" does
+    reports = [Validator(pool, seed=s).validate(GAMING["advertised_later_crashes"][0])
+               for s in range(6)]
+    for report in reports:
+        expect(report, False, "interface", "env_raised")
+        assert re.fullmatch(r"\\boxed\{open [4-9][0-9]*\}", report.details["action"])
+    found = [r for r in reports if r.details["action"] == "\\boxed{open 4}"]
+    assert len(found) >= 3
+    assert all(r.details["advertised"] == ["\\boxed{look}", "\\boxed{open 4}"] for r in found)
 
 
 def test_slow_program_is_stopped_long_before_the_budget(pool):
@@ -79,7 +93,8 @@ def test_max_turns_above_the_cap_is_clamped(validator):
 
 def test_program_below_the_cap_keeps_its_own(pool):
     code = GUESS_BASE.replace("self.max_turns = max_turns", "self.max_turns = 3")
-    report = Validator(pool=pool).validate(code)
+    # no solution (it would need more than 3 guesses): checked as a reference import would be
+    report = Validator(pool=pool, settings=ValidatorSettings(require_solution=False)).validate(code)
     assert report.details["max_turns"] == 3
     assert len(report.details["reference_episode"]["rewards"]) == 3
     assert report.details["ends"] == "truncated after 3 steps"
@@ -131,8 +146,7 @@ def test_every_validation_draws_new_seeds_and_garbage(pool):
     interface = [tuple(r.details["seeds"]["interface"]) for r in reports]
     assert len(set(interface)) == 3 and (42, 123) not in interface
     actions = [tuple(r.details["reference_episode"]["actions"]) for r in reports]
-    assert len(set(actions)) == 3
-    assert all(a not in GAME_EDGE_PROBES for acts in actions for a in acts)
+    assert len(set(actions)) == 3  # (a drawn small number may equal an edge probe now)
 
 
 def test_validator_seed_fixes_the_sequence(pool):
@@ -184,17 +198,53 @@ def test_garbage_is_fixed_by_its_seed(seed, n, tooluse):
     one = garbage_actions(seed, n, tooluse, advertised, schemas)
     assert one == garbage_actions(seed, n, tooluse, advertised, schemas)
     assert len(one) == n and all(isinstance(a, str) for a in one)
-    # none of the fixed probes ("hello" aside: a random five-letter word may spell it)
-    assert not set(one) & (set(GAME_EDGE_PROBES) | set(TOOL_EDGE_PROBES)) - {"", "hello"}
     assert all(a.encode("utf-8") for a in one)  # valid Unicode, no lone surrogates
+    assert all(len(a) <= MAX_GARBAGE_CHARS + 40 for a in one)
 
 
-def test_garbage_differs_between_seeds_and_never_guesses_small_numbers():
-    lists = [tuple(garbage_actions(s, 12)) for s in range(50)]
+def test_garbage_differs_between_seeds_and_looks_like_a_model():
+    # issue 22: the old garbage had a grammar of its own (5-9 letter words, 7+ digit numbers,
+    # symbol runs): a program could pay for anything else, e.g. \boxed{next}
+    lists = [tuple(garbage_actions(s, 12, advertised=["\\boxed{probe 12}"])) for s in range(50)]
     assert len(set(lists)) == 50
-    for action in (a for acts in lists for a in acts):
-        for number in "".join(c if c.isdigit() else " " for c in action).split():
-            assert len(number) >= 7, action  # far outside any honest game's range
+    drawn = {a for acts in lists for a in acts}
+    assert {"\\boxed{next}", "\\boxed{yes}"} <= drawn
+    assert any(re.fullmatch(r"\\boxed\{[0-9]{1,2}\}", a) for a in drawn)  # small numbers
+    assert any(re.fullmatch(r"\\boxed\{probe [0-9]+\}", a) for a in drawn)  # its own verb
+    assert any(a.endswith(".") and " " in a for a in drawn)  # prose sentences
+    tool = {a for s in range(50) for a in garbage_actions(s, 12, True, (), SCHEMAS)}
+    answers = {a for a in tool if a.startswith("<answer>")}
+    assert len(answers - {"<answer>done</answer>"}) >= 10
+    assert any('"name": "get"' in a and '"sku": "' in a for a in tool)  # typed, known tool
+
+
+SCHEMAS = [{"type": "function", "function": {"name": "get", "parameters": {
+    "type": "object", "properties": {"sku": {"type": "string"}, "n": {"type": "integer"}}}}}]
+
+
+@given(st.integers(0, 2 ** 63), st.integers(0, 30), st.booleans(),
+       st.lists(st.text(max_size=80), max_size=6))
+@settings(max_examples=100, deadline=None)
+def test_garbage_with_solution_and_random_policy_are_fixed_and_bounded(seed, n, tooluse, sol):
+    longest = max(map(len, sol), default=0)
+    for make in (garbage_actions, random_policy_actions):
+        one = make(seed, n, tooluse, ["\\boxed{probe 12}"], SCHEMAS, solution=sol)
+        assert one == make(seed, n, tooluse, ["\\boxed{probe 12}"], SCHEMAS, solution=sol)
+        assert len(one) == n and all(isinstance(a, str) for a in one)
+        assert all(len(a) <= max(MAX_GARBAGE_CHARS, longest) + 40 for a in one)
+    if sol:  # a one-action solution is never sent unchanged by the random policy
+        assert sol[0] not in random_policy_actions(seed, n, solution=sol[:1])
+
+
+@given(st.text(max_size=60), st.integers(0, 2 ** 32), st.booleans())
+def test_mutated_action_is_never_the_action(action, seed, near):
+    out = mutate_action(action, random.Random(seed), near)
+    assert out != action and len(out) <= len(action) + 40
+
+
+@given(st.lists(st.text(max_size=20), min_size=1, max_size=6), st.integers(0, 2 ** 32))
+def test_mutated_solution_is_never_the_solution(solution, seed):
+    assert mutate_solution(solution, random.Random(seed)) != solution
 
 
 @given(st.text(max_size=60), st.integers(0, 2 ** 32))

@@ -103,6 +103,23 @@ def world(tmp_path_factory):
 
 # -- the probes --------------------------------------------------------------------------------
 
+HACKS = Path(__file__).resolve().parents[1] / "data" / "hacks"
+
+
+def validation(cfg: SelfPlayConfig, w: World) -> Any:
+    """Verdicts and what was played for a lottery, a program paying 0.99 for anything and an
+    honest one, under the settings the loop builds from ``cfg``."""
+    from spadekit.sandbox.validate import Validator
+
+    validator = Validator(w.pool, cfg.validation.settings(cfg.turn_cap), seed=0)
+    out = []
+    for name in ("lottery.py", "pays_099.py", "honest_vault.py"):
+        r = validator.validate((HACKS / name).read_text())
+        out.append((r.ok, r.reason, len(r.details["seeds"].get("solution", ())),
+                    r.details.get("lockstep", {}).get("instances")))
+    return tuple(out)
+
+
 # what the designer is asked, and how it is sampled and validated
 probe("setting", "tooluse", design)
 probe("envs_per_round", 2, design)
@@ -206,6 +223,12 @@ probe("watch.slow_step_min_s", 10.0, watch, watch__step_time_limit_s=30.0)
 probe("watch.turn_time_limit_s", 0.02, watch, watch__step_time_limit_s=30.0,
       watch__slow_step_factor=1e6)
 probe("watch.action_margin", 0.8, watch)  # SlowEnv's garbage earns 0.25: 1.0 - 0.25 < 0.8
+# the validator's settings (the loop's own call: config.validation.settings(turn_cap))
+probe("validation.require_solution", False, validation)
+probe("validation.solution_drawn_seeds", 0, validation)
+probe("validation.action_margin", 0.005, validation)
+probe("validation.lockstep_instances", 60, validation)
+probe("validation.turn_budget_s", 1e-6, validation)
 # what only the loop itself reads
 probe("model", "smollm2-135m", policy_name)
 probe("rounds", 2, loop)

@@ -23,8 +23,10 @@ from spadekit.policy.scripted import ScriptedPolicy
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
-# A partial-credit game: the share of letters in the answer (capped below 1) is the reward, so
-# a random model's returns vary and GRPO has signal; \boxed{solve} is the solution.
+# A partial-credit game: the share of letters in the answer (scaled to at most 0.36) is the
+# reward, so a random model's returns vary and GRPO has signal; \boxed{solve} is the solution.
+# (Up to 0.9 before issue 22: any prose then scored within 0.5 of the solution, which the
+# validator now refuses as action_independent.)
 LETTERS = r'''
 import random
 import re
@@ -47,7 +49,7 @@ class LettersEnv:
         if m and m[-1] == self.word:
             return "Solved.", 1.0, True, False, {}
         letters = sum(c.isalpha() for c in action)
-        score = round(0.9 * letters / max(len(action), 1), 4)
+        score = round(0.9 * letters / max(len(action), 1) * 0.4, 4)  # at most 0.36
         return "Scored %.2f." % score, score, True, False, {}
 
     def solution(self):

@@ -23,29 +23,33 @@ from spadekit.selfplay.watch import (RETIRE_PENALTY, PoolWatch, ProbeResult, Wat
 from knob_watch import ANYTHING_WINS  # noqa: E402  (one fixture for both)
 from test_selfplay import config
 
-# Plays honestly one episode at a time (what validation does), and hangs as soon as two live
-# episodes of it take turns: the shape of play, where one sandbox steps all its episodes.
+# Hangs when the first step its worker serves comes after two instances were created: the shape
+# of play (a session creates a program's whole group, then steps it). Validation still probes
+# its first instance alone before it creates another, a tell left open after issue 22; the
+# older tell (two live episodes taking turns) is found by the validator's lockstep batch now.
 INTERLEAVE_HANG = r'''
 import re
 
 class TakeTurnsEnv:
     """Guess the word; partial credit for letters."""
 
-    last = None
+    created = 0
+    stepped = False
 
     def __init__(self, max_turns=12, **kwargs):
         self.max_turns = int(max_turns)
         self.t = 0
+        type(self).created += 1
 
     def reset(self, seed=None, options=None):
         self.t = 0
         return "Reply with a word inside \\boxed{}.", {}
 
     def step(self, action):
-        if self.t > 0 and type(self).last is not self:
+        if not type(self).stepped and type(self).created >= 2:
             while True:
                 pass
-        type(self).last = self
+        type(self).stepped = True
         self.t += 1
         m = re.findall(r"\\boxed\{([^{}]*)\}", action)
         if m and m[-1] == "WORD":
@@ -71,10 +75,11 @@ class CoinEnv:
 
     def step(self, action):
         self.t += 1
-        return "Hm.", round(random.random() * 0.9, 6), False, self.t >= self.max_turns, {}
+        # seeded from the OS: the module random is per instance and fixed in the worker now
+        return "Hm.", round(random.Random().random() * 0.9, 6), False, self.t >= self.max_turns, {}
 '''
 HONEST = COIN.replace("CoinEnv", "HonestEnv").replace("import random\n", "").replace(
-    "round(random.random() * 0.9, 6)", "0.25")
+    "round(random.Random().random() * 0.9, 6)", "0.25")
 SLOW = HONEST.replace("HonestEnv", "SlowEnv").replace(
     "        self.t += 1\n", "        self.t += 1\n        n = 0\n"
     "        for i in range(3_000_000):\n            n += i\n")
@@ -143,7 +148,8 @@ def _reference(pool, code: str, seed: int, actions: list[str], cap: int) -> dict
 def test_spot_checks_retire_garbage_wins_and_nondeterminism_and_spare_honest_programs(
         tmp_path, pool):
     rng = random.Random(3)
-    honest_report = Validator(pool, ValidatorSettings(max_turns=4)).validate(
+    # HONEST pays 0.25 for anything and has no solution: validated as without the requirement
+    honest_report = Validator(pool, ValidatorSettings(max_turns=4, require_solution=False)).validate(
         EnvProgram(code=HONEST))
     assert honest_report.ok and "reference_episode" in honest_report.details
     with RunStore(tmp_path / "run", create=True) as store:

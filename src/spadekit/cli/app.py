@@ -127,11 +127,15 @@ def validate(
     workers: int = typer.Option(2, min=1, help="Programs validated in parallel."),
     step_timeout: float = typer.Option(5.0, help="Seconds allowed per reset/step call."),
     unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
+    require_solution: bool = typer.Option(
+        True, "--require-solution/--no-require-solution", help="Refuse programs without a "
+        "replayable solution() (off: programs of the reference's contract, prose solutions)."),
 ) -> None:
     """Check programs against the environment contract, in the sandbox, stage by stage.
 
     Stages: extract, syntax, load, interface, tools (tool use), determinism, solution,
-    not_trivially_won, ends. Exit 0 when all are valid, 1 when any is invalid, 2 on usage errors.
+    lockstep, action_dependent, ends. Exit 0 when all are valid, 1 when any is invalid, 2 on
+    usage errors.
     """
     from spadekit.sandbox.validate import Validator, ValidatorSettings
 
@@ -144,7 +148,8 @@ def validate(
         raise typer.BadParameter("give at least one PATH, or --library")
     items = [_read_program(r) for r in refs]
     pool = _pool(unsafe, warm=min(workers + 1, 4), step_timeout=step_timeout)
-    validator = Validator(pool, ValidatorSettings(max_turns=max_turns))
+    validator = Validator(pool, ValidatorSettings(max_turns=max_turns,
+                                                  require_solution=require_solution))
     reports = []
     try:
         with _progress() as bar:

@@ -48,10 +48,12 @@ def import_reference(
         reports: list = [None] * len(programs)
         if validate and programs:
             from spadekit.sandbox import SandboxConfig, SandboxPool
-            from spadekit.sandbox.validate import Validator
+            from spadekit.sandbox.validate import Validator, ValidatorSettings
 
-            with Validator(SandboxPool(SandboxConfig(allow_unsafe=unsafe),
-                                       warm=min(workers, 4))) as validator:
+            # reference programs carry prose solutions: checked without one (the absolute
+            # garbage criterion), as `spadekit validate --no-require-solution` does
+            with Validator(SandboxPool(SandboxConfig(allow_unsafe=unsafe), warm=min(workers, 4)),
+                           ValidatorSettings(require_solution=False)) as validator:
                 reports = validator.validate_many(programs, workers=workers)
         summary.update(write_pool(out, zip(programs, reports)))
     except SpadekitError as exc:

@@ -236,6 +236,12 @@ class EnvSession(ABC):
     step_seconds: list[float] | None = None
     """After ``step``: each item's own step time where the backend measures it, else None."""
 
+    turn_seconds: list[float | None] | None = None
+    """After ``step``: for each item, the total seconds its worker spent on all of this step
+    call's requests (a worker serves its requests one after another, so a program that is a
+    little slow per step holds every turn for ``group size`` times that); None per item or
+    for the whole list where the backend does not measure it."""
+
     @abstractmethod
     def step(self, pairs: list[tuple[Any, str]]) -> list[StepResult | SandboxError]:
         """Step many episodes at once: (handle, action) in, checked 5-tuple out, in order."""
@@ -342,8 +348,9 @@ class LocalPoolSession(EnvSession):
 
     def step(self, pairs: list[tuple[Any, str]]) -> list[StepResult | SandboxError]:
         seconds: list[float] = []
-        results = step_many(pairs, seconds)
-        self.step_seconds = seconds
+        turn: list[float] = []
+        results = step_many(pairs, seconds, turn)
+        self.step_seconds, self.turn_seconds = seconds, turn
         return results
 
     def release(self) -> None:

@@ -8,7 +8,10 @@ typed ``InsecureSandboxError``) and the environment instances it started. Episod
 to actors by program sha256: one sandbox per program per actor, a program's episodes on one
 actor unless there are fewer programs than actors. Every call fans out to all involved actors
 at once and is gathered with a deadline; an actor that dies or misses it turns its episodes into
-typed ``WorkerDied`` / ``SandboxTimeout`` failures and is replaced for later calls. Results and
+typed ``WorkerDied`` / ``SandboxTimeout`` failures and is replaced for later calls. Each step
+brings back, per episode, its own step time and its sandbox worker's total for the turn
+(``session.step_seconds`` / ``session.turn_seconds``, as measured on the actor; None for an
+episode whose actor failed), so the watch sees the same figures as with the local pool. Results and
 typed errors cross Ray as plain data (``error_to_wire`` / ``error_from_wire``), so the engine
 sees the same ``SandboxError`` subclasses, ``to_dict()`` included, as with the local pool.
 
@@ -151,18 +154,29 @@ class EnvActor:
             out.append((self._keys, result[1], result[2], result[3]))
         return out
 
-    def step(self, sid: str, pairs: list[tuple[int, str]]) -> list[Any]:
+    def step(self, sid: str, pairs: list[tuple[int, str]]) -> dict[str, list[Any]]:
+        """``results`` (a step result or wire error per pair), and per pair the episode's own
+        ``seconds`` and its sandbox worker's ``turn_seconds`` (None where not measured)."""
         table = self.envs.get(sid, {})
         known = [(table[k], a) for k, a in pairs if k in table]
-        results = iter(self.sessions[sid].step(known) if known else [])
-        out: list[Any] = []
+        session = self.sessions.get(sid)
+        raw = session.step(known) if known and session is not None else []
+        results = iter(raw)
+        own = iter(_aligned(getattr(session, "step_seconds", None), len(raw)))
+        turn = iter(_aligned(getattr(session, "turn_seconds", None), len(raw)))
+        out: dict[str, list[Any]] = {"results": [], "seconds": [], "turn_seconds": []}
         for key, _action in pairs:
             if key not in table:
-                out.append(error_to_wire(SandboxClosed("this episode is not live on its Ray "
-                                                       "env worker", op="step")))
+                out["results"].append(error_to_wire(SandboxClosed(
+                    "this episode is not live on its Ray env worker", op="step")))
+                out["seconds"].append(None)
+                out["turn_seconds"].append(None)
                 continue
             result = next(results)
-            out.append(error_to_wire(result) if isinstance(result, SandboxError) else result)
+            out["results"].append(error_to_wire(result) if isinstance(result, SandboxError)
+                                  else result)
+            out["seconds"].append(next(own))
+            out["turn_seconds"].append(next(turn))
         return out
 
     def release(self, sid: str) -> None:
@@ -437,10 +451,21 @@ class RaySession(EnvSession):
         if not order:
             return out
         worst = max(len(per_slot[s]) for s in order)  # bound: all on one sandbox
-        results = b.call([(s, "step", (self.id, [(pairs[i][0].key, pairs[i][1])
+        replies = b.call([(s, "step", (self.id, [(pairs[i][0].key, pairs[i][1])
                                                  for i in per_slot[s]])) for s in order],
                          b.deadline("step", worst))
+        own: list[float | None] = [None] * len(pairs)
+        turn: list[float | None] = [None] * len(pairs)
+        results: list[Any] = []
+        for slot, reply in zip(order, replies):
+            if isinstance(reply, SandboxError) or not isinstance(reply, dict):
+                results.append(reply)
+                continue
+            results.append(reply["results"])
+            for i, sec, total in zip(per_slot[slot], reply["seconds"], reply["turn_seconds"]):
+                own[i], turn[i] = sec, total
         _scatter(out, order, per_slot, results, lambda slot, r: r)
+        self.step_seconds, self.turn_seconds = own, turn  # type: ignore[assignment]
         return out
 
     def release(self) -> None:
@@ -450,6 +475,11 @@ class RaySession(EnvSession):
                  if not b._closed and b.slots[slot].generation == gen]
         if calls:
             b.call(calls, SLACK_S)
+
+
+def _aligned(values: list[Any] | None, n: int) -> list[Any]:
+    """``values`` when it has one entry per result, else None for each."""
+    return list(values) if isinstance(values, list) and len(values) == n else [None] * n
 
 
 def _max_per_key(keys: list[str]) -> int:

@@ -26,12 +26,18 @@ from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 Call = tuple[Sandbox, str, dict]
 
 
-def request_many(calls: list[Call], seconds: list[float] | None = None) -> list[Any]:
+def request_many(calls: list[Call], seconds: list[float] | None = None,
+                 turn_seconds: list[float] | None = None) -> list[Any]:
     """Results in call order; each is the reply's result or the ``SandboxError`` instance.
     ``seconds`` (a list, filled in call order): each request's service time, from when its
     worker finished the request before it (or the batch started) to its reply; 0.0 for a
-    request that failed without a reply."""
+    request that failed without a reply. ``turn_seconds`` (filled in call order): the total
+    of its worker's requests in this batch (the time that worker's last reply took from the
+    batch's start), the same figure for every call to one worker: a worker serves its calls one
+    after another, so this is what the slowest of them held the whole batch."""
     results: list[Any] = [None] * len(calls)
+    if turn_seconds is not None and seconds is None:
+        seconds = []
     if seconds is not None:
         seconds[:] = [0.0] * len(calls)
     groups: dict[int, list[int]] = {}
@@ -59,15 +65,18 @@ def request_many(calls: list[Call], seconds: list[float] | None = None) -> list[
         finally:
             for fl in live.values():
                 fl.sb.worker.rest()
+    if turn_seconds is not None:
+        total = {key: sum(seconds[i] for i in idx) for key, idx in groups.items()}
+        turn_seconds[:] = [total[id(sb)] for sb, _op, _payload in calls]
     return results
 
 
-def step_many(pairs: list[tuple[RemoteEnv, str]],
-              seconds: list[float] | None = None) -> list[Any]:
+def step_many(pairs: list[tuple[RemoteEnv, str]], seconds: list[float] | None = None,
+              turn_seconds: list[float] | None = None) -> list[Any]:
     """``RemoteEnv.step`` for many environments at once; each result is the checked 5-tuple or
-    the ``SandboxError`` instance (``seconds``: as in ``request_many``)."""
+    the ``SandboxError`` instance (``seconds``, ``turn_seconds``: as in ``request_many``)."""
     raw = request_many([(env.sandbox, "step", {"instance": env.instance, "action": action})
-                        for env, action in pairs], seconds)
+                        for env, action in pairs], seconds, turn_seconds)
     out = []
     for (env, _action), value in zip(pairs, raw):
         if isinstance(value, SandboxError):

@@ -4,10 +4,25 @@ environment advertises in its own observations and tool schemas.
 A fixed, public list of probe actions lets a program recognise validation (and, say, win on
 everything else). So the validator (and the training-time spot checks) draw their garbage from a
 per-check seed: :func:`garbage_actions` gives the same actions for the same seed and inputs, and
-different ones for another seed. Garbage is built to be a poor answer to any honest game: random
-letter strings, numbers of seven or more digits, malformed markup, tool calls with unknown names or
-ill-typed arguments. Wins by luck are therefore rare enough that a garbage win means the program
-rewards something other than solving it.
+different ones for another seed. Garbage must not have a grammar of its own that a program could
+tell apart from a model's actions, so it is drawn from a broad mix: model-like text (short
+commands built from the program's own advertised verbs and common ones, with small numbers;
+common words such as ``\\boxed{next}`` or ``\\boxed{yes}``; prose sentences, boxed or not), the
+program's advertised actions and solution actions mutated (numbers shifted, a character changed,
+cut short; whole solution sequences with one action's numbers shifted, two actions swapped, one
+repeated in place of the next or the last dropped), random letter strings, long numbers, symbol
+runs and malformed markup, and for tool use random ``<answer>...</answer>`` texts, calls of the
+listed tools with plausibly typed arguments (enum members, small integers, common words), unknown
+tools and broken JSON. Garbage can win an honest game by luck now and then (a small number can be
+the secret): the validator judges it by its mean return against the solution's, never by one win.
+
+:func:`random_policy_actions` is the second baseline: each turn a random pick among the program's
+advertised actions and mutations of its solution actions (never a solution action unchanged).
+The validator measures the garbage that carries no solution actions and the random policy
+against the solution; garbage built from the solution (``garbage_actions(..., solution=...)``)
+is played alongside, so that a program cannot tell the measured episodes by their look, but its
+returns are only recorded: a whole solution changed in a step that does not matter still wins an
+honest game.
 
 :func:`advertised_actions` pulls the example actions a program prints (``\\boxed{probe 123}``,
 ``'pack 1 4 6'``, ``<tool_call>...</tool_call>``) out of an observation, so that a bug reachable by
@@ -155,46 +170,259 @@ def tool_probes(schemas: Sequence[Any], rng: random.Random, limit: int = 16) -> 
     return out[:limit]
 
 
-def garbage_action(rng: random.Random, tooluse: bool = False, advertised: Sequence[str] = (),
-                   tools: Sequence[Any] = ()) -> str:
-    """One garbage action drawn from ``rng`` (see the module docstring for what it can be)."""
-    kinds = ["box_word", "box_number", "box_mixed", "prose", "symbols"]
-    mutable = [a for a in advertised if _DIGITS.search(a)]
-    if mutable:
-        kinds += ["mutated", "mutated"]
-    if tooluse:
-        kinds += ["unknown_tool", "bad_json", "answer"]
-        if tools:
-            kinds += ["known_tool", "known_tool", "known_tool"]
+COMMON_WORDS = ("next", "yes", "no", "done", "ok", "start", "go", "help", "hint", "skip",
+                "pass", "stop", "continue", "left", "right", "up", "down", "north", "south",
+                "east", "west", "true", "false", "a", "b", "c", "d", "A", "B", "none", "all",
+                "submit", "answer", "check", "look", "wait", "open", "solve", "guess", "undo",
+                "quit", "list", "show", "again", "unknown", "maybe", "correct", "finish", "x",
+                "red", "blue", "first", "last", "zero", "one", "two", "three")
+"""Short answers a model gives (and a program paying for "anything else" would reward)."""
+VERBS = ("move", "go", "take", "open", "check", "guess", "submit", "answer", "set", "add",
+         "remove", "swap", "pick", "select", "query", "ask", "flip", "toggle", "push", "place",
+         "mark", "choose", "inspect", "use", "look", "buy", "sell", "read", "send", "get")
+_SENTENCES = ("I think the answer is {n}.", "Let me try {w}.", "The answer is \\boxed{{{w}}}.",
+              "I'm not sure, maybe {w}?", "First I will {v} {n}, then {v} {m}.",
+              "Final answer: {n}", "Let's {v} {n} and see what happens.",
+              "So the result should be \\boxed{{{n}}}.", "{V} {n}", "I will {v} the {w} one.",
+              "I don't know.", "Based on the clues, it must be {w}.", "{n}", "{w} {n} {m}")
+_ANSWERS = ("", "no idea", "yes", "no", "completed", "The task is complete.", "I don't know",
+            "{n}", "{w}", "{V} {n}", "success", "all done", "finished: {w}", "DONE", "done.")
+MAX_GARBAGE_CHARS = 400
+"""Drawn garbage (mutations aside) is at most this long; a mutation at most its original + 40."""
+
+
+def _small(rng: random.Random) -> int:
+    return rng.choice((rng.randint(0, 10), rng.randint(0, 20), rng.randint(1, 100),
+                       rng.randint(-5, 5), rng.randint(100, 999)))
+
+
+def _fill(template: str, rng: random.Random, verbs: Sequence[str]) -> str:
+    verb = rng.choice(verbs)
+    return template.format(n=_small(rng), m=_small(rng), w=rng.choice(COMMON_WORDS), v=verb,
+                           V=verb.capitalize())
+
+
+def _verbs(advertised: Sequence[str]) -> list[str]:
+    """The command words of the advertised actions (``\\boxed{probe 12}`` -> ``probe``)."""
+    out = []
+    for action in advertised:
+        inner = action[len("\\boxed{"):-1] if action.startswith("\\boxed{") else ""
+        word = inner.split(" ", 1)[0] if inner else ""
+        if word.isidentifier() and len(word) <= 30 and word not in out:
+            out.append(word)
+    return out
+
+
+def _redraw(digits: str, rng: random.Random) -> str:
+    """Another number of as many digits (no leading zero unless one digit)."""
+    width = min(len(digits), 18)
+    low = 0 if width == 1 else 10 ** (width - 1)
+    value = str(rng.randrange(low, 10 ** width))
+    return value if value != digits else str(rng.randrange(low, 10 ** width))
+
+
+def _shift(action: str, rng: random.Random, near: bool = True) -> str:
+    """``action`` with one of its numbers (or each, half the time) moved by 1 to 3, up or down
+    (``near``), or redrawn with as many digits; without numbers, one character changed, dropped
+    or doubled. Never ``action`` itself."""
+    runs = list(_DIGITS.finditer(action))
+    if runs:
+        every = rng.random() < 0.5
+        pick = rng.randrange(len(runs))
+
+        def moved(m: re.Match) -> str:
+            if not every and m.start() != runs[pick].start():
+                return m.group(0)
+            if not near:
+                return _redraw(m.group(0), rng)
+            value = int(m.group(0)[:18]) + rng.choice((-3, -2, -1, 1, 2, 3))
+            return str(abs(value) if value < 0 else value)
+
+        out = _DIGITS.sub(moved, action)
+        if out != action:
+            return out
+    if not action:
+        return rng.choice(COMMON_WORDS)
+    lo, hi = 0, len(action)  # inside the \\boxed{...} where there is one: the markup stays
+    box = _BOX_OPEN.search(action)
+    if box is not None and action.endswith("}") and box.end() < len(action) - 1:
+        lo, hi = box.end(), len(action) - 1
+    i = rng.randrange(lo, hi)
+    how = rng.randrange(3)
+    if how == 0:
+        repl = rng.choice(string.ascii_lowercase.replace(action[i].lower(), "") or "z")
+        out = action[:i] + repl + action[i + 1:]
+    elif how == 1:
+        out = action[:i] + action[i + 1:]
+    else:
+        out = action[:i] + action[i] + action[i:]
+    return out if out != action else action + "x"
+
+
+def mutate_action(action: str, rng: random.Random, near: bool = True) -> str:
+    """A wrong version of one action: numbers shifted (``near``) or redrawn, a character
+    changed, or cut short (see ``_shift``); at most ``len(action) + 40`` characters, never
+    ``action``."""
+    if len(action) > 4 and rng.random() < 0.2:
+        out = action[:rng.randrange(1, len(action))]
+    else:
+        out = _shift(action, rng, near)
+    out = out[:len(action) + 40]
+    return out if out != action else action[:-1]
+
+
+def mutate_solution(solution: Sequence[str], rng: random.Random) -> list[str]:
+    """The solution sequence made wrong in one place: one action's numbers shifted (or a
+    character changed), two neighbours swapped, one repeated in place of the next, or the last
+    dropped. Never equal to ``solution`` (a swap of equal neighbours falls back to a shift)."""
+    sol = list(solution)
+    if not sol:
+        return []
+    kinds = ["shift", "shift"] + (["swap", "repeat"] if len(sol) > 1 else []) + ["drop"]
     kind = rng.choice(kinds)
-    if kind == "box_word":
+    i = rng.randrange(len(sol))
+    if kind == "swap" and sol[i - 1] != sol[i] and i > 0:
+        sol[i - 1], sol[i] = sol[i], sol[i - 1]
+    elif kind == "repeat" and i > 0 and sol[i - 1] != sol[i]:
+        sol[i] = sol[i - 1]
+    elif kind == "drop":
+        sol = sol[:-1]
+    else:
+        sol[i] = mutate_action(sol[i], rng)
+    return sol
+
+
+def _plain_value(spec: Any, rng: random.Random) -> Any:
+    """A plausibly typed argument for a JSON-schema property (all JSON-safe)."""
+    spec = spec if isinstance(spec, dict) else {}
+    enum = spec.get("enum")
+    if isinstance(enum, list) and enum and rng.random() < 0.7:
+        return rng.choice(enum)
+    kind = spec.get("type")
+    if kind == "integer":
+        return _small(rng)
+    if kind == "number":
+        return round(rng.uniform(-10, 1000), rng.choice((0, 1, 2)))
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return [_plain_value(spec.get("items"), rng) for _ in range(rng.randint(0, 3))]
+    if kind == "object":
+        return {}
+    return rng.choice((rng.choice(COMMON_WORDS), f"{rng.choice(string.ascii_uppercase)}"
+                       f"{_small(rng)}", f"{rng.choice(COMMON_WORDS)}_{rng.randint(1, 99)}",
+                       str(_small(rng))))
+
+
+def _typed_tool_call(tools: Sequence[Any], rng: random.Random) -> str:
+    named = []
+    for schema in tools:
+        fn = schema.get("function") if isinstance(schema, dict) else None
+        params = fn.get("parameters") if isinstance(fn, dict) else None
+        props = params.get("properties") if isinstance(params, dict) else None
+        if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"]:
+            named.append((fn["name"], props if isinstance(props, dict) else {}))
+    if not named:
+        return format_tool_call(rng.choice(VERBS), {})
+    name, props = rng.choice(named)
+    keys = [k for k in props if isinstance(k, str)][:12]
+    chosen = [k for k in keys if rng.random() < 0.85]
+    return format_tool_call(name, {k: _plain_value(props[k], rng) for k in chosen})
+
+
+def garbage_action(rng: random.Random, tooluse: bool = False, advertised: Sequence[str] = (),
+                   tools: Sequence[Any] = (), solution: Sequence[str] = ()) -> str:
+    """One garbage action drawn from ``rng`` (see the module docstring for what it can be)."""
+    verbs = _verbs(advertised) + list(VERBS)
+    kinds = ["command", "command", "word", "word", "number", "sentence", "sentence",
+             "box_letters", "box_big", "prose", "symbols"]
+    if advertised:
+        kinds += ["advertised", "advertised"]
+    if solution:
+        kinds += ["solution", "solution", "solution"]
+    if tooluse:
+        kinds += ["answer", "answer", "answer", "unknown_tool", "bad_json", "done"]
+        if tools:
+            kinds += ["typed_tool", "typed_tool", "typed_tool", "known_tool"]
+    kind = rng.choice(kinds)
+    if kind == "command":
+        parts = [rng.choice(verbs)] + [str(_small(rng)) for _ in range(rng.randint(0, 3))]
+        out = " ".join(parts)
+        return out if rng.random() < 0.25 else "\\boxed{" + out + "}"
+    if kind == "word":
+        word = rng.choice(COMMON_WORDS)
+        return "\\boxed{" + word + "}" if rng.random() < 0.8 else word
+    if kind == "number":
+        return "\\boxed{" + str(_small(rng)) + "}"
+    if kind == "sentence":
+        return _fill(rng.choice(_SENTENCES), rng, verbs)
+    if kind == "box_letters":
         return "\\boxed{" + _word(rng) + "}"
-    if kind == "box_number":
-        return "\\boxed{" + _big_number(rng) + "}"
-    if kind == "box_mixed":
+    if kind == "box_big":
         parts = [_word(rng) if rng.random() < 0.5 else _big_number(rng)
-                 for _ in range(rng.randint(2, 5))]
+                 for _ in range(rng.randint(1, 4))]
         return "\\boxed{" + " ".join(parts) + "}"
     if kind == "prose":
         return " ".join(_word(rng) for _ in range(rng.randint(1, 6)))
     if kind == "symbols":
         return "".join(rng.choice(_SYMBOLS) for _ in range(rng.randint(1, 40)))
-    if kind == "mutated":
-        return mutate(rng.choice(mutable), rng) or ""
+    if kind == "advertised":
+        return mutate_action(rng.choice(list(advertised)), rng)
+    if kind == "solution":
+        return mutate_action(rng.choice(list(solution)), rng)
+    if kind == "answer":
+        return "<answer>" + _fill(rng.choice(_ANSWERS), rng, verbs) + "</answer>"
+    if kind == "done":
+        return ANSWER
     if kind == "unknown_tool":
-        return format_tool_call(_word(rng), {_word(rng): _bad_value(rng)})
+        return format_tool_call(rng.choice((_word(rng), rng.choice(VERBS))),
+                                {rng.choice(COMMON_WORDS): _bad_value(rng)})
     if kind == "bad_json":
         return "<tool_call>{" + _word(rng) + ": " + _big_number(rng) + "</tool_call>"
-    if kind == "answer":
-        return ANSWER
+    if kind == "typed_tool":
+        return _typed_tool_call(tools, rng)
     name, params = rng.choice(_tool_names(tools) or [(_word(rng), [])])
     return format_tool_call(name, {p: _bad_value(rng) for p in params})
 
 
 def garbage_actions(seed: int, n: int, tooluse: bool = False, advertised: Sequence[str] = (),
-                    tools: Sequence[Any] = ()) -> list[str]:
+                    tools: Sequence[Any] = (), *, solution: Sequence[str] = ()) -> list[str]:
     """``n`` garbage actions for a program, fixed by ``seed``: the same seed, ``advertised``
-    actions and tool schemas give the same list. ``tools`` are the program's ``tools()``
-    schemas (tool-use programs get calls to those tools with ill-typed arguments)."""
+    actions, tool schemas and ``solution`` give the same list. ``tools`` are the program's
+    ``tools()`` schemas; ``solution`` its solution actions for the episode's seed (a third of
+    the lists then start with the whole solution made wrong in one place, ``mutate_solution``;
+    single actions are sometimes mutated solution actions)."""
     rng = random.Random(seed)
-    return [garbage_action(rng, tooluse, advertised, tools) for _ in range(max(0, n))]
+    n = max(0, n)
+    solution = [a for a in solution if isinstance(a, str)]
+    out: list[str] = []
+    if solution and rng.random() < 1 / 3:
+        out = mutate_solution(solution, rng)[:n]
+    while len(out) < n:
+        out.append(garbage_action(rng, tooluse, advertised, tools, solution))
+    return out
+
+
+def random_policy_actions(seed: int, n: int, tooluse: bool = False,
+                          advertised: Sequence[str] = (), tools: Sequence[Any] = (), *,
+                          solution: Sequence[str] = ()) -> list[str]:
+    """``n`` actions of the random-policy baseline, fixed by ``seed``: each a random pick among
+    the advertised actions (as they are or mutated) and mutations of the solution actions
+    (``mutate_action`` with numbers redrawn, not shifted: a shifted secret is often still
+    close enough for honest partial credit; never a solution action unchanged); garbage where
+    the program offers neither."""
+    rng = random.Random(seed)
+    solution = [a for a in solution if isinstance(a, str)]
+    advertised = list(advertised)
+    out = []
+    for _ in range(max(0, n)):
+        pools = (["advertised"] if advertised else []) + (["solution"] if solution else [])
+        if not pools:
+            out.append(garbage_action(rng, tooluse, advertised, tools))
+            continue
+        if rng.choice(pools) == "solution":
+            out.append(mutate_action(rng.choice(solution), rng, near=False))
+        else:
+            action = rng.choice(advertised)
+            out.append(action if rng.random() < 0.5 else mutate_action(action, rng, False))
+    return out

@@ -1,26 +1,48 @@
 """Staged validation of environment programs, each stage run in the sandbox under a deadline.
 
-extract -> syntax -> load -> interface -> determinism -> solution -> not_trivially_won -> ends
-(+ ``tools`` for tool-use programs, SPEC point 3). The result is a ``ValidationReport`` with
-``ok``, the ``stage`` reached, a short stable ``reason`` code and a human ``message``; ``details``
-holds what each stage found (timings, class name, max_turns, solution length, how episodes end).
+extract -> syntax -> load -> interface (+ ``tools`` for tool-use programs, SPEC point 3) ->
+determinism -> solution -> lockstep -> action_dependent -> ends. The result is a
+``ValidationReport`` with ``ok``, the ``stage`` reached, a short stable ``reason`` code and a
+human ``message``; ``details`` holds what each stage found (timings, class name, max_turns, the
+solution's and the baselines' returns, how episodes end).
 
 A program that hangs gets reason ``timeout`` (the designer reward turns that into -0.5 and a
-blacklist entry); anything else invalid gets its own code and is never played.
+blacklist entry); anything else invalid gets its own code and is never played. The codes of the
+episode stages:
+
+- ``nondeterministic``: the same seed and actions gave another trace on a new instance, played
+  alone (stage ``determinism``) or interleaved with other instances of the program in one worker,
+  as play runs them (stage ``lockstep``);
+- ``no_solution``: ``solution()`` is absent, or a prose one (``InvalidResult`` reason
+  ``not_replayable``, the reference's contract) while ``require_solution`` is on (the default:
+  a designed program must show it can be solved); with it off such programs get
+  ``details["solution"] = "absent"`` / ``"not_replayable"`` and the older absolute garbage check;
+- ``solution_fails``: ``solution()`` raised, returned no list of actions, more actions than the
+  turn cap, or its replay did not end terminated with reward >= 1.0, on one of the fixed seeds
+  (``ValidatorSettings.seeds``) or the ``solution_drawn_seeds`` drawn ones;
+- ``action_independent``: on the same seeds, the mean return (SPEC point 4: the last reward if
+  the episode terminated, else 0) of drawn garbage or of the random policy
+  (``spadekit.sandbox.probes``) is not ``action_margin`` below the solution's: the program pays
+  for something other than what the agent does. ``details`` records ``solution_returns``,
+  ``garbage_mean_return``, ``random_mean_return`` and ``action_margin``;
+- ``trivially_won``: (only without a solution, ``require_solution`` off) garbage reached 1.0;
+- ``slow``: ``slow_steps`` calls slower than ``slow_step_s``, or lockstep turns on which the
+  worker spent more than ``turn_budget_s`` on all its instances' steps together.
 
 Validation cannot be recognised by a program: every validation draws a ``validation_seed`` (from
-the caller's seed, or at random) and from it every reset seed and every garbage action
-(``spadekit.sandbox.probes``); ``details`` records the seed and what was drawn, so
-``validate(program, seed=report.details["validation_seed"])`` repeats a validation exactly. Each
-check runs on a fresh instance, so one check's state cannot tell the next. The interface probe
-also sends the actions the program itself advertises in its observations (and, for tool use,
-calls every tool it lists with missing and ill-typed arguments), so a crash reachable by a
-suggested action is found here. The turn cap is the program's ``max_turns`` clamped to the
-configured cap (a value below 1, or not an int, counts as none: the configured cap applies, as
-the sandbox and the runner do), so the garbage episodes always run, each until the program ends
-it or the cap; garbage must never reach reward 1.0. Every reset and step is
-timed: a program whose calls turn slow (``slow_steps`` calls over ``slow_step_s``) is refused
-with reason ``slow``.
+the caller's seed, or at random) and from it every reset seed, every garbage action and the
+order of the probes (``spadekit.sandbox.probes``); ``details`` records the seed and what was
+drawn, so ``validate(program, seed=report.details["validation_seed"])`` repeats a validation
+exactly. The interface probe sends the fixed edge cases shuffled among drawn garbage and the
+actions the program itself advertises in its observations (and, for tool use, calls every tool
+it lists with missing and ill-typed arguments), so a crash reachable by a suggested action is
+found here. Then a drawn number of decoy instances play a little (``decoy_instances``), so no
+instance count tells where the scored checks begin, and the scored episodes (the solution
+replays, garbage and random-policy episodes on the same seeds, the determinism reference) run
+interleaved in one lockstep batch of at least ``lockstep_instances`` instances in one worker, in
+a drawn order, exactly as a training group is played. The turn cap is the program's
+``max_turns`` clamped to the configured cap (a value below 1, or not an int, counts as none:
+the configured cap applies, as the sandbox and the runner do). Every reset and step is timed.
 """
 
 from __future__ import annotations
@@ -36,18 +58,23 @@ from typing import Any
 
 from spadekit.envs.extract import ExtractionError, extract_program
 from spadekit.envs.program import EnvProgram
-from spadekit.common.errors import ConfigError, EnvRaised, InvalidResult, SandboxError
+from spadekit.common.errors import ConfigError, SandboxError
 from spadekit.sandbox.probes import (ANSWER, GAME_EDGE_PROBES, TOOL_EDGE_PROBES, advertised_actions,
-                             garbage_actions, merge_advertised, mutate, tool_probes)
+                             garbage_action, garbage_actions, merge_advertised, mutate,
+                             tool_probes)
+from spadekit.sandbox.validate_episodes import BASELINE_EPISODES, EpisodeChecks, _err, _Fail
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 from spadekit.envs import pyparse, refstyle
 
-__all__ = ["ANSWER", "DEFAULT_SEEDS", "GAME_PROBES", "STAGES", "TOOL_PROBES", "ValidationReport",
+__all__ = ["ANSWER", "BASELINE_EPISODES", "DEFAULT_SEEDS", "GAME_PROBES", "STAGES", "TOOL_PROBES", "ValidationReport",
            "Validator", "ValidatorSettings", "garbage_actions", "to_program", "turn_cap"]
 
 STAGES = ("extract", "syntax", "load", "interface", "tools", "determinism", "solution",
-          "not_trivially_won", "ends")
+          "lockstep", "action_dependent", "ends")
+REASONS = ("nondeterministic", "no_solution", "solution_fails", "action_independent",
+           "trivially_won", "slow")
+"""The stable reason codes of the episode stages (see the module docstring)."""
 
 GAME_PROBES = GAME_EDGE_PROBES
 TOOL_PROBES = TOOL_EDGE_PROBES
@@ -82,15 +109,31 @@ class ValidatorSettings:
     - ``seeds``: fixed seeds for the solution replay and the tool-use structural check (SPEC
       point 3 uses 0, 1, 2).
     - ``drawn_seeds``: seeds drawn per validation on which the tool-use structural check runs
-      too (criteria met by answering at once only off the fixed seeds are found). The solution
-      replay keeps to the fixed seeds: a solution that works only there gains a program nothing.
+      too (criteria met by answering at once only off the fixed seeds are found).
+    - ``solution_drawn_seeds``: seeds drawn per validation on which ``solution()`` must reach
+      full score too, besides the fixed ``seeds``; the baselines play the same seeds.
+    - ``require_solution``: refuse a program without a replayable ``solution()`` (reason
+      ``no_solution``). Off for programs of the reference's contract (prose solutions): those
+      are checked by the absolute garbage criterion only (garbage must never reach 1.0).
+    - ``action_margin``: the solution's mean return must exceed both the garbage's and the
+      random policy's mean return, on the same seeds, by at least this much. The baselines
+      are measured on the drawn seeds (``BASELINE_EPISODES`` of each per seed): the fixed
+      seeds are public, a program could play honest on them only (with no drawn seeds, on
+      the fixed ones). The fixed seeds get garbage episodes too, recorded only.
     - ``total_timeout``: budget in seconds for one program's whole validation.
-    - ``garbage_episodes``: episodes of drawn garbage (each on a fresh instance, a drawn seed,
-      played until the program ends it or the turn cap); none may reach reward 1.0, and the
-      first is replayed on another fresh instance for the determinism check.
+    - ``garbage_episodes``: episodes of drawn garbage when there is no solution to pair them
+      with (each on a drawn seed, until the program ends it or the turn cap); the first is
+      also the determinism check's reference episode.
+    - ``lockstep_instances``: the scored episodes are played interleaved in one worker, at least
+      this many at once (filled up with garbage episodes): at least a training group.
+    - ``decoy_instances``: before the scored checks, a number of instances drawn from 0 to this
+      is created and played a little, so that no instance count marks them.
     - ``slow_step_s`` / ``slow_steps``: a program with ``slow_steps`` resets or steps slower than
       ``slow_step_s`` seconds each is refused (reason ``slow``), well before the per-call
       deadline or the total budget run out.
+    - ``turn_budget_s``: a lockstep turn on which the worker spent longer than this on all its
+      instances' steps together is slow; ``slow_steps`` of them (or every turn, when there are
+      fewer) refuse the program (reason ``slow``): play waits for the worker's whole turn.
     """
 
     max_turns: int = 12
@@ -100,6 +143,12 @@ class ValidatorSettings:
     garbage_episodes: int = 2
     slow_step_s: float = 0.5
     slow_steps: int = 3
+    solution_drawn_seeds: int = 3
+    require_solution: bool = True
+    action_margin: float = 0.5
+    lockstep_instances: int = 8
+    decoy_instances: int = 6
+    turn_budget_s: float = 2.0
 
     def __post_init__(self) -> None:
         def whole(name: str, value: Any, low: int) -> None:
@@ -111,21 +160,26 @@ class ValidatorSettings:
         whole("drawn_seeds", self.drawn_seeds, 0)
         whole("garbage_episodes", self.garbage_episodes, 1)
         whole("slow_steps", self.slow_steps, 1)
+        whole("solution_drawn_seeds", self.solution_drawn_seeds, 0)
+        whole("lockstep_instances", self.lockstep_instances, 1)
+        whole("decoy_instances", self.decoy_instances, 0)
+        if not isinstance(self.require_solution, bool):
+            raise ConfigError(f"ValidatorSettings.require_solution must be a bool, got "
+                              f"{self.require_solution!r}")
         if not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
             raise ConfigError(f"ValidatorSettings.seeds must be ints, got {self.seeds!r}")
         if not self.seeds:
             raise ConfigError("ValidatorSettings.seeds needs at least one seed")
-        for name in ("total_timeout", "slow_step_s"):
+        for name in ("total_timeout", "slow_step_s", "turn_budget_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"ValidatorSettings.{name} must be a number > 0, got "
                                   f"{value!r}")
-
-
-class _Fail(Exception):
-    def __init__(self, stage: str, reason: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.stage, self.reason, self.message, self.details = stage, reason, message, details
+        margin = self.action_margin
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or \
+                not 0 <= margin <= 1:
+            raise ConfigError(f"ValidatorSettings.action_margin must be a number in [0, 1], "
+                              f"got {margin!r}")
 
 
 def to_program(source: str | EnvProgram) -> EnvProgram:
@@ -222,7 +276,8 @@ class Validator:
             run.first = env
             for stage, fn in (("interface", run.interface), ("tools", run.tools),
                               ("determinism", run.determinism), ("solution", run.solution),
-                              ("not_trivially_won", run.not_trivially_won), ("ends", run.ends)):
+                              ("lockstep", run.lockstep),
+                              ("action_dependent", run.action_dependent), ("ends", run.ends)):
                 if stage == "tools" and not tooluse:
                     continue
                 t = time.monotonic()
@@ -253,10 +308,6 @@ def _ms(t0: float) -> float:
     return round((time.monotonic() - t0) * 1000, 2)
 
 
-def _err(exc: SandboxError) -> dict[str, Any]:
-    return {"error": exc.to_dict()}
-
-
 def _checked(stage: str, fn):
     """Run one sandbox call; a typed failure becomes this stage's failure."""
     try:
@@ -273,7 +324,7 @@ def _ending(episode: dict) -> str:
             "the runner's own cap applies")
 
 
-class _Runner:
+class _Runner(EpisodeChecks):
     """The checks of one validation: one sandbox, a fresh instance per check, every seed and
     garbage action drawn from ``rng`` (seeded with the validation seed)."""
 
@@ -326,13 +377,15 @@ class _Runner:
         return out
 
     def timing(self) -> dict[str, Any]:
-        """Reset and step latencies seen (a baseline for the training-time watch)."""
+        """Reset and step latencies seen (a baseline for the training-time watch), and the
+        longest lockstep turn of the worker (all its instances' steps together), in ms."""
         if not self.times:
             return {"calls": 0}
         ordered = sorted(self.times)
         return {"calls": len(ordered), "p50": round(statistics.median(ordered) * 1e3, 3),
                 "p90": round(ordered[int(0.9 * (len(ordered) - 1))] * 1e3, 3),
-                "max": round(ordered[-1] * 1e3, 3), "slow": self.slow}
+                "max": round(ordered[-1] * 1e3, 3), "slow": self.slow,
+                "lockstep_turn_max": round(getattr(self, "turn_max", 0.0) * 1e3, 3)}
 
     def _reset(self, stage: str, env: RemoteEnv, seed: int) -> str:
         obs, _info = self._timed(stage, f"reset(seed={seed})", lambda: env.reset(seed=seed))
@@ -384,7 +437,8 @@ class _Runner:
         self.seeds["interface"] = [first, again]
         self.details["advertised"] = self.advertised  # filled in as they are found
         obs = self._reset("interface", env, first)
-        todo = list(TOOL_PROBES if self.tooluse else GAME_PROBES)
+        todo = list(TOOL_PROBES if self.tooluse else GAME_PROBES)  # shuffled among drawn ones
+        todo += [garbage_action(self.rng, self.tooluse) for _ in range(self.rng.randint(2, 5))]
         seed, seen, live, sent = first, [obs], True, set(todo)
         for _round in range(2):  # the second round: actions advertised by step observations
             added = merge_advertised(self.advertised, (  # (not echoes of what was sent)
@@ -392,6 +446,7 @@ class _Runner:
             todo += added + [m for m in (mutate(a, self.rng) for a in added) if m]
             if not todo:
                 break
+            self.rng.shuffle(todo)
             seed, seen, live = self._probe("interface", env, seed, todo, live)
             sent.update(todo)
             todo = []
@@ -421,88 +476,9 @@ class _Runner:
         self._probe("tools", env, seed, tool_probes(self.schemas, self.rng), True)
         return {"tools": names}
 
-    def _garbage_episode(self, stage: str) -> dict:
-        """A fresh instance plays drawn garbage from a drawn seed until it ends or the cap."""
-        env, cap = self.fresh(stage)
-        seed, action_seed = self.draw(), self.draw()
-        actions = garbage_actions(action_seed, cap, self.tooluse, self.advertised, self.schemas)
-        trace = self._play(stage, env, seed, actions)
-        steps = trace[1:]
-        last = steps[-1]
-        return {"seed": seed, "action_seed": action_seed, "cap": cap,
-                "actions": actions[:len(steps)], "rewards": [s[1] for s in steps],
-                "terminated": last[2], "truncated": last[3], "trace": trace}
-
-    def determinism(self) -> dict:
-        episode = self._garbage_episode("determinism")
-        env, _cap = self.fresh("determinism")
-        first, second = episode["trace"], self._play("determinism", env, episode["seed"],
-                                                     episode["actions"])
-        if first != second:
-            at = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b) \
-                if len(first) == len(second) else min(len(first), len(second))
-            raise _Fail("determinism", "nondeterministic", "the same seed and actions gave a "
-                        f"different {'reset observation' if at == 0 else f'step {at} result'} "
-                        "on a new instance; use random.Random(seed) for all randomness",
-                        first_difference=at)
-        self.episodes.append(episode)
-        return {"reference_episode": {k: episode[k] for k in
-                                      ("seed", "actions", "rewards", "terminated", "truncated")}}
-
-    def solution(self) -> dict:
-        if not self.sb.program.get("has_solution"):
-            return {"solution": "absent"}
-        turns = []
-        env, cap = self.fresh("solution")
-        for seed in self.settings.seeds:
-            self._reset("solution", env, seed)
-            try:
-                actions = env.solution()
-            except InvalidResult as exc:
-                if exc.reason == "not_replayable":  # a reference-style prose solution
-                    return {"solution": "not_replayable", "solution_note": exc.message}
-                raise _Fail("solution", "solution_fails", exc.message) from None
-            except EnvRaised as exc:
-                if exc.exc_type == "NotImplementedError":
-                    return {"solution": "absent"}
-                raise _Fail("solution", "solution_fails", f"solution() failed: {exc.message}",
-                            **_err(exc)) from None
-            except SandboxError as exc:
-                raise _Fail("solution", "solution_fails" if exc.reason == "env_raised"
-                            else exc.reason, f"solution() failed: {exc.message}",
-                            **_err(exc)) from None
-            if len(actions) > cap:
-                raise _Fail("solution", "solution_fails", f"solution() for seed {seed} has "
-                            f"{len(actions)} actions, more than max_turns={cap}")
-            trace = self._play("solution", env, seed, actions)
-            last = trace[-1]
-            if len(last) < 4 or last[1] < 1.0 or not last[2]:
-                got = "no steps" if len(last) < 4 else (f"reward {last[1]:g}, terminated="
-                                                        f"{last[2]}")
-                raise _Fail("solution", "solution_fails", f"replaying solution() for seed {seed} "
-                            f"does not reach reward 1.0 ({got} after {len(trace) - 1} of "
-                            f"{len(actions)} actions)", seed=seed)
-            turns.append(len(trace) - 1)
-        return {"solution": "replayed", "solution_turns": turns}
-
-    def not_trivially_won(self) -> dict:
-        while len(self.episodes) < self.settings.garbage_episodes:
-            self.episodes.append(self._garbage_episode("not_trivially_won"))
-        self.seeds["garbage"] = [e["seed"] for e in self.episodes]
-        best = 0.0
-        for episode in self.episodes:
-            for i, reward in enumerate(episode["rewards"]):
-                best = max(best, reward)
-                if reward >= 1.0:
-                    raise _Fail("not_trivially_won", "trivially_won", f"garbage actions reached "
-                                f"reward 1.0 (seed {episode['seed']}, garbage action {i + 1}: "
-                                f"{episode['actions'][i][:80]!r})", garbage_seed=episode["seed"],
-                                garbage_actions=episode["actions"][:i + 1])
-        return {"garbage_best_reward": best,
-                "garbage_steps": sum(len(e["rewards"]) for e in self.episodes)}
-
     def ends(self) -> dict:
         return {"ends": _ending(self.episodes[0])}
+
 
 
 def _schema_problem(schemas: list) -> str | None:

@@ -13,6 +13,16 @@ Run as a script (``python -I -S -B worker.py``), standard library only. Bootstra
    checked again by the parent; every exception becomes a structured error reply, and the worker
    stays alive (``SystemExit`` included).
 
+Every instance has its own random streams: the module ``random``'s global generator and, once
+the program has imported numpy, numpy's legacy global generator (``numpy.random.seed`` /
+``numpy.random.randint``) are swapped to the instance's own state around every op on it
+(create, reset, step, call). Each instance starts from one fixed state (``RANDOM_SEED``), so a
+program in the reference's style (``random.seed(seed)`` in ``reset``, module-level
+``random.randint`` in ``step``), or one that never seeds at all, plays every episode as if it
+ran alone, however many instances a worker hosts and however their steps interleave. The swap is
+skipped while the same instance is served again, and otherwise costs one dict update (the
+module's functions pointed at the instance's own generator; ``Streams`` has the details).
+
 Replies stay inside the parent's schema (``spadekit.sandbox.replies``): valid Unicode (a lone
 surrogate in an observation is an ``InvalidResult``), bounded depth and error sizes. A reply
 the parent refuses was therefore forged by the program, never sent by this code. The result
@@ -46,6 +56,9 @@ if __name__ == "__main__":
 PROTO_IN = None
 PROTO_OUT = None
 STATE = {"module": None, "cls": None, "instances": {}, "next_id": 1, "cfg": {}}
+
+RANDOM_SEED = 20260822
+"""The fixed state every instance's random streams start from (and the program's load runs in)."""
 
 # ---------------------------------------------------------------------------------------------
 # isolation layers
@@ -219,6 +232,118 @@ def error_from_exception(exc):
 
 
 # ---------------------------------------------------------------------------------------------
+# per-instance random streams
+
+
+class Streams:
+    """The random streams of each instance, made the live ones around each op on it.
+
+    The module ``random``: each instance owns a ``random.Random`` seeded with ``RANDOM_SEED``,
+    and entering an instance points the module's functions (``random.randint``, ``random.seed``
+    ...) at that generator's methods: one dict update, no state copied. A program that keeps
+    its own references to the shared generator's methods (``from random import randint`` at
+    module level, a class attribute or a default argument: found once, after load) gets the
+    slower, complete swap instead: the shared generator's state saved and restored per
+    instance with ``_random.Random``'s C methods. numpy is looked up in ``sys.modules`` only
+    (never imported here): from the first op that finds it loaded, its legacy global generator
+    is saved and restored too, each instance starting from ``RANDOM_SEED``."""
+
+    def __init__(self):
+        self.gens = {}
+        self.states = {}
+        self.current = None
+        self.names = None
+        self.copying = False
+        self.np_random = None
+        self.np_initial = None
+
+    def start(self):
+        """Before the program loads: the shared generator gets the fixed state."""
+        import random
+
+        random.seed(RANDOM_SEED)
+        self._names()
+
+    def _names(self):
+        import random
+
+        inst = random._inst
+        self.names = [name for name, value in vars(random).items()
+                      if getattr(value, "__self__", None) is inst]
+        return inst
+
+    def loaded(self, module):
+        """After load: does the program hold methods of the shared generator itself?"""
+        import random
+
+        inst = random._inst
+        held = []
+        for value in list(vars(module).values()):
+            held.append(value)
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                held += list(vars(value).values())
+        for value in list(held):
+            fn = getattr(value, "__func__", value)
+            held += list(getattr(fn, "__defaults__", None) or ())
+        self.copying = any(getattr(v, "__self__", None) is inst for v in held)
+
+    def _numpy(self):
+        if self.np_random is None:
+            np = sys.modules.get("numpy")
+            rnd = getattr(np, "random", None) if np is not None else None
+            if rnd is None or not callable(getattr(rnd, "get_state", None)):
+                return None
+            try:
+                self.np_initial = rnd.RandomState(RANDOM_SEED).get_state()
+            except Exception:
+                return None
+            self.np_random = rnd
+        return self.np_random
+
+    def enter(self, iid):
+        """Make ``iid``'s streams the live ones (saving those of the instance they replace)."""
+        if self.current == iid:
+            return
+        import random
+
+        if self.names is None:
+            self._names()
+        rnd = self._numpy()
+        old = self.current
+        keep = old is not None and old in STATE["instances"]
+        if self.copying:
+            import _random
+
+            inst = random._inst
+            if keep:
+                self.states[old] = (_random.Random.getstate(inst), inst.gauss_next)
+            py, gauss = self.states.pop(iid, None) or (
+                _random.Random.getstate(random.Random(RANDOM_SEED)), None)
+            _random.Random.setstate(inst, py)
+            inst.gauss_next = gauss
+        else:
+            bound = self.gens.get(iid)
+            if bound is None:
+                gen = random.Random(RANDOM_SEED)
+                bound = self.gens[iid] = {name: getattr(gen, name) for name in self.names}
+            vars(random).update(bound)
+        if rnd is not None:
+            if keep:
+                self.states[("np", old)] = rnd.get_state()
+            rnd.set_state(self.states.pop(("np", iid), None) or self.np_initial)
+        self.current = iid
+
+    def drop(self, iid):
+        self.gens.pop(iid, None)
+        self.states.pop(iid, None)
+        self.states.pop(("np", iid), None)
+        if self.current == iid:
+            self.current = None
+
+
+STREAMS = Streams()
+
+# ---------------------------------------------------------------------------------------------
 # operations
 
 
@@ -234,6 +359,7 @@ def op_load(req):
     module.__file__ = filename
     sys.modules["spadekit_env_program"] = module
     compat = STATE["cfg"].get("compat")
+    STREAMS.start()
     try:
         if compat:  # reference-contract names the program mentions (spadekit.envs.compat)
             from spadekit.envs.compat import prepare
@@ -262,6 +388,7 @@ def op_load(req):
                 % (mend_text(repr(declared[0])[:300]), MAX_NAME_CHARS)}
     cls = module.__dict__[declared[0]]
     STATE["module"], STATE["cls"] = module, cls
+    STREAMS.loaded(module)
     return {"result": {"class_name": declared[0],
                        "has_solution": _overrides(cls, "solution"),
                        "has_tools": callable(getattr(cls, "tools", None)) or bool(
@@ -287,6 +414,9 @@ def op_create(req):
     if cls is None:
         return {"type": "ProgramLoadError", "reason": "load_error", "message": "no program loaded"}
     kwargs = req.get("kwargs") or {}
+    iid = STATE["next_id"]
+    STATE["next_id"] += 1
+    STREAMS.enter(iid)  # the constructor draws from the new instance's own streams
     try:
         try:
             env = cls(**kwargs)
@@ -305,9 +435,8 @@ def op_create(req):
             err = {"type": "ProgramLoadError", "reason": "construct_failed",
                    "message": "constructing %s failed: %s" % (cls.__name__, err["message"]),
                    "traceback": err["traceback"]}
+        STREAMS.drop(iid)
         return err
-    iid = STATE["next_id"]
-    STATE["next_id"] += 1
     STATE["instances"][iid] = env
     max_turns = getattr(env, "max_turns", None)
     if isinstance(max_turns, bool) or not isinstance(max_turns, int):
@@ -316,9 +445,11 @@ def op_create(req):
 
 
 def _instance(req):
-    env = STATE["instances"].get(req.get("instance"))
+    iid = req.get("instance")
+    env = STATE["instances"].get(iid)
     if env is None:
-        raise LookupError("no environment instance %r" % req.get("instance"))
+        raise LookupError("no environment instance %r" % iid)
+    STREAMS.enter(iid)
     return env
 
 
@@ -385,6 +516,7 @@ def op_call(req):
 
 def op_drop(req):
     STATE["instances"].pop(req.get("instance"), None)
+    STREAMS.drop(req.get("instance"))
     return {"result": True}
 
 

@@ -234,6 +234,34 @@ class DistributedConfig:
 
 
 @dataclass(frozen=True)
+class ValidationConfig:
+    """How designed programs are checked before they enter the pool
+    (``spadekit.sandbox.validate.ValidatorSettings``; the turn cap comes from ``turn_cap``)."""
+
+    require_solution: bool = True
+    """Refuse programs without a replayable ``solution()`` (reason ``no_solution``)."""
+    solution_drawn_seeds: int = 3
+    """Drawn seeds on which the solution must win too, besides the fixed 0, 1, 2 (the
+    garbage and random-policy baselines are measured on these)."""
+    action_margin: float = 0.5
+    """The solution's mean return must beat garbage's and a random policy's by this much."""
+    lockstep_instances: int = 8
+    """At least this many instances are played interleaved in one worker (a training group)."""
+    turn_budget_s: float = 2.0
+    """A worker's total seconds for one lockstep turn above this is slow (reason ``slow``)."""
+
+    def settings(self, max_turns: int) -> Any:
+        """The ``ValidatorSettings`` these fields and the turn cap give."""
+        from spadekit.sandbox.validate import ValidatorSettings
+
+        return ValidatorSettings(max_turns=max_turns, require_solution=self.require_solution,
+                                 solution_drawn_seeds=self.solution_drawn_seeds,
+                                 action_margin=self.action_margin,
+                                 lockstep_instances=self.lockstep_instances,
+                                 turn_budget_s=self.turn_budget_s)
+
+
+@dataclass(frozen=True)
 class SelfPlayConfig:
     setting: str = "games"
     """``games`` (reasoning puzzles) or ``tooluse`` (multi-turn API calling)."""
@@ -309,6 +337,7 @@ class SelfPlayConfig:
     eval: EvalLoopConfig = field(default_factory=EvalLoopConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     """Pooled programs watched during training: spot checks with garbage actions, step times;
     a program that hangs, slows down, is won by garbage or turns nondeterministic is retired
     and its designer sample gets -0.5 (``spadekit.selfplay.watch``)."""

@@ -16,7 +16,7 @@ from spadekit.policy.loading import quiet_transformers
 from spadekit.rollout.engine import RolloutEngine
 from spadekit.runs.store import RunStore
 from spadekit.sandbox.pool import SandboxPool
-from spadekit.sandbox.validate import Validator, ValidatorSettings
+from spadekit.sandbox.validate import Validator
 from spadekit.selfplay.config import SelfPlayConfig, build, save_config
 from spadekit.selfplay.design import DesignPhase
 from spadekit.selfplay.memory import EnvironmentMemory, SeedlessMemory
@@ -109,7 +109,7 @@ class SetupSteps:
         self.pool = SandboxPool(config.sandbox, warm=min(4, config.envs_per_round + 1))
         from spadekit.rollout.ray_envs import RayValidator, make_env_backend
 
-        d, settings = config.distributed, ValidatorSettings(max_turns=config.turn_cap)
+        d, settings = config.distributed, config.validation.settings(config.turn_cap)
         self.env_backend = make_env_backend(d.env_backend, config.sandbox, pool=self.pool,
                                             num_workers=d.env_workers, address=d.ray_address)
         self.validator = (RayValidator(self.env_backend, settings) if d.env_backend == "ray"

@@ -1,0 +1,239 @@
+"""The episode checks of a validation (``spadekit.sandbox.validate``): determinism, decoys,
+the solution replay, the lockstep batch and the action-dependence measure.
+
+``EpisodeChecks`` is a mixin of the validator's per-validation runner (``_Runner`` in
+``validate.py``, which supplies the plumbing: ``fresh``, ``draw``, ``_play``, ``_budget``, the
+call timings and ``settings``). The checks, their order and reason codes are described in
+``validate.py``'s module docstring; this file holds them so that each file stays readable.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from spadekit.common.errors import EnvRaised, InvalidResult, SandboxError
+from spadekit.sandbox.lockstep import LockstepError, play_lockstep
+from spadekit.sandbox.play import episode_return
+from spadekit.sandbox.probes import garbage_action, garbage_actions, random_policy_actions
+
+BASELINE_EPISODES = 3
+"""Garbage and random-policy episodes per drawn solution seed (each measured)."""
+
+
+class _Fail(Exception):
+    def __init__(self, stage: str, reason: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.stage, self.reason, self.message, self.details = stage, reason, message, details
+
+
+def _err(exc: SandboxError) -> dict[str, Any]:
+    return {"error": exc.to_dict()}
+
+
+class EpisodeChecks:
+    """determinism -> solution -> lockstep -> action_dependent (see the module docstring)."""
+
+    def _garbage_episode(self, stage: str) -> dict:
+        """A fresh instance plays drawn garbage from a drawn seed until it ends or the cap."""
+        env, cap = self.fresh(stage)
+        seed, action_seed = self.draw(), self.draw()
+        actions = garbage_actions(action_seed, cap, self.tooluse, self.advertised, self.schemas)
+        trace = self._play(stage, env, seed, actions)
+        return _episode(seed, actions, trace, cap, action_seed=action_seed)
+
+    def decoys(self) -> None:
+        """A drawn number of instances, each reset and played for 0 to 2 garbage actions."""
+        for _ in range(self.rng.randint(0, self.settings.decoy_instances)):
+            env, _cap = self.fresh("determinism")
+            actions = [garbage_action(self.rng, self.tooluse, self.advertised, self.schemas)
+                       for _ in range(self.rng.randint(0, 2))]
+            self._play("determinism", env, self.draw(), actions)
+
+    def determinism(self) -> dict:
+        episode = self._garbage_episode("determinism")
+        env, _cap = self.fresh("determinism")
+        _same_or_fail("determinism", episode["trace"], self._play(
+            "determinism", env, episode["seed"], episode["actions"]), "on a new instance")
+        self.episodes.append(episode)
+        self.decoys()
+        return {"reference_episode": {k: episode[k] for k in
+                                      ("seed", "actions", "rewards", "terminated", "truncated")}}
+
+    def solution(self) -> dict:
+        """Each seed on a fresh instance: reset, ``solution()``, replay; full score required."""
+        self.solved: list[dict] = []
+        if not self.sb.program.get("has_solution"):
+            return self._without("absent", "the program has no solution() method")
+        seeds = list(self.settings.seeds) + [self.draw()
+                                              for _ in range(self.settings.solution_drawn_seeds)]
+        self.seeds["solution"] = seeds
+        for seed in seeds:
+            env, cap = self.fresh("solution")
+            self._reset("solution", env, seed)
+            try:
+                actions = env.solution()
+            except InvalidResult as exc:
+                if exc.reason == "not_replayable":  # a reference-style prose solution
+                    return self._without("not_replayable", exc.message)
+                raise _Fail("solution", "solution_fails", exc.message) from None
+            except EnvRaised as exc:
+                if exc.exc_type == "NotImplementedError":
+                    return self._without("absent", "solution() raises NotImplementedError")
+                raise _Fail("solution", "solution_fails", f"solution() failed: {exc.message}",
+                            **_err(exc)) from None
+            except SandboxError as exc:
+                raise _Fail("solution", "solution_fails" if exc.reason == "env_raised"
+                            else exc.reason, f"solution() failed: {exc.message}",
+                            **_err(exc)) from None
+            if len(actions) > cap:
+                raise _Fail("solution", "solution_fails", f"solution() for seed {seed} has "
+                            f"{len(actions)} actions, more than max_turns={cap}", seed=seed)
+            env2, _ = self.fresh("solution")  # replayed on an instance that only saw the reset
+            trace = self._play("solution", env2, seed, actions)
+            last = trace[-1]
+            if len(last) < 4 or last[1] < 1.0 or not last[2]:
+                got = "no steps" if len(last) < 4 else (f"reward {last[1]:g}, terminated="
+                                                        f"{last[2]}")
+                raise _Fail("solution", "solution_fails", f"replaying solution() for seed {seed} "
+                            f"does not reach reward 1.0 ({got} after {len(trace) - 1} of "
+                            f"{len(actions)} actions)", seed=seed)
+            self.solved.append(_episode(seed, list(actions), trace, cap))
+        return {"solution": "replayed", "solution_turns": [len(e["rewards"])
+                                                           for e in self.solved]}
+
+    def _without(self, what: str, why: str) -> dict:
+        if self.settings.require_solution:
+            raise _Fail("solution", "no_solution", f"{why}: a program must come with a "
+                        "solution() that returns the actions that win the episode of the seed "
+                        "it was reset with", solution=what)
+        return {"solution": what} | ({"solution_note": why} if what == "not_replayable" else {})
+
+    def lockstep(self) -> dict:
+        """The scored episodes, interleaved in one worker in a drawn order, as play runs them:
+        each solution replay and, on the same seeds, a garbage and a random-policy episode; the
+        determinism reference replayed; garbage episodes to fill ``lockstep_instances``."""
+        cap = self.episodes[0]["cap"]
+        plan: list[tuple[str, int, list[str], dict | None]] = [
+            ("replay", self.episodes[0]["seed"], self.episodes[0]["actions"], self.episodes[0])]
+        fixed = set(self.settings.seeds) if self.settings.solution_drawn_seeds else set()
+        args = (cap, self.tooluse, self.advertised, self.schemas)
+        for sol in self.solved:  # the baselines count on drawn seeds: the fixed ones are public
+            public = sol["seed"] in fixed
+            plan += [("solution", sol["seed"], sol["actions"], sol),
+                     ("mutant", sol["seed"], garbage_actions(
+                         self.draw(), *args, solution=sol["actions"]), None)]
+            for _ in range(1 if public else BASELINE_EPISODES):
+                plan.append(("public" if public else "garbage", sol["seed"],
+                             garbage_actions(self.draw(), *args), None))
+            for _ in range(0 if public else BASELINE_EPISODES):
+                plan.append(("random", sol["seed"], random_policy_actions(
+                    self.draw(), *args, solution=sol["actions"]), None))
+        while len(plan) < max(self.settings.lockstep_instances, 1 + self.settings.garbage_episodes):
+            plan.append(("garbage", self.draw(), garbage_actions(
+                self.draw(), cap, self.tooluse, self.advertised, self.schemas), None))
+        self.rng.shuffle(plan)
+        slow_turns = []
+
+        def after_turn(total: float, steps: list[float]) -> None:
+            self._budget("lockstep")
+            self.times += steps
+            self.slow += sum(dt > self.settings.slow_step_s for dt in steps)
+            if total > self.settings.turn_budget_s:
+                slow_turns.append(round(total, 3))
+            if self.slow >= self.settings.slow_steps or len(slow_turns) >= self.settings.slow_steps:
+                self._slow_fail(slow_turns)
+
+        try:
+            result = play_lockstep(self.sb, [(seed, acts) for _k, seed, acts, _o in plan], cap,
+                                   self.settings.max_turns, after_turn)
+        except LockstepError as exc:
+            fail = _Fail("lockstep", exc.error.reason, exc.error.message, **_err(exc.error))
+            if exc.action is not None:
+                fail.details["action"] = exc.action[:200]
+            raise fail from None
+        turns = len(result.turn_seconds)
+        if slow_turns and len(slow_turns) >= min(self.settings.slow_steps, turns):
+            self._slow_fail(slow_turns)
+        self.scored: dict[str, list[dict]] = {"garbage": [], "random": [], "solution": [],
+                                              "mutant": [], "public": []}
+        for (kind, seed, actions, alone), trace in zip(plan, result.traces):
+            if alone is not None:
+                _same_or_fail("lockstep", alone["trace"], trace, "while other instances of the "
+                              "program stepped between its steps, in the same worker (as in "
+                              "play)", kind=kind, seed=seed)
+            if kind != "replay":
+                self.scored[kind].append(_episode(seed, actions, trace, cap))
+        self.scored["public"].append(self.episodes[0])
+        self.seeds["garbage"] = [e["seed"] for e in self.scored["garbage"]]
+        self.turn_max = max(result.turn_seconds, default=0.0)  # reported in step_ms
+        return {"lockstep": {"instances": len(plan), "turns": turns}}
+
+    def _slow_fail(self, slow_turns: list[float]) -> None:
+        if slow_turns:
+            raise _Fail("lockstep", "slow", f"{len(slow_turns)} lockstep turns of the program's "
+                        f"instances took the worker longer than {self.settings.turn_budget_s:g}s "
+                        f"all together (up to {max(slow_turns):.2f}s): play waits for the "
+                        "worker's whole turn", slow_turns=slow_turns)
+        raise _Fail("lockstep", "slow", f"{self.slow} calls took longer than "
+                    f"{self.settings.slow_step_s:g}s: the program is too slow to play",
+                    slow_calls=self.slow)
+
+    def action_dependent(self) -> dict:
+        garbage, rand = self.scored["garbage"], self.scored["random"]
+        if not self.solved:  # without a solution every garbage episode counts
+            garbage = self.scored["public"] + garbage
+        best = max((r for e in garbage + rand for r in e["rewards"]), default=0.0)
+        out: dict[str, Any] = {"garbage_best_reward": best,
+                               "garbage_steps": sum(len(e["rewards"]) for e in garbage)}
+        if not self.solved:  # no solution (require_solution off): the absolute criterion
+            for episode in garbage:
+                for i, reward in enumerate(episode["rewards"]):
+                    if reward >= 1.0:
+                        raise _Fail("action_dependent", "trivially_won", "garbage actions "
+                                    f"reached reward 1.0 (seed {episode['seed']}, garbage "
+                                    f"action {i + 1}: {episode['actions'][i][:80]!r})",
+                                    garbage_seed=episode["seed"],
+                                    garbage_actions=episode["actions"][:i + 1], **out)
+            return out
+        solved = [e["return"] for e in self.scored["solution"]]
+        same = {e["seed"] for e in rand}
+        g = [e["return"] for e in garbage if e["seed"] in same]
+        r = [e["return"] for e in rand]
+        sol_mean = statistics.fmean(e["return"] for e in self.scored["solution"]
+                                    if e["seed"] in same)
+        out.update(mutant_returns=[e["return"] for e in self.scored["mutant"]],
+                   solution_returns=solved, solution_mean_return=round(sol_mean, 4),
+                   garbage_returns=g, garbage_mean_return=round(statistics.fmean(g), 4),
+                   random_returns=r, random_mean_return=round(statistics.fmean(r), 4),
+                   action_margin=self.settings.action_margin)
+        worst = max(out["garbage_mean_return"], out["random_mean_return"])
+        if sol_mean - worst < self.settings.action_margin - 1e-9:
+            who = "garbage" if out["garbage_mean_return"] >= out["random_mean_return"] else \
+                "the random policy"
+            raise _Fail("action_dependent", "action_independent", f"{who} scores a mean return "
+                        f"of {worst:g} on the solution's seeds, less than "
+                        f"{self.settings.action_margin:g} below the solution's {sol_mean:g}: "
+                        "the reward does not depend enough on the actions", **out)
+        return out
+
+
+
+def _episode(seed: int, actions: list[str], trace: list[tuple], cap: int, **extra: Any) -> dict:
+    steps = trace[1:]
+    last = steps[-1] if steps else (None, None, False, False)
+    return {"seed": seed, "cap": cap, "actions": actions[:len(steps)],
+            "rewards": [s[1] for s in steps], "terminated": last[2], "truncated": last[3],
+            "return": episode_return(last[1], bool(last[2])), "trace": trace, **extra}
+
+
+def _same_or_fail(stage: str, first: list[tuple], second: list[tuple], where: str,
+                  **details: Any) -> None:
+    if first == second:
+        return
+    at = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b) \
+        if len(first) == len(second) else min(len(first), len(second))
+    raise _Fail(stage, "nondeterministic", "the same seed and actions gave a different "
+                f"{'reset observation' if at == 0 else f'step {at} result'} {where}; use "
+                "random.Random(seed) for all randomness, and no state shared between "
+                "instances", first_difference=at, **details)
