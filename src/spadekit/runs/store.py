@@ -488,8 +488,7 @@ class RunStore:
         environment's (retired by the watch), else the program extracted from the designer
         output recorded as rejected with that sha256 (a hang in validation). The near-duplicate
         blacklist gate (``EnvironmentMemory.blacklist_reason``) compares against these."""
-        from spadekit.envs.extract import ExtractionError
-        from spadekit.sandbox.validate import to_program
+        from spadekit.envs.extract import ExtractionError, extract_program
 
         cache = self._black_codes
         rows = self.query(
@@ -502,7 +501,8 @@ class RunStore:
                 code = cache.get(sha)
             if code is None and text:
                 try:
-                    program = to_program(zlib.decompress(text).decode("utf-8", "replace"))
+                    program = extract_program(zlib.decompress(text).decode(
+                        "utf-8", "replace")).to_program()
                 except (ExtractionError, zlib.error):
                     continue
                 if program.sha256 != sha:
