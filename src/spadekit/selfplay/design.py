@@ -7,8 +7,9 @@ turned away; valid programs get a hint (a second call of the same policy reading
 designer's own ``HINT:`` line) that must not give the answer away: the leak check drops a hint
 that spells out part of the program's solution (``spadekit.selfplay.leaks``: commands, their
 arguments, constants the solution uses, a run of its commands, in any case, spacing or number
-form) or whose copied-out words and numbers win on every validator seed when played in the
-sandbox (``spadekit.selfplay.leak_probe``); ``hints["leaks"]`` counts them, split into
+form, or a cheap encoding of them) or whose copied-out words, numbers and decoded forms win on
+3/4 of ``LEAK_SEEDS`` seeds drawn per hint when played in the sandbox in play's shape
+(``spadekit.selfplay.leak_probe``); ``hints["leaks"]`` counts them, split into
 ``leaks_literal`` and ``leaks_empirical``, and ``leak_details`` says what gave each away. Every
 designer sample (its prompt, sampled ids and behaviour logprobs) goes to the delay buffer, due
 ``regen_interval`` rounds later; invalid ones carry their fixed reward (0, or -0.5 and a blacklist entry for a hang).
@@ -63,6 +64,9 @@ from spadekit.sandbox.validate import DEFAULT_SEEDS, ValidationReport, Validator
 from spadekit.selfplay.watch import RETIRE_PENALTY
 
 log = logging.getLogger(__name__)
+
+#: Seeds drawn per hint for both leak checks (the program cannot tell them from play's).
+LEAK_SEEDS = 16
 
 
 def active_skills(setting: str, per_epoch: int, epoch: int) -> list[str]:
@@ -408,8 +412,11 @@ class DesignPhase:
     def _hints(self, items: list, out: DesignOutcome, step: int, rng: random.Random) -> None:
         """Fill each valid item's hint in place (index 3); a leaking hint is rejected."""
         dcfg = self.config.designer
-        actions = {i: solution_actions(self.pool, it[1].code, self.config.turn_cap)
-                   for i, it in enumerate(items)}
+        self._leak_draws = {i: ([rng.randrange(2 ** 31) for _ in range(LEAK_SEEDS)],
+                                rng.randrange(2 ** 63)) for i in range(len(items))}
+        actions = {i: solution_actions(self.pool, it[1].code, self.config.turn_cap, seeds,
+                                       random.Random(draw))
+                   for i, (it, (seeds, draw)) in enumerate(zip(items, self._leak_draws.values()))}
         todo = list(range(len(items)))
         if dcfg.hint_mode == "designer":
             todo = [i for i in todo if not self._accept(items, i, items[i][3], actions, out)]
@@ -437,8 +444,9 @@ class DesignPhase:
     def _accept(self, items: list, i: int, hint: str | None, actions: dict,
                 out: DesignOutcome) -> bool:
         """Keep ``hint`` for item ``i`` unless it leaks: literally (it spells out part of the
-        solution, ``leaks.leaked_fragments``) or empirically (actions copied out of it win on
-        every validator seed, ``leak_probe.empirical_leak``). A leak counts in
+        solution, ``leaks.leaked_fragments``, on the public seeds and the ones drawn for this
+        item) or empirically (actions copied out of it win on 3/4 of the drawn seeds, played in
+        play's shape, ``leak_probe.empirical_leak``). A leak counts in
         ``hints["leaks"]`` and in ``hints["leaks_literal"]`` or ``hints["leaks_empirical"]``,
         with what gave it away in ``out.leak_details``."""
         item, program, report, _own = items[i]
@@ -447,10 +455,12 @@ class DesignPhase:
             evidence = leaked_fragments(hint, actions.get(i))
             reason = "literal" if evidence else None
         if hint and reason is None:
+            drawn, probe = getattr(self, "_leak_draws", {}).get(i, (None, 0))
             settings = getattr(self.validator, "settings", None)
             evidence = empirical_leak(self.pool, program.code, hint, setting=self.config.setting,
-                                      seeds=getattr(settings, "seeds", None) or DEFAULT_SEEDS,
-                                      max_turns=self.config.turn_cap, solution=actions.get(i))
+                                      seeds=drawn or getattr(settings, "seeds", None)
+                                      or DEFAULT_SEEDS, max_turns=self.config.turn_cap,
+                                      solution=actions.get(i), rng=random.Random(probe))
             reason = "empirical" if evidence else None
         if reason is not None:
             out.hints["leaks"] += 1

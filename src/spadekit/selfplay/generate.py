@@ -29,9 +29,11 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from spadekit.selfplay.corpus import Corpus, load_corpus
+from spadekit.sandbox.batch import start_many
+from spadekit.selfplay.leak_probe import MAX_DECOYS, MAX_SEEDS, MIN_GROUP
 from spadekit.selfplay.leaks import SolutionTrace, program_constants
 from spadekit.selfplay.prompts import (DOC_WORDS, build_designer_messages, build_hint_messages,
                                leaked_fragments, normalize_skill, parse_hint, skills_for)
@@ -103,23 +105,33 @@ def _derive(seed: int, *parts: Any) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def solution_actions(pool: Any, code: str, max_turns: int) -> SolutionTrace | None:
-    """The program's solution actions over a few seeds, for the hint leak check: a
+def solution_actions(pool: Any, code: str, max_turns: int, seeds: Iterable[int] = (),
+                     rng: random.Random | None = None) -> SolutionTrace | None:
+    """The program's solution actions over the public leak seeds and ``seeds`` (the design
+    phase draws them per hint), for the hint leak check: a
     :class:`~spadekit.selfplay.leaks.SolutionTrace` (a list of the actions, seed after seed,
     which also holds them per seed, each seed's first observation and the program's constants),
-    or ``None`` when the program does not load or its ``solution()`` fails."""
+    or ``None`` when the program does not load or its ``solution()`` fails. Read in play's
+    shape, so a program cannot tell it by instance order: one worker, a group of at least
+    ``MIN_GROUP`` instances (the seeds plus a drawn number of decoys on drawn seeds) created,
+    all reset, then asked for their ``solution()``, in a shuffled order."""
+    rng = rng if rng is not None else random.Random(len(code))
+    wanted = list(_LEAK_SEEDS) + [s for s in seeds if isinstance(s, int)][:MAX_SEEDS]
+    decoys = max(MIN_GROUP - len(wanted), 0) + rng.randint(0, MAX_DECOYS)
+    order = list(range(len(wanted) + decoys))
+    rng.shuffle(order)
+    all_seeds = wanted + [rng.randrange(2 ** 31) for _ in range(decoys)]
     try:
         sb = pool.acquire(code)
     except SandboxError:
         return None
     try:
-        env = sb.new_env(max_turns=max_turns)
-        per_seed: list[list[str]] = []
-        observations: list[str] = []
-        for seed in _LEAK_SEEDS:
-            obs, _info = env.reset(seed=seed)
-            observations.append(obs)
-            per_seed.append(list(env.solution()))
+        started = start_many([(sb, max_turns, all_seeds[k], None) for k in order])
+        if any(isinstance(r, SandboxError) for r in started):
+            return None
+        at = {k: started[n] for n, k in enumerate(order)}
+        per_seed = [list(at[k][0].solution()) for k in range(len(wanted))]
+        observations = [at[k][1] for k in range(len(wanted))]
         return SolutionTrace([a for actions in per_seed for a in actions], per_seed=per_seed,
                              observations=observations, constants=program_constants(code))
     except SandboxError:

@@ -4,44 +4,70 @@
 reasoning: each quoted phrase, each number (digits or words), each letter-by-letter spelling
 (``x-y-z-z-y`` -> ``xyzzy``), each id-like chunk of letters and digits (``FIN-7``) and each word
 of at least three letters that is not a stop word (``spadekit.selfplay.leaks.STOP_WORDS``), as
-written and lower-cased. With the verbs of the solution's commands (the first token of a
-multi-token ``\\boxed{}`` command) each value is also tried after each verb (``open 3``).
+written and lower-cased. Decoded forms come first, so the candidate cap never cuts them: each
+evaluated piece of arithmetic (``six times seven`` -> ``42``, ``spadekit.selfplay.leaks.
+arithmetic``), digits said apart (``4 2`` -> ``42``), each hint word reversed (``yzzyx`` ->
+``xyzzy``), the initials of each run of three or more capitalised words and of each clause's
+words (``Xenon Yak Zebra Zoo Yodel`` -> ``xyzzy``) and, when the hint asks for a reversal, each
+number with its digits reversed. With the verbs of the solution's commands (the first token of
+a multi-token ``\\boxed{}`` command) each value is also tried after each verb (``open 3``).
 Games wrap them as ``\\boxed{...}``, tool use as ``<answer>...</answer>``.
 
-:func:`empirical_leak` plays them in the real sandbox on the validator's seeds: each candidate
-alone as the first action, then a few short sequences (the values in the order the hint gives
-them, bare and after each verb), one fresh instance per seed and sequence. A candidate sequence
-that reaches full score (last reward >= 1.0 and terminated) on EVERY seed is a leak: a hint is
-one text for all seeds, so a win on one seed only is a lucky guess (say "3 doors" and door 3),
-not the hint's doing. Garbage that wins without the hint is the validator's ``not_trivially_won``
-stage, not a hint leak.
+:func:`empirical_leak` plays them in the real sandbox the way training plays a program (so a
+program cannot tell the probe from play by instance order): in one worker, groups of
+instances are created, all reset, then stepped in lockstep (``spadekit.sandbox.lockstep``);
+each group holds every seed of a few candidates plus a drawn number of decoy episodes (seeds
+and candidates drawn at random, results ignored), at least ``MIN_GROUP`` instances, in a
+shuffled order. A candidate that reaches full score (last reward >= 1.0 and terminated) on at
+least ``win_share`` (3/4) of the seeds is a leak; the design phase passes seeds drawn per hint,
+which the program cannot tell from play's (the fixed public seeds 0-2 are never needed). A hint
+is one text for all seeds, so a share below that is a lucky guess (say "3 doors" and door 3:
+12 wins of 16 at 1/3 a seed happens once in ~1,300 hints; a coin flip, once in ~26).
+With the validator's three seeds (the default) 3/4 means all three. Garbage that wins without
+the hint is the validator's ``not_trivially_won`` stage, not a hint leak.
 
-Bounded: at most ``MAX_CANDIDATES`` single candidates and ``MAX_SEQUENCES`` sequences of at most
-``max_turns`` actions, under a wall-clock ``budget_s``; a sandbox failure (a hang, a crash, a
-contract breach) ends the probe with "no leak found" and never raises.
+Bounded: at most ``MAX_CANDIDATES`` single candidates, ``MAX_SEQUENCES`` sequences of at most
+``max_turns`` actions and ``MAX_SEEDS`` seeds, under a wall-clock ``budget_s``; a sandbox
+failure (a hang, a crash, a contract breach) ends the probe with "no leak found" and never
+raises. An episode whose program raises (or breaks the contract) on its input counts as no win
+and its group is replayed without it.
+
+What no candidate covers: hints that need knowledge or reasoning to decode (riddles, "the
+classic Colossal Cave teleport word", "the Answer to the Ultimate Question"), ciphers other than
+the forms above, and answers the hint gives only in part. Those pass both checks.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import random
 import re
 import time
 from typing import Any, Iterable
 
 from spadekit.common.errors import EnvRaised, InvalidResult, SandboxError
-from spadekit.selfplay.leaks import (MAX_HINT_CHARS, STOP_WORDS, boxed_contents, number_words,
-                                     numbers_in, tokens)
+from spadekit.sandbox.lockstep import LockstepError, play_lockstep
+from spadekit.selfplay.leaks import (MAX_HINT_CHARS, STOP_WORDS, arithmetic, boxed_contents,
+                                     initials, number_words, numbers_in, reversal_cued,
+                                     spelled_digits, tokens)
 
-__all__ = ["EMPIRICAL_BUDGET_S", "MAX_CANDIDATES", "MAX_SEQUENCES", "empirical_leak",
-           "hint_candidates", "solution_verbs"]
+__all__ = ["EMPIRICAL_BUDGET_S", "MAX_CANDIDATES", "MAX_SEEDS", "MAX_SEQUENCES", "MIN_GROUP",
+           "WIN_SHARE", "empirical_leak", "hint_candidates", "solution_verbs"]
 
 log = logging.getLogger(__name__)
 
 EMPIRICAL_BUDGET_S = 10.0
-MAX_CANDIDATES = 32
+MAX_CANDIDATES = 40
 MAX_SEQUENCES = 4
+MAX_SEEDS = 32
 MAX_VERBS = 3
 MAX_VALUE_CHARS = 80
+WIN_SHARE = 0.75
+MIN_GROUP = 8
+MAX_DECOYS = 8
+GROUP_CANDIDATES = 2
+MAX_REPLAYS = 4
 
 _QUOTED = re.compile(r"\"([^\"\n]{1,80})\"|\u201c([^\u201d\n]{1,80})\u201d|`([^`\n]{1,80})`"
                      r"|(?<!\w)'([^'\n]{1,80})'(?!\w)")
@@ -60,8 +86,22 @@ def solution_verbs(actions: Iterable[str] | None) -> list[str]:
     return verbs[:MAX_VERBS]
 
 
-def _values(hint: str) -> list[str]:
-    """What could be copied out of ``hint``, in the order the hint gives it."""
+def _decoded(text: str) -> tuple[list[str], list[str]]:
+    """The decoded forms of ``text`` (the module docstring's list): the few telling ones
+    (arithmetic, digits said apart, initials, reversed numbers) and the hint's words reversed."""
+    words = tokens(text)
+    found = sorted(arithmetic(words)) + sorted(spelled_digits(text)) + initials(text)
+    if reversal_cued(words):
+        found += [n[::-1].lstrip("0") or "0" for n in sorted(numbers_in(text)) if n.isdigit()
+                  and len(n) >= 2]
+    backwards = [w[::-1] for w in words if len(w) >= 4 and w.isalpha() and w[::-1] != w
+                 and w not in STOP_WORDS]
+    return found, backwards
+
+
+def _values(hint: str) -> tuple[list[str], list[str], list[str]]:
+    """What could be copied out of ``hint``: ``(telling, values, backwards)``, the telling
+    decoded forms (:func:`_decoded`), the rest in the hint's order and the reversed words."""
     text = hint[:MAX_HINT_CHARS]
     found: list[tuple[int, str]] = []
     for m in _QUOTED.finditer(text):
@@ -85,7 +125,10 @@ def _values(hint: str) -> list[str]:
     for _pos, value in sorted(found, key=lambda p: p[0]):
         if value and len(value) <= MAX_VALUE_CHARS and value not in out:
             out.append(value)
-    return out
+    telling, backwards = _decoded(text)
+    telling, backwards = ([v for v in dict.fromkeys(part) if v and len(v) <= MAX_VALUE_CHARS
+                           and v not in out] for part in (telling, backwards))
+    return telling, out, backwards
 
 
 def _wrap(value: str, setting: str) -> str:
@@ -95,13 +138,14 @@ def _wrap(value: str, setting: str) -> str:
 def hint_candidates(hint: str | None, setting: str = "games", verbs: Iterable[str] = (),
                     max_candidates: int = MAX_CANDIDATES, max_turns: int = 12
                     ) -> tuple[list[str], list[list[str]]]:
-    """``(singles, sequences)``: the wrapped single actions to try first, capped at
+    """``(singles, sequences)``: the wrapped single actions to try first (the telling decoded
+    forms, the hint's values, the reversed words, then values after each verb), capped at
     ``max_candidates``, and up to ``MAX_SEQUENCES`` action sequences of at most ``max_turns``."""
     if not isinstance(hint, str) or not hint.strip():
         return [], []
-    values = _values(hint)
+    telling, values, backwards = _values(hint)
     verbs = [v for v in verbs if isinstance(v, str)][:MAX_VERBS]
-    singles = [_wrap(v, setting) for v in values]
+    singles = [_wrap(v, setting) for v in telling + values + backwards]
     for verb in verbs:
         singles += [_wrap(f"{verb} {v}", setting) for v in values if v.lower() != verb.lower()]
     singles = list(dict.fromkeys(singles))[:max(0, max_candidates)]
@@ -113,33 +157,67 @@ def hint_candidates(hint: str | None, setting: str = "games", verbs: Iterable[st
     return singles, sequences
 
 
-def _wins(sb: Any, seed: int, actions: list[str], max_turns: int) -> bool:
-    env = sb.new_env(max_turns=max_turns)
-    try:
-        env.reset(seed=seed)
-        for action in actions[:max(1, max_turns)]:
-            _obs, reward, terminated, truncated, _info = env.step(action)
-            if terminated:
-                return reward >= 1.0
-            if truncated:
-                return False
-        return False
-    finally:
-        env.close()
+class _OutOfTime(Exception):
+    pass
+
+
+def _group(chunk: list[int], candidates: list[list[str]], seeds: list[int],
+           rng: random.Random) -> list[tuple[int | None, int, list[str]]]:
+    """One lockstep group: every seed of each candidate in ``chunk`` plus a drawn number of
+    decoys (``None``: a drawn seed, a drawn candidate), at least ``MIN_GROUP``, shuffled."""
+    episodes: list[tuple[int | None, int, list[str]]] = [(k, seed, candidates[k])
+                                                         for k in chunk for seed in seeds]
+    decoys = max(MIN_GROUP - len(episodes), 0) + rng.randint(0, MAX_DECOYS)
+    episodes += [(None, rng.randrange(2 ** 31), rng.choice(candidates)) for _ in range(decoys)]
+    rng.shuffle(episodes)
+    return episodes
+
+
+def _play_group(sb: Any, episodes: list, max_turns: int, deadline: float) -> list[bool]:
+    """Whether each episode of the group won, played in lockstep; an episode that makes the
+    program raise (or break the contract) is no win and the group is replayed without it."""
+    won = [False] * len(episodes)
+    todo = list(range(len(episodes)))
+
+    def in_time(_total: float, _steps: list[float]) -> None:
+        if time.monotonic() > deadline:
+            raise _OutOfTime()
+
+    for _replay in range(MAX_REPLAYS + 1):
+        try:
+            result = play_lockstep(sb, [(episodes[i][1], episodes[i][2][:max(1, max_turns)])
+                                        for i in todo], cap=max(1, max_turns),
+                                   max_turns=max_turns, after_turn=in_time)
+        except LockstepError as exc:
+            if not isinstance(exc.error, (EnvRaised, InvalidResult)) or not sb.alive:
+                raise exc.error
+            del todo[exc.index]
+            continue
+        for i, trace in zip(todo, result.traces):
+            last = trace[-1]
+            won[i] = len(last) == 4 and bool(last[2]) and last[1] >= 1.0
+        return won
+    return won
 
 
 def empirical_leak(pool: Any, code: str, hint: str | None, *, setting: str = "games",
                    seeds: Iterable[int] = (0, 1, 2), max_turns: int = 12,
                    solution: Iterable[str] | None = None, budget_s: float = EMPIRICAL_BUDGET_S,
-                   max_candidates: int = MAX_CANDIDATES) -> list[str] | None:
-    """The first hint-derived action sequence that wins ``code`` on every one of ``seeds`` (see
-    the module docstring), or ``None``. Never raises on a hostile program or hint; a sandbox
-    failure or the budget running out gives ``None``."""
+                   max_candidates: int = MAX_CANDIDATES, win_share: float = WIN_SHARE,
+                   rng: random.Random | None = None) -> list[str] | None:
+    """The first hint-derived action sequence that wins ``code`` on at least ``win_share`` of
+    ``seeds`` (at least one seed), played in play's shape (see the module docstring), or
+    ``None``. ``rng`` draws the decoys and the order (default: seeded by the seeds). Never
+    raises on a hostile program or hint; a sandbox failure or the budget running out gives
+    ``None``."""
     singles, sequences = hint_candidates(hint, setting, solution_verbs(solution),
                                          max_candidates, max_turns)
-    seeds = list(seeds)[:8]
+    seeds = list(seeds)[:MAX_SEEDS]
     if not singles or not seeds:
         return None
+    need = max(1, math.ceil(win_share * len(seeds) - 1e-9))
+    rng = rng if rng is not None else random.Random(sum(seeds) + len(seeds))
+    candidates = [[s] for s in singles] + sequences
     deadline = time.monotonic() + max(0.0, float(budget_s))
     try:
         sb = pool.acquire(code)
@@ -147,23 +225,20 @@ def empirical_leak(pool: Any, code: str, hint: str | None, *, setting: str = "ga
         log.info("hint leak probe: the program did not load (%s)", exc.reason)
         return None
     try:
-        for actions in [[s] for s in singles] + sequences:
-            if all(_try(sb, seed, actions, max_turns, deadline) for seed in seeds):
-                return actions
+        for first in range(0, len(candidates), GROUP_CANDIDATES):
+            chunk = list(range(first, min(first + GROUP_CANDIDATES, len(candidates))))
+            episodes = _group(chunk, candidates, seeds, rng)
+            won = _play_group(sb, episodes, max_turns, deadline)
+            for k in chunk:
+                if sum(w for (j, _seed, _a), w in zip(episodes, won) if j == k) >= need:
+                    return candidates[k]
             if time.monotonic() > deadline or not sb.alive:
                 return None
+        return None
+    except _OutOfTime:
         return None
     except SandboxError as exc:
         log.info("hint leak probe stopped: %s (%s)", exc.reason, exc.message[:200])
         return None
     finally:
         pool.release(sb)
-
-
-def _try(sb: Any, seed: int, actions: list[str], max_turns: int, deadline: float) -> bool:
-    if time.monotonic() > deadline:
-        return False
-    try:
-        return _wins(sb, seed, actions, max_turns)
-    except (EnvRaised, InvalidResult):  # raised on this input or broke the contract: no win
-        return False

@@ -26,12 +26,25 @@ as whole numeric tokens (``7`` is not in ``17`` or ``7.5``; ``4,321`` is 4321; `
 number (under three characters) that is an argument or a tool argument value is checked only
 when it recurs in the solution of every leak seed (a number of one seed's answer is a
 coincidence in a hint that serves every seed); a whole command that is a number (``\\boxed{7}``)
-is always checked. Exempt: needles that the program's first observation already shows (the
-agent was told them, e.g. the command words or "3 doors"), words of a small stop list and
-``done``.
+is always checked. Exempt: needles that the first observation of every seed whose solution uses
+them already shows (the agent was told them, e.g. the command words or "3 doors"; a word shown
+on some seeds only is still the hint's gift on the others), words of a small stop list, ``done``.
+
+*Encoded forms* (each match is reported with its form, ``"xyzzy (reversed)"``): the needle
+reversed; the initial letters of consecutive hint words (acrostic); a Caesar shift of an
+alphabetic needle; these three need ``ENCODED_MIN`` (5) characters, one fewer when the hint holds
+a cue word (``backwards``, ``first letters``, ``shift``...). A needle of four or more characters
+split into 2-3 pieces of two or more characters (no stop words) at most ``SPLIT_GAP`` (3) words
+apart (``xyz followed by zy``). Numbers: digits said apart with spaces (``4 2``), a small sum
+(``a plus|minus|times b``, ``multiplied by``, ``divided by``; digits or number words; one
+operator) evaluated, and, when the hint asks for a reversal, a number with its digits reversed
+(``24 with its digits swapped``). Not caught: riddles and world knowledge ("the classic Colossal
+Cave teleport word", "the Answer to the Ultimate Question"), other ciphers, chained arithmetic.
+The traces come from seeds drawn per hint besides 0-2, read in play's shape (``generate.
+solution_actions``), so a program cannot show the check a different answer than play gets.
 
 **Empirical** (:func:`empirical_leak`, in ``spadekit.selfplay.leak_probe``): garbage plus the
-hint must not win. See that module.
+hint (and its decoded forms) must not win. See that module.
 
 Every scan here is linear in its input and capped (hint, action and command lengths, the number
 of actions, boxes, tool calls and needles; JSON nesting is walked without recursion) and runs
@@ -50,9 +63,9 @@ from typing import Any, Iterable
 
 from spadekit.envs.actions import parse_tool_calls
 
-__all__ = ["LITERAL_BUDGET_S", "SolutionTrace", "STOP_WORDS", "argument_values", "boxed_contents",
-           "hint_leaks", "leaked_fragments", "number_words", "numbers_in", "program_constants",
-           "tokens"]
+__all__ = ["LITERAL_BUDGET_S", "SolutionTrace", "STOP_WORDS", "argument_values", "arithmetic",
+           "boxed_contents", "hint_leaks", "initials", "leaked_fragments", "number_words",
+           "numbers_in", "program_constants", "reversal_cued", "spelled_digits", "tokens"]
 
 MAX_HINT_CHARS = 4000
 MAX_ACTION_CHARS = 8192
@@ -69,6 +82,18 @@ MAX_SEQUENCE = 25
 SEQUENCE_RUN = 3
 SEQUENCE_GAP = 3
 LITERAL_BUDGET_S = 2.0
+ENCODED_MIN = 5  # letters an encoded needle needs without a cue word (one fewer with one)
+SPLIT_GAP = 3
+SPLIT_PIECES = 3
+MAX_SHOWN = 32
+REVERSAL_CUES = frozenset("backwards backward reversed reverse reverses mirrored mirror swapped "
+                          "swap swaps flipped flip".split())
+SHIFT_CUES = frozenset("shift shifted shifts rotate rotated rot13 caesar alphabet step steps "
+                       "forward".split())
+INITIAL_CUES = frozenset("first initial initials letters acrostic".split())
+_OPERATORS = {"plus": lambda a, b: a + b, "minus": lambda a, b: a - b,
+              "times": lambda a, b: a * b, "multiplied": lambda a, b: a * b,
+              "divided": lambda a, b: a // b if b and a % b == 0 else None}
 
 #: Words never checked or tried on their own: function words and words every hint may use.
 STOP_WORDS = frozenset("""
@@ -82,6 +107,9 @@ using try trying keep make sure way ways what which who whom whose why how where
 """.split())
 
 _ALNUM = re.compile(r"[^\W_]+")
+_DIGITS_APART = re.compile(r"(?<![\w.,])\d(?:[ \t]+\d){1,40}(?![\w]|[.,]\d)")
+_CLAUSE = re.compile(r"[^.;:!?\n]+")
+_CAPITALISED = re.compile(r"(?:\b[A-Z][a-z]*\b[\s,]*){3,40}")
 _NUMBER = re.compile(r"(?<![\w.,])-?\d{1,40}(?:,\d{3})*(?:\.\d{1,40})?(?![\w]|[.,]\d)")
 _BOX_OR_BRACE = re.compile(r"\\boxed\s*\{|[{}]")
 _ANSWER = re.compile(r"<answer>([^<]{0,400})</answer>", re.IGNORECASE)
@@ -162,6 +190,67 @@ def number_words(toks: list[str]) -> set[str]:
             out.add(str(value))
         i = max(j, i + 1)
     return out
+
+
+def _operand_after(toks: list[str], j: int) -> int | None:
+    if j < len(toks) and toks[j].isdigit() and len(toks[j]) <= 12:
+        return int(toks[j])
+    value, end = _words_value(toks, j)
+    return value if end > j else None
+
+
+def _operand_before(toks: list[str], i: int) -> int | None:
+    if i > 0 and toks[i - 1].isdigit() and len(toks[i - 1]) <= 12:
+        return int(toks[i - 1])
+    for k in range(max(0, i - 4), i):
+        value, end = _words_value(toks, k)
+        if end == i:
+            return value
+    return None
+
+
+def arithmetic(toks: list[str]) -> set[str]:
+    """The values of the small sums in ``toks``: ``a plus|minus|times b``, ``a multiplied by
+    b`` and ``a divided by b`` (exact only), each operand digits or number words (``six times
+    seven`` -> ``"42"``, ``40 plus 2`` -> ``"42"``); one operator at a time, no chains."""
+    out = set()
+    for i, tok in enumerate(toks[:MAX_TOKENS]):
+        op = _OPERATORS.get(tok)
+        if op is None:
+            continue
+        j = i + 2 if tok in ("multiplied", "divided") else i + 1
+        if tok in ("multiplied", "divided") and (i + 1 >= len(toks) or toks[i + 1] != "by"):
+            continue
+        a, b = _operand_before(toks, i), _operand_after(toks, j)
+        value = op(a, b) if a is not None and b is not None else None
+        if value is not None:
+            out.add(str(value))
+    return out
+
+
+def spelled_digits(text: Any, cap: int = MAX_HINT_CHARS) -> set[str]:
+    """Numbers said as single digits apart with spaces only between them (``4 2`` -> ``"42"``;
+    ``4, 2`` is a list, not a number)."""
+    if not isinstance(text, str):
+        return set()
+    return {_canonical("".join(m.group(0).split())) or "" for m in
+            _DIGITS_APART.finditer(text[:cap])} - {""}
+
+
+def initials(text: Any, cap: int = MAX_HINT_CHARS) -> list[str]:
+    """Acrostic readings of ``text``: the lower-cased initials of each run of three or more
+    capitalised words, then of each clause of three or more words."""
+    if not isinstance(text, str):
+        return []
+    text = text[:cap]
+    runs = ["".join(w[0] for w in tokens(m.group(0))) for m in _CAPITALISED.finditer(text)]
+    clauses = ["".join(w[0] for w in tokens(m.group(0))) for m in _CLAUSE.finditer(text)]
+    return list(dict.fromkeys(r for r in runs + clauses if len(r) >= 3))
+
+
+def reversal_cued(toks: list[str]) -> bool:
+    """Whether ``toks`` ask for something to be read reversed (``backwards``, ``swapped``...)."""
+    return any(t in REVERSAL_CUES for t in toks)
 
 
 def _words_value(toks: list[str], i: int) -> tuple[int, int]:
@@ -299,14 +388,16 @@ def _commands(action: str) -> list[str]:
 
 
 class _Hay:
-    """A text's tokens with an index of where each token starts, and its numbers."""
+    """A text's tokens with an index of where each token starts, its numbers (digits, words,
+    digits said apart, evaluated sums), its acrostic and which cue words it holds."""
 
     def __init__(self, text: str) -> None:
         self.toks = tokens(text)
         self.at: dict[str, list[int]] = {}
         for i, tok in enumerate(self.toks):
             self.at.setdefault(tok, []).append(i)
-        self.numbers = numbers_in(text) | number_words(self.toks)
+        self.plain_numbers = numbers_in(text) | number_words(self.toks)
+        self.numbers = self.plain_numbers | spelled_digits(text) | arithmetic(self.toks)
         self.spelled, run = set(), []
         for tok in self.toks + [""]:
             if len(tok) == 1 and tok.isdigit():
@@ -315,6 +406,10 @@ class _Hay:
             if len(run) >= 3:
                 self.spelled.add("".join(run))
             run = []
+        words = set(self.toks)
+        self.cue = {"reversed": bool(words & REVERSAL_CUES), "shifted": bool(words & SHIFT_CUES),
+                    "acrostic": bool(words & INITIAL_CUES)}
+        self.acrostic = "".join(t[0] for t in self.toks)
 
     def runs(self, key: str, start: int = 0) -> Iterable[tuple[int, int]]:
         """Each ``(i, j)`` with ``toks[i:j]`` joining into ``key``, ``i >= start``, by ``i``."""
@@ -328,25 +423,87 @@ class _Hay:
             if size == len(key):
                 yield i, j
 
-    def has(self, needle: _Needle, min_chars: int) -> bool:
+    def _spells(self, key: str) -> bool:
+        return next(iter(self.runs(key)), None) is not None
+
+    def has(self, needle: _Needle, min_chars: int, encoded: bool = True) -> str | None:
+        """How this text gives ``needle``: ``""`` as written, ``" (reversed)"`` and the like
+        for an encoded form (``encoded``: the module docstring's rules), ``None`` if not."""
         if needle.number is not None:
             digits = needle.number.lstrip("-")
-            return needle.number in self.numbers or (digits.isdigit() and len(digits) >= 3
-                                                     and digits in self.spelled)
+            if needle.number in (self.numbers if encoded else self.plain_numbers) or (
+                    digits.isdigit() and len(digits) >= 3 and digits in self.spelled):
+                return ""
+            back = _canonical(digits[::-1]) if digits.isdigit() and len(digits) >= 2 else None
+            if encoded and self.cue["reversed"] and back != digits and back in self.numbers:
+                return " (digits reversed)"
+            return None
         if len(needle.key) < min_chars and not any(c.isdigit() for c in needle.key):
-            return False
-        return next(iter(self.runs(needle.key)), None) is not None
+            return None
+        if self._spells(needle.key):
+            return ""
+        return self._encoded(needle.key) if encoded else None
+
+    def _encoded(self, key: str) -> str | None:
+        def long(form: str) -> bool:
+            return len(key) >= ENCODED_MIN - (1 if self.cue[form] else 0)
+
+        if key[::-1] != key and long("reversed") and self._spells(key[::-1]):
+            return " (reversed)"
+        letters = key.isascii() and key.isalpha()
+        if letters and long("acrostic") and key in self.acrostic:
+            return " (initial letters)"
+        if letters and long("shifted"):
+            for shift in range(1, 26):
+                moved = "".join(chr((ord(c) - 97 + shift) % 26 + 97) for c in key)
+                if self._spells(moved):
+                    return f" (letters shifted by {26 - shift})"
+        if len(key) >= 4 and self._split(key):
+            return " (split)"
+        return None
+
+    def _split(self, key: str) -> bool:
+        """``key`` as 2 to ``SPLIT_PIECES`` tokens of two or more characters (no stop words)
+        in order, at most ``SPLIT_GAP`` tokens apart (``xyz followed by zy``)."""
+        stack = [(i + 1, len(t), 1) for n in range(2, len(key)) for i in self.at.get(key[:n], ())
+                 for t in [key[:n]] if t not in STOP_WORDS]
+        while stack:
+            end, size, pieces = stack.pop()
+            if pieces >= SPLIT_PIECES:
+                continue
+            for j in range(end, min(end + SPLIT_GAP + 1, len(self.toks))):
+                tok = self.toks[j]
+                if len(tok) >= 2 and tok not in STOP_WORDS and key.startswith(tok, size):
+                    if size + len(tok) == len(key):
+                        return True
+                    stack.append((j + 1, size + len(tok), pieces + 1))
+        return False
 
 
-def _needles(actions: list[str], trace: Any, clock: _Clock) -> list[_Needle]:
-    per_seed = getattr(trace, "per_seed", None) or []
-    seed_sets = [set() for _ in per_seed]
+def _seed_keys(per_seed: list[list[str]]) -> list[set[str]]:
+    """Per seed, the keys of its solution's commands, boxed tokens and tool values."""
+    seed_sets: list[set[str]] = [set() for _ in per_seed]
     for k, seed_actions in enumerate(per_seed):
         for action in seed_actions[:MAX_ACTIONS]:
             if isinstance(action, str):
                 seed_sets[k].update(_key(c) for c in _commands(action))
                 seed_sets[k].update(t for c in boxed_contents(action) for t in tokens(c))
                 seed_sets[k].update(_key(v) for v in _tool_values(action))
+    return seed_sets
+
+
+def _shown(needle: _Needle, shown: list[_Hay], uses: list[set[str]]) -> bool:
+    """Whether the agent is told ``needle`` anyway: the first observation of every seed whose
+    solution uses it shows it (of any seed, when no seed's solution names it as a whole)."""
+    using = [k for k, keys in enumerate(uses) if needle.key in keys and k < len(shown)]
+    if not using:
+        return any(s.has(needle, 1, encoded=False) is not None for s in shown)
+    return all(shown[k].has(needle, 1, encoded=False) is not None for k in using)
+
+
+def _needles(actions: list[str], trace: Any, clock: _Clock) -> list[_Needle]:
+    per_seed = getattr(trace, "per_seed", None) or []
+    seed_sets = _seed_keys(per_seed)
     stable = set.intersection(*seed_sets) if len(seed_sets) >= 2 else set()
     out: list[_Needle] = []
     commands: list[str] = []
@@ -434,13 +591,16 @@ def leaked_fragments(hint: str | None, solution_actions: Iterable[str] | None,
             actions.append(action)
     trace = solution_actions if isinstance(solution_actions, SolutionTrace) else None
     hay = _Hay(hint)
-    shown = [_Hay(o[:MAX_ACTION_CHARS]) for o in (trace.observations if trace else [])[:8]]
+    shown = [_Hay(o[:MAX_ACTION_CHARS]) for o in (trace.observations if trace else [])
+             ][:MAX_SHOWN]
+    uses = _seed_keys(trace.per_seed if trace else [])
     found = []
     for needle in _needles(actions, trace, clock):
         if clock.over():
             break
-        if hay.has(needle, min_chars) and not any(s.has(needle, 1) for s in shown):
-            found.append(needle.text)
+        how = hay.has(needle, min_chars)
+        if how is not None and not _shown(needle, shown, uses):
+            found.append(needle.text + how)
     per_seed = trace.per_seed if trace and trace.per_seed else [actions]
     sequence = None if found else _sequence_leak(hay, per_seed, clock)
     return found + ([sequence] if sequence else [])
