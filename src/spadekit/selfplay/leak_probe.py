@@ -7,8 +7,8 @@ of at least three letters that is not a stop word (``spadekit.selfplay.leaks.STO
 written and lower-cased. Decoded forms come first, so the candidate cap never cuts them: each
 evaluated piece of arithmetic (``six times seven`` -> ``42``, ``spadekit.selfplay.leaks.
 arithmetic``), digits said apart (``4 2`` -> ``42``), each hint word reversed (``yzzyx`` ->
-``xyzzy``), the initials of each run of three or more capitalised words and of each clause's
-words (``Xenon Yak Zebra Zoo Yodel`` -> ``xyzzy``) and, when the hint asks for a reversal, each
+``xyzzy``), the initials of each run of three or more capitalised words (``Xenon Yak Zebra Zoo Yodel`` ->
+``xyzzy``) and, when the hint speaks of first letters or initials, of each clause's words and, when the hint asks for a reversal, each
 number with its digits reversed. With the verbs of the solution's commands (the first token of
 a multi-token ``\\boxed{}`` command) each value is also tried after each verb (``open 3``).
 Games wrap them as ``\\boxed{...}``, tool use as ``<answer>...</answer>``.
@@ -30,7 +30,7 @@ Bounded: at most ``MAX_CANDIDATES`` single candidates, ``MAX_SEQUENCES`` sequenc
 ``max_turns`` actions and ``MAX_SEEDS`` seeds, under a wall-clock ``budget_s``; a sandbox
 failure (a hang, a crash, a contract breach) ends the probe with "no leak found" and never
 raises. An episode whose program raises (or breaks the contract) on its input counts as no win
-and its group is replayed without it.
+and its group is replayed without it (at most once per episode, under the budget).
 
 What no candidate covers: hints that need knowledge or reasoning to decode (riddles, "the
 classic Colossal Cave teleport word", "the Answer to the Ultimate Question"), ciphers other than
@@ -48,7 +48,7 @@ from typing import Any, Iterable
 
 from spadekit.common.errors import EnvRaised, InvalidResult, SandboxError
 from spadekit.sandbox.lockstep import LockstepError, play_lockstep
-from spadekit.selfplay.leaks import (MAX_HINT_CHARS, STOP_WORDS, arithmetic, boxed_contents,
+from spadekit.selfplay.leaks import (INITIAL_CUES, MAX_HINT_CHARS, STOP_WORDS, arithmetic, boxed_contents,
                                      initials, number_words, numbers_in, reversal_cued,
                                      spelled_digits, tokens)
 
@@ -67,7 +67,6 @@ WIN_SHARE = 0.75
 MIN_GROUP = 8
 MAX_DECOYS = 8
 GROUP_CANDIDATES = 2
-MAX_REPLAYS = 4
 
 _QUOTED = re.compile(r"\"([^\"\n]{1,80})\"|\u201c([^\u201d\n]{1,80})\u201d|`([^`\n]{1,80})`"
                      r"|(?<!\w)'([^'\n]{1,80})'(?!\w)")
@@ -90,7 +89,8 @@ def _decoded(text: str) -> tuple[list[str], list[str]]:
     """The decoded forms of ``text`` (the module docstring's list): the few telling ones
     (arithmetic, digits said apart, initials, reversed numbers) and the hint's words reversed."""
     words = tokens(text)
-    found = sorted(arithmetic(words)) + sorted(spelled_digits(text)) + initials(text)
+    found = sorted(arithmetic(words)) + sorted(spelled_digits(text))
+    found += initials(text, clauses=any(w in INITIAL_CUES for w in words))
     if reversal_cued(words):
         found += [n[::-1].lstrip("0") or "0" for n in sorted(numbers_in(text)) if n.isdigit()
                   and len(n) >= 2]
@@ -183,7 +183,7 @@ def _play_group(sb: Any, episodes: list, max_turns: int, deadline: float) -> lis
         if time.monotonic() > deadline:
             raise _OutOfTime()
 
-    for _replay in range(MAX_REPLAYS + 1):
+    while todo:
         try:
             result = play_lockstep(sb, [(episodes[i][1], episodes[i][2][:max(1, max_turns)])
                                         for i in todo], cap=max(1, max_turns),

@@ -237,15 +237,15 @@ def spelled_digits(text: Any, cap: int = MAX_HINT_CHARS) -> set[str]:
             _DIGITS_APART.finditer(text[:cap])} - {""}
 
 
-def initials(text: Any, cap: int = MAX_HINT_CHARS) -> list[str]:
+def initials(text: Any, cap: int = MAX_HINT_CHARS, clauses: bool = True) -> list[str]:
     """Acrostic readings of ``text``: the lower-cased initials of each run of three or more
-    capitalised words, then of each clause of three or more words."""
+    capitalised words, then (``clauses``) of each clause of three or more words."""
     if not isinstance(text, str):
         return []
     text = text[:cap]
     runs = ["".join(w[0] for w in tokens(m.group(0))) for m in _CAPITALISED.finditer(text)]
-    clauses = ["".join(w[0] for w in tokens(m.group(0))) for m in _CLAUSE.finditer(text)]
-    return list(dict.fromkeys(r for r in runs + clauses if len(r) >= 3))
+    parts = ["".join(w[0] for w in tokens(m.group(0))) for m in _CLAUSE.finditer(text)]
+    return list(dict.fromkeys(r for r in runs + (parts if clauses else []) if len(r) >= 3))
 
 
 def reversal_cued(toks: list[str]) -> bool:
