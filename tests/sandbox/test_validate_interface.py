@@ -318,8 +318,10 @@ def test_tool_env_passes_every_stage(validator):
     assert report.details["solution_turns"] == [2] * 6  # 3 fixed seeds, 3 drawn
     assert report.details["seeds"]["tools"][:3] == [0, 1, 2]  # and one drawn
     assert len(report.details["seeds"]["tools"]) == 4
-    # garbage may answer early: then "others untouched" holds and "target reached" does not
-    assert report.details["garbage_best_reward"] in (0.0, 0.5)
+    # garbage is drawn broadly (typed calls of the listed tools too) and may now win by luck;
+    # what admission judges is its mean return against the solution's
+    assert report.details["garbage_mean_return"] <= \
+        report.details["solution_mean_return"] - report.details["action_margin"]
     ends = report.details["ends"]
     assert ends == "truncated after 12 steps" or ends.startswith("terminated after "), ends
 

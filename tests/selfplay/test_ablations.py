@@ -194,7 +194,8 @@ def test_schedule_changes_the_plateau_band_from_its_round_also_after_resume(tmp_
 
 def _designer_reward_at(cfg, step: int, tmp_path) -> float:
     """The designer reward ``round_samples.designer_samples`` gives, at ``step``, an
-    environment of win rate 0.3 and regret 0.075 (real store and memory)."""
+    environment of mean no-hint return 0.225 (the plateau's win rate, SPEC point 5) and
+    regret 0.075 (real store and memory)."""
     from spadekit.envs import library
     from spadekit.selfplay.memory import EnvironmentMemory
     from spadekit.selfplay.samples import designer_samples
@@ -206,7 +207,7 @@ def _designer_reward_at(cfg, step: int, tmp_path) -> float:
         store.add_environment(program, step=created)
         memory = EnvironmentMemory(store)
         memory.add(program, step=created)
-        for i in range(10):   # 3 wins of 10 no-hint plays (all at generation): win rate 0.3
+        for i in range(10):   # 3 wins of 0.75 in 10 no-hint plays (all at generation): 0.225
             store.record_play(program.sha256, created, with_hint=False,
                               episode_return=0.75 if i < 3 else 0.0)
         for _ in range(4):    # hinted mean 0.3 vs no-hint 0.225: regret 0.075
@@ -225,8 +226,8 @@ def _designer_reward_at(cfg, step: int, tmp_path) -> float:
 def test_a_scheduled_plateau_band_changes_the_designer_reward(tmp_path):
     entry = "[{from_round: 200, set: {reward.plateau_low: 0.2, reward.plateau_high: 0.4}}]"
     cfg = load_config("cpu-tiny", overrides=[f"schedule={entry}", "regen_interval=4"])
-    # round 4, band [0.4, 0.6]: 0.4 * clip(0.075 / 0.15) + 0.6 * (1 - 0.1 / 0.25) = 0.56
-    assert _designer_reward_at(cfg, 4, tmp_path) == pytest.approx(0.56)
+    # round 4, band [0.4, 0.6]: 0.4 * clip(0.075 / 0.15) + 0.6 * (1 - 0.175 / 0.25) = 0.38
+    assert _designer_reward_at(cfg, 4, tmp_path) == pytest.approx(0.38)
     # round 204, band [0.2, 0.4]: 0.4 * 0.5 + 0.6 * 1 = 0.8
     assert _designer_reward_at(cfg, 204, tmp_path) == pytest.approx(0.8)
     # every other reward constant reaches it too (here without a schedule)
@@ -234,8 +235,8 @@ def test_a_scheduled_plateau_band_changes_the_designer_reward(tmp_path):
                                                  "reward.regret_weight=0.5",
                                                  "reward.plateau_weight=0.5",
                                                  "reward.plateau_ramp=0.5"])
-    # 0.5 * clip(0.075 / 0.3) + 0.5 * (1 - 0.1 / 0.5) = 0.125 + 0.4
-    assert _designer_reward_at(changed, 8, tmp_path) == pytest.approx(0.525)
+    # 0.5 * clip(0.075 / 0.3) + 0.5 * (1 - 0.175 / 0.5) = 0.125 + 0.325
+    assert _designer_reward_at(changed, 8, tmp_path) == pytest.approx(0.45)
 
 
 # -- the paper's budgets and --dry-run (issue 12, defect 3) ----------------------------------

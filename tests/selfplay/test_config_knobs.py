@@ -107,14 +107,17 @@ HACKS = Path(__file__).resolve().parents[1] / "data" / "hacks"
 
 
 def validation(cfg: SelfPlayConfig, w: World) -> Any:
-    """Verdicts and what was played for a lottery, a program paying 0.99 for anything and an
-    honest one, under the settings the loop builds from ``cfg``."""
+    """Verdicts and what was played for a lottery, a program paying 0.99 for anything, an
+    honest one and the library's knapsack (whose random valid packs earn partial credit),
+    under the settings the loop builds from ``cfg``."""
+    from spadekit.envs import library
     from spadekit.sandbox.validate import Validator
 
     validator = Validator(w.pool, cfg.validation.settings(cfg.turn_cap), seed=0)
     out = []
-    for name in ("lottery.py", "pays_099.py", "honest_vault.py"):
-        r = validator.validate((HACKS / name).read_text())
+    knapsack = library.program(library.get("games_knapsack_reveal")).code
+    for name in ("lottery.py", "pays_099.py", "honest_vault.py", knapsack):
+        r = validator.validate(name if name == knapsack else (HACKS / name).read_text())
         out.append((r.ok, r.reason, len(r.details["seeds"].get("solution", ())),
                     r.details.get("lockstep", {}).get("instances")))
     return tuple(out)
@@ -227,6 +230,7 @@ probe("watch.action_margin", 0.8, watch)  # SlowEnv's garbage earns 0.25: 1.0 - 
 probe("validation.require_solution", False, validation)
 probe("validation.solution_drawn_seeds", 0, validation)
 probe("validation.action_margin", 0.005, validation)
+probe("validation.random_margin", 0.7, validation)  # the knapsack's random packs: ~0.5
 probe("validation.lockstep_instances", 60, validation)
 probe("validation.turn_budget_s", 1e-6, validation)
 # what only the loop itself reads

@@ -8,10 +8,11 @@ skill's single sample on the round's mean over all designer samples instead.
 A real run of the preset's shape (rounds, programs, skills, interval, bootstrap, plays) with
 the tiny model as the agent that trains, the real sandbox and the real run database; only the
 designer is scripted. It writes two honest games with a working ``solution()``: in one a
-wrong reply earns half credit on even seeds (about half the no-hint plays score, near the
-plateau band), in the other a wrong reply earns nothing (win rate 0, designer reward 0), so
-their designer rewards differ whatever the tiny model says (unless all of the first game's
-plays drew odd seeds, which this seeded run does not). Round 1 trains round 0's designer samples: they must reach the update with non-zero
+wrong reply earns half credit on three seeds of four (a mean return near 0.375, in the
+plateau's ramp), in the other a wrong reply earns nothing (mean return 0, designer reward 0),
+so their designer rewards differ whatever the tiny model says (unless all 4 of the first
+game's plays drew a seed divisible by 4: 1 in 256; with credit on even seeds only, 1 in 16,
+the suite once met it). Round 1 trains round 0's designer samples: they must reach the update with non-zero
 advantages (the ``designer_samples`` event) and be importance-weighted in it (the trainer's
 ``train/num_importance_weighted``: only rows with a non-zero advantage are computed).
 """
@@ -29,15 +30,15 @@ import re
 
 
 class NAMEEnv:
-    """Name the secret animal inside \\boxed{}: the exact word wins; on even seeds (a "warm"
-    round) a wrong one still earns CREDIT."""
+    """Name the secret animal inside \\boxed{}: the exact word wins; on three seeds of four (a
+    "warm" round) a wrong one still earns CREDIT."""
 
     def __init__(self, max_turns=12, **kwargs):
         self.max_turns = max_turns
 
     def reset(self, seed=None, options=None):
         self.word = ("otter", "heron", "lemur")[(seed or 0) % 3]
-        self.credit = CREDIT if (seed or 0) % 2 == 0 else 0.0
+        self.credit = CREDIT if (seed or 0) % 4 != 0 else 0.0
         return ("Guess the secret animal (otter, heron or lemur) and answer inside "
                 "\\boxed{}.", {})
 

@@ -160,8 +160,11 @@ def _design(tmp_path: Path, pool, programs: list[str], hints: dict[str, str]):
     with RunStore(tmp_path / "run", create=True) as store:
         memory = EnvironmentMemory(store, cap=cfg.memory_size,
                                    duplicate_threshold=cfg.dedup_threshold)
+        # require_solution off: the mute password has no solution() (as an imported
+        # reference program may not); its leak must still be found, by playing the hint
         phase = DesignPhase(cfg, ScriptedPolicy(tiny_tokenizer(), respond), pool,
-                            Validator(pool, ValidatorSettings(max_turns=cfg.env_max_turns),
+                            Validator(pool, ValidatorSettings(max_turns=cfg.turn_cap,
+                                                              require_solution=False),
                                       seed=0), store, memory, None)
         out = phase.run(0, random.Random(0))
         pooled = {(store.get_hint(sha) or {}).get("hint") for sha in out.pooled}

@@ -22,9 +22,11 @@ episode stages:
   (``ValidatorSettings.seeds``) or the ``solution_drawn_seeds`` drawn ones;
 - ``action_independent``: on the same seeds, the mean return (SPEC point 4: the last reward if
   the episode terminated, else 0) of drawn garbage or of the random policy
-  (``spadekit.sandbox.probes``) is not ``action_margin`` below the solution's: the program pays
-  for something other than what the agent does. ``details`` records ``solution_returns``,
-  ``garbage_mean_return``, ``random_mean_return`` and ``action_margin``;
+  (``spadekit.sandbox.probes``) is not ``action_margin`` (garbage) or ``random_margin`` (the
+  random policy: plausible moves, which in an honest game with partial credit earn some)
+  below the solution's: the program pays for something other than what the agent does.
+  ``details`` records ``solution_returns``, ``garbage_mean_return``, ``random_mean_return``,
+  ``action_margin`` and ``random_margin``;
 - ``trivially_won``: (only without a solution, ``require_solution`` off) garbage reached 1.0;
 - ``slow``: ``slow_steps`` calls slower than ``slow_step_s``, or lockstep turns on which the
   worker spent more than ``turn_budget_s`` on all its instances' steps together.
@@ -115,8 +117,12 @@ class ValidatorSettings:
     - ``require_solution``: refuse a program without a replayable ``solution()`` (reason
       ``no_solution``). Off for programs of the reference's contract (prose solutions): those
       are checked by the absolute garbage criterion only (garbage must never reach 1.0).
-    - ``action_margin``: the solution's mean return must exceed both the garbage's and the
-      random policy's mean return, on the same seeds, by at least this much. The baselines
+    - ``action_margin``: the solution's mean return must exceed the garbage's mean return, on
+      the same seeds, by at least this much (0.5: "0.6 for any action" is refused);
+    - ``random_margin``: ... and the random policy's (random advertised commands and numbers)
+      by at least this much (0.25: in an honest knapsack random valid packs earn about half the
+      optimum, so a margin of 0.5 refused the library's own game about half the time). The
+      baselines
       are measured on the drawn seeds (``BASELINE_EPISODES`` of each per seed): the fixed
       seeds are public, a program could play honest on them only (with no drawn seeds, on
       the fixed ones). The fixed seeds get garbage episodes too, recorded only.
@@ -146,6 +152,7 @@ class ValidatorSettings:
     solution_drawn_seeds: int = 3
     require_solution: bool = True
     action_margin: float = 0.5
+    random_margin: float = 0.25
     lockstep_instances: int = 8
     decoy_instances: int = 6
     turn_budget_s: float = 2.0
@@ -175,11 +182,12 @@ class ValidatorSettings:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"ValidatorSettings.{name} must be a number > 0, got "
                                   f"{value!r}")
-        margin = self.action_margin
-        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or \
-                not 0 <= margin <= 1:
-            raise ConfigError(f"ValidatorSettings.action_margin must be a number in [0, 1], "
-                              f"got {margin!r}")
+        for name in ("action_margin", "random_margin"):
+            margin = getattr(self, name)
+            if isinstance(margin, bool) or not isinstance(margin, (int, float)) or \
+                    not 0 <= margin <= 1:
+                raise ConfigError(f"ValidatorSettings.{name} must be a number in [0, 1], "
+                                  f"got {margin!r}")
 
 
 def to_program(source: str | EnvProgram) -> EnvProgram:

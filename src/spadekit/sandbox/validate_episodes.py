@@ -206,15 +206,17 @@ class EpisodeChecks:
                    solution_returns=solved, solution_mean_return=round(sol_mean, 4),
                    garbage_returns=g, garbage_mean_return=round(statistics.fmean(g), 4),
                    random_returns=r, random_mean_return=round(statistics.fmean(r), 4),
-                   action_margin=self.settings.action_margin)
-        worst = max(out["garbage_mean_return"], out["random_mean_return"])
-        if sol_mean - worst < self.settings.action_margin - 1e-9:
-            who = "garbage" if out["garbage_mean_return"] >= out["random_mean_return"] else \
-                "the random policy"
-            raise _Fail("action_dependent", "action_independent", f"{who} scores a mean return "
-                        f"of {worst:g} on the solution's seeds, less than "
-                        f"{self.settings.action_margin:g} below the solution's {sol_mean:g}: "
-                        "the reward does not depend enough on the actions", **out)
+                   action_margin=self.settings.action_margin,
+                   random_margin=self.settings.random_margin)
+        for who, mean, margin in (("garbage", out["garbage_mean_return"],
+                                   self.settings.action_margin),
+                                  ("the random policy", out["random_mean_return"],
+                                   self.settings.random_margin)):
+            if sol_mean - mean < margin - 1e-9:
+                raise _Fail("action_dependent", "action_independent", f"{who} scores a mean "
+                            f"return of {mean:g} on the solution's seeds, less than {margin:g} "
+                            f"below the solution's {sol_mean:g}: the reward does not depend "
+                            "enough on the actions", **out)
         return out
 
 

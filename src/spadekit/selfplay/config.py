@@ -244,7 +244,10 @@ class ValidationConfig:
     """Drawn seeds on which the solution must win too, besides the fixed 0, 1, 2 (the
     garbage and random-policy baselines are measured on these)."""
     action_margin: float = 0.5
-    """The solution's mean return must beat garbage's and a random policy's by this much."""
+    """The solution's mean return must beat garbage's by this much."""
+    random_margin: float = 0.25
+    """... and a random policy's (plausible moves, which earn partial credit in honest games)
+    by this much."""
     lockstep_instances: int = 8
     """At least this many instances are played interleaved in one worker (a training group)."""
     turn_budget_s: float = 2.0
@@ -257,6 +260,7 @@ class ValidationConfig:
         return ValidatorSettings(max_turns=max_turns, require_solution=self.require_solution,
                                  solution_drawn_seeds=self.solution_drawn_seeds,
                                  action_margin=self.action_margin,
+                                 random_margin=self.random_margin,
                                  lockstep_instances=self.lockstep_instances,
                                  turn_budget_s=self.turn_budget_s)
 
