@@ -7,7 +7,10 @@ per-check seed: :func:`garbage_actions` gives the same actions for the same seed
 different ones for another seed. Garbage must not have a grammar of its own that a program could
 tell apart from a model's actions, so it is drawn from a broad mix: model-like text (short
 commands built from the program's own advertised verbs and common ones, with small numbers;
-common words such as ``\\boxed{next}`` or ``\\boxed{yes}``; prose sentences, boxed or not), the
+common words such as ``\\boxed{next}`` or ``\\boxed{yes}``; prose sentences, boxed or not;
+replies of a model's length, :func:`model_reply`: 0 to ~80 words of prose, reasoning-like
+phrases, runs of the words of the observation and of the program's hint, then a boxed garbage
+command, up to ``MAX_GARBAGE_CHARS``), the
 program's advertised actions and solution actions mutated (numbers shifted, a character changed,
 cut short; whole solution sequences with one action's numbers shifted, two actions swapped, one
 repeated in place of the next or the last dropped), random letter strings, long numbers, symbol
