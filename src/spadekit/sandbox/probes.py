@@ -7,7 +7,10 @@ per-check seed: :func:`garbage_actions` gives the same actions for the same seed
 different ones for another seed. Garbage must not have a grammar of its own that a program could
 tell apart from a model's actions, so it is drawn from a broad mix: model-like text (short
 commands built from the program's own advertised verbs and common ones, with small numbers;
-common words such as ``\\boxed{next}`` or ``\\boxed{yes}``; prose sentences, boxed or not), the
+common words such as ``\\boxed{next}`` or ``\\boxed{yes}``; prose sentences, boxed or not;
+replies of a model's length, :func:`model_reply`: 0 to ~80 words of prose, reasoning-like
+phrases, runs of the words of the observation and of the program's hint, then a boxed garbage
+command, up to ``MAX_GARBAGE_CHARS``), the
 program's advertised actions and solution actions mutated (numbers shifted, a character changed,
 cut short; whole solution sequences with one action's numbers shifted, two actions swapped, one
 repeated in place of the next or the last dropped), random letter strings, long numbers, symbol
@@ -187,8 +190,25 @@ _SENTENCES = ("I think the answer is {n}.", "Let me try {w}.", "The answer is \\
               "I don't know.", "Based on the clues, it must be {w}.", "{n}", "{w} {n} {m}")
 _ANSWERS = ("", "no idea", "yes", "no", "completed", "The task is complete.", "I don't know",
             "{n}", "{w}", "{V} {n}", "success", "all done", "finished: {w}", "DONE", "done.")
-MAX_GARBAGE_CHARS = 400
-"""Drawn garbage (mutations aside) is at most this long; a mutation at most its original + 40."""
+MAX_GARBAGE_CHARS = 1500
+"""Drawn garbage (mutations aside) is at most this long (what a model's reply of the rollout's
+default ``max_new_tokens`` reaches); a mutation at most its original + 40."""
+PROSE_WORDS = ("the", "a", "is", "it", "to", "of", "and", "that", "this", "I", "we", "so",
+               "try", "will", "should", "can", "next", "number", "answer", "game", "move",
+               "value", "clue", "result", "step", "first", "then", "now", "because", "since",
+               "if", "not", "must", "be", "more", "less", "than", "higher", "lower", "range",
+               "between", "correct", "wrong", "guess", "start", "middle", "left", "right",
+               "look", "see", "know", "think", "seems", "likely", "best", "option", "check")
+"""Common words the prose of a model-like garbage reply is made of."""
+_REASONING = ("Let me think about this step by step.", "First, I need to understand the rules.",
+              "Looking at the observation carefully,", "Based on the feedback so far,",
+              "That did not work, so I should try something else.", "Wait, let me reconsider.",
+              "The best move now seems to be the following.", "To solve this, I will",
+              "Let me work through the options one by one.", "My reasoning is as follows.",
+              "Okay, so the goal is clear.", "Therefore, my answer is", "Hmm, interesting.",
+              "I will narrow it down from here.", "So the next step is")
+"""Reasoning-like sentences models write before their answer."""
+_WORD = re.compile(r"[A-Za-z][A-Za-z']*|[0-9]+")
 
 
 def _small(rng: random.Random) -> int:
@@ -330,12 +350,76 @@ def _typed_tool_call(tools: Sequence[Any], rng: random.Random) -> str:
     return format_tool_call(name, {k: _plain_value(props[k], rng) for k in chosen})
 
 
+def words_of(text: Any, limit: int = 200) -> list[str]:
+    """The words and numbers of ``text`` (an observation, a hint), markup left out, at most
+    ``limit``: what a model-like garbage reply may echo."""
+    return _WORD.findall(text)[:limit] if isinstance(text, str) else []
+
+
+def _echo(rng: random.Random, words: Sequence[str]) -> str:
+    """A run of consecutive ``words`` (the whole of them half the time when there are 20 or
+    fewer), as a sentence."""
+    if len(words) <= 20 and rng.random() < 0.5:
+        run = list(words)
+    else:
+        size = rng.randint(min(2, len(words)), min(len(words), 12))
+        start = rng.randrange(len(words) - size + 1)
+        run = list(words[start:start + size])
+    return " ".join(run) + rng.choice((".", ",", ":", ""))
+
+
+def model_prose(rng: random.Random, echo: Sequence[str] = (), hint: Sequence[str] = ()) -> str:
+    """Prose of the length and look of what a model writes before its answer: 0 to about 80
+    words in sentences of common words, sometimes reasoning-like phrases, sometimes a run of
+    the words of ``echo`` (an observation) or of ``hint`` (the program's hint)."""
+    target = rng.choice((0, rng.randint(1, 8), rng.randint(6, 30), rng.randint(20, 80)))
+    parts: list[str] = []
+    count = 0
+    while count < target:
+        pick = rng.random()
+        if hint and pick < 0.3:
+            sentence = _echo(rng, hint)
+        elif echo and pick < 0.45:
+            sentence = _echo(rng, echo)
+        elif pick < 0.65:
+            sentence = rng.choice(_REASONING)
+        else:
+            words = [rng.choice(PROSE_WORDS) for _ in range(rng.randint(3, 14))]
+            sentence = " ".join(words).capitalize() + rng.choice((".", ".", ",", "?", "!"))
+        parts.append(sentence)
+        count += len(sentence.split())
+    return " ".join(parts)
+
+
+def model_reply(rng: random.Random, tooluse: bool = False, advertised: Sequence[str] = (),
+                tools: Sequence[Any] = (), echo: Sequence[str] = (),
+                hint: Sequence[str] = ()) -> str:
+    """A garbage reply shaped like a model's: :func:`model_prose` then, on a new line or not,
+    a short garbage action (a boxed command, word or number; for tool use an answer or a tool
+    call); at most ``MAX_GARBAGE_CHARS`` characters, the action kept whole."""
+    verbs = _verbs(advertised) + list(VERBS)
+    if tooluse:
+        tail = rng.choice(["answer", "typed_tool" if tools else "answer", "unknown_tool"])
+    else:
+        tail = rng.choice(["command", "command", "word", "number"]
+                          + (["advertised"] if advertised else []))
+    action = _garbage_kind(tail, rng, tooluse, advertised, tools, (), verbs)
+    if tail == "command" and not action.startswith("\\boxed{"):
+        action = "\\boxed{" + action + "}"
+    prose = model_prose(rng, echo, hint)[:max(0, MAX_GARBAGE_CHARS - len(action) - 1)]
+    if not prose:
+        return action
+    return prose + rng.choice((" ", "\n", "\n\n", " Final answer: ")) + action
+
+
 def garbage_action(rng: random.Random, tooluse: bool = False, advertised: Sequence[str] = (),
-                   tools: Sequence[Any] = (), solution: Sequence[str] = ()) -> str:
-    """One garbage action drawn from ``rng`` (see the module docstring for what it can be)."""
+                   tools: Sequence[Any] = (), solution: Sequence[str] = (),
+                   echo: Sequence[str] = (), hint: Sequence[str] = ()) -> str:
+    """One garbage action drawn from ``rng`` (see the module docstring for what it can be);
+    ``echo`` and ``hint``: words (``words_of``) that model-like replies may repeat."""
     verbs = _verbs(advertised) + list(VERBS)
     kinds = ["command", "command", "word", "word", "number", "sentence", "sentence",
-             "box_letters", "box_big", "prose", "symbols"]
+             "box_letters", "box_big", "prose", "symbols", "reply", "reply", "reply", "reply"]
     if advertised:
         kinds += ["advertised", "advertised"]
     if solution:
@@ -345,6 +429,14 @@ def garbage_action(rng: random.Random, tooluse: bool = False, advertised: Sequen
         if tools:
             kinds += ["typed_tool", "typed_tool", "typed_tool", "known_tool"]
     kind = rng.choice(kinds)
+    if kind == "reply":
+        return model_reply(rng, tooluse, advertised, tools, echo, hint)
+    return _garbage_kind(kind, rng, tooluse, advertised, tools, solution, verbs)
+
+
+def _garbage_kind(kind: str, rng: random.Random, tooluse: bool, advertised: Sequence[str],
+                  tools: Sequence[Any], solution: Sequence[str], verbs: Sequence[str]) -> str:
+    """One garbage action of ``kind`` (one of ``garbage_action``'s kinds, "reply" aside)."""
     if kind == "command":
         parts = [rng.choice(verbs)] + [str(_small(rng)) for _ in range(rng.randint(0, 3))]
         out = " ".join(parts)
@@ -386,20 +478,25 @@ def garbage_action(rng: random.Random, tooluse: bool = False, advertised: Sequen
 
 
 def garbage_actions(seed: int, n: int, tooluse: bool = False, advertised: Sequence[str] = (),
-                    tools: Sequence[Any] = (), *, solution: Sequence[str] = ()) -> list[str]:
+                    tools: Sequence[Any] = (), *, solution: Sequence[str] = (),
+                    observation: str | None = None, hint: str | None = None) -> list[str]:
     """``n`` garbage actions for a program, fixed by ``seed``: the same seed, ``advertised``
-    actions, tool schemas and ``solution`` give the same list. ``tools`` are the program's
-    ``tools()`` schemas; ``solution`` its solution actions for the episode's seed (a third of
-    the lists then start with the whole solution made wrong in one place, ``mutate_solution``;
-    single actions are sometimes mutated solution actions)."""
+    actions, tool schemas, ``solution``, ``observation`` and ``hint`` give the same list.
+    ``tools`` are the program's ``tools()`` schemas; ``solution`` its solution actions for the
+    episode's seed (a third of the lists then start with the whole solution made wrong in one
+    place, ``mutate_solution``; single actions are sometimes mutated solution actions);
+    ``observation`` (an observation of the program) and ``hint`` (its hint): text whose words
+    model-like replies sometimes repeat (a program that pays for echoing its hint's phrase
+    pays for the hint, not for the task)."""
     rng = random.Random(seed)
     n = max(0, n)
     solution = [a for a in solution if isinstance(a, str)]
+    echo, hint_words = words_of(observation), words_of(hint)
     out: list[str] = []
     if solution and rng.random() < 1 / 3:
         out = mutate_solution(solution, rng)[:n]
     while len(out) < n:
-        out.append(garbage_action(rng, tooluse, advertised, tools, solution))
+        out.append(garbage_action(rng, tooluse, advertised, tools, solution, echo, hint_words))
     return out
 
 

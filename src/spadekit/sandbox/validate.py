@@ -276,7 +276,7 @@ class Validator:
             tooluse = program.domain == "tooluse" or (program.domain is None
                                                       and sb.program["has_tools"])
             run = _Runner(self.settings, sb, random.Random(validation_seed), clock, tooluse,
-                          details)
+                          details, hint=program.hint)
             env, cap = run.fresh("load")
             details["max_turns"] = cap
             details["timings_ms"]["load"] = _ms(t)
@@ -337,9 +337,14 @@ class _Runner(EpisodeChecks):
     garbage action drawn from ``rng`` (seeded with the validation seed)."""
 
     def __init__(self, settings: ValidatorSettings, sb: Sandbox, rng: random.Random,
-                 clock: float, tooluse: bool, details: dict[str, Any]) -> None:
+                 clock: float, tooluse: bool, details: dict[str, Any], *,
+                 hint: str | None = None) -> None:
         self.settings, self.sb, self.rng, self.clock = settings, sb, rng, clock
         self.tooluse, self.details = tooluse, details
+        self.hint = hint
+        """The program's hint: some garbage replies repeat its words."""
+        self.observation: str | None = None
+        """The first reset observation: some garbage replies repeat its words."""
         self.first: RemoteEnv | None = None
         self.seeds: dict[str, Any] = details.setdefault("seeds", {})
         self.advertised: list[str] = []
@@ -445,6 +450,7 @@ class _Runner(EpisodeChecks):
         self.seeds["interface"] = [first, again]
         self.details["advertised"] = self.advertised  # filled in as they are found
         obs = self._reset("interface", env, first)
+        self.observation = obs if isinstance(obs, str) else None
         todo = list(TOOL_PROBES if self.tooluse else GAME_PROBES)  # shuffled among drawn ones
         todo += [garbage_action(self.rng, self.tooluse) for _ in range(self.rng.randint(2, 5))]
         seed, seen, live, sent = first, [obs], True, set(todo)

@@ -38,9 +38,16 @@ class EpisodeChecks:
         """A fresh instance plays drawn garbage from a drawn seed until it ends or the cap."""
         env, cap = self.fresh(stage)
         seed, action_seed = self.draw(), self.draw()
-        actions = garbage_actions(action_seed, cap, self.tooluse, self.advertised, self.schemas)
+        actions = garbage_actions(action_seed, cap, self.tooluse, self.advertised, self.schemas,
+                                  **self.echoed())
         trace = self._play(stage, env, seed, actions)
         return _episode(seed, actions, trace, cap, action_seed=action_seed)
+
+    def echoed(self) -> dict[str, Any]:
+        """The texts whose words garbage replies may repeat: the program's first observation
+        and its hint (``garbage_actions``' ``observation`` and ``hint``)."""
+        return {"observation": getattr(self, "observation", None),
+                "hint": getattr(self, "hint", None)}
 
     def decoys(self) -> None:
         """A drawn number of instances, each reset and played for 0 to 2 garbage actions."""
@@ -118,20 +125,21 @@ class EpisodeChecks:
             ("replay", self.episodes[0]["seed"], self.episodes[0]["actions"], self.episodes[0])]
         fixed = set(self.settings.seeds) if self.settings.solution_drawn_seeds else set()
         args = (cap, self.tooluse, self.advertised, self.schemas)
+        echo = self.echoed()
         for sol in self.solved:  # the baselines count on drawn seeds: the fixed ones are public
             public = sol["seed"] in fixed
             plan += [("solution", sol["seed"], sol["actions"], sol),
                      ("mutant", sol["seed"], garbage_actions(
-                         self.draw(), *args, solution=sol["actions"]), None)]
+                         self.draw(), *args, solution=sol["actions"], **echo), None)]
             for _ in range(1 if public else BASELINE_EPISODES):
                 plan.append(("public" if public else "garbage", sol["seed"],
-                             garbage_actions(self.draw(), *args), None))
+                             garbage_actions(self.draw(), *args, **echo), None))
             for _ in range(0 if public else BASELINE_EPISODES):
                 plan.append(("random", sol["seed"], random_policy_actions(
                     self.draw(), *args, solution=sol["actions"]), None))
         while len(plan) < max(self.settings.lockstep_instances, 1 + self.settings.garbage_episodes):
             plan.append(("garbage", self.draw(), garbage_actions(
-                self.draw(), cap, self.tooluse, self.advertised, self.schemas), None))
+                self.draw(), cap, self.tooluse, self.advertised, self.schemas, **echo), None))
         self.rng.shuffle(plan)
         slow_turns = []
 

@@ -25,8 +25,10 @@ A record's win rate is the plateau's (``win_rate_input``, ``reward.win_rate_inpu
 default the mean return of its no-hint plays, so both bands judge the number the designer is
 rewarded on.
 
-The blacklist gate (:meth:`EnvironmentMemory.blacklist_reason`) uses the same similarity: a
-program within ``duplicate_threshold`` of a blacklisted one is refused with that one's reason.
+The blacklist gate (:meth:`EnvironmentMemory.blacklist_reason`) uses the same shingles, but by
+containment (:func:`containment`, the share of the blacklisted program's shingles present in the
+new one): a program holding ``duplicate_threshold`` of a blacklisted one is refused with that
+one's reason, however much dead code was added to it.
 
 Near duplicates: :func:`fingerprint` parses the program with :mod:`ast`, drops docstrings (and,
 through ``ast.unparse``, comments and formatting), replaces every identifier *the program binds*
@@ -61,7 +63,7 @@ from spadekit.runs.schema import StoreError, StoreNotFound, dumps, finite, loads
 from spadekit.selfplay.rewards import WIN_RATE_INPUTS
 
 __all__ = ["DEFAULT_CAP", "DUPLICATE_THRESHOLD", "EnvironmentMemory", "MemoryRecord",
-           "canonical_tokens", "fingerprint", "jaccard", "summarize_validation"]
+           "canonical_tokens", "fingerprint", "jaccard", "containment", "summarize_validation"]
 
 DEFAULT_CAP = 200
 DUPLICATE_THRESHOLD = 0.9
@@ -220,6 +222,14 @@ def jaccard(a: frozenset, b: frozenset) -> float:
     if not a and not b:
         return 1.0
     return len(a & b) / len(a | b)
+
+
+def containment(new: frozenset, old: frozenset) -> float:
+    """The share of ``old``'s shingles that ``new`` holds: 1.0 when ``new`` is ``old`` with code
+    added (dead code padding leaves it there, where it drags Jaccard down)."""
+    if not old:
+        return 1.0
+    return len(new & old) / len(old)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,9 +484,10 @@ class EnvironmentMemory:
 
     def blacklist_reason(self, program: EnvProgram) -> str | None:
         """Why ``program`` may not be pooled, or None: its own blacklist entry (exact sha256),
-        else that of a blacklisted program it is a near duplicate of (Jaccard similarity of
-        their fingerprints ``>= duplicate_threshold``, the same test as the memory's
-        near-duplicate check), so a one-token edit of a retired program is refused too."""
+        else that of a blacklisted program it is a near duplicate of: the share of the
+        blacklisted program's shingles found in ``program``'s (``containment``) is
+        ``>= duplicate_threshold``, so a one-token edit of a retired program is refused, and so
+        is one padded with dead code (which Jaccard similarity would let through)."""
         reason = self.store.blacklist_reason(program.sha256)
         if reason is not None:
             return reason
@@ -484,16 +495,16 @@ class EnvironmentMemory:
         return None if hit is None else hit[1]
 
     def blacklisted_near(self, code: str) -> tuple[str, str, float] | None:
-        """``(sha256, reason, similarity)`` of the most similar blacklisted program whose code is
-        known (``RunStore.blacklisted_codes``) when it is at least ``duplicate_threshold``
-        similar to ``code``, else None."""
+        """``(sha256, reason, containment)`` of the blacklisted program whose code is known
+        (``RunStore.blacklisted_codes``) that ``code`` holds most of (``containment`` of its
+        shingles in ``code``'s) when that is at least ``duplicate_threshold``, else None."""
         target = fingerprint(code, self.shingle_size)
         best: tuple[str, str, float] | None = None
         for sha, reason, other in self.store.blacklisted_codes():
             fp = self._black_fps.get(sha)
             if fp is None:
                 fp = self._black_fps[sha] = fingerprint(other, self.shingle_size)
-            similarity = jaccard(target, fp)
+            similarity = containment(target, fp)
             if similarity >= self.duplicate_threshold and (best is None or similarity > best[2]):
                 best = (sha, reason, similarity)
         return best

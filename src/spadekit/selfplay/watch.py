@@ -28,7 +28,12 @@ or instance count; they produce no tokens, no training sample and no recorded pl
 solution's actions for those seeds are computed beforehand in a separate sandbox (never by a
 ``solution()`` call in the training worker, itself a tell). Garbage is
 ``spadekit.sandbox.probes.garbage_actions`` (the validator's; mutations of the solution's
-actions where it offers ``solution=``), from fresh seeds each round.
+actions where it offers ``solution=``, model-like replies repeating the program's hint), from
+fresh seeds each round. On the same seeds, as many episodes replay replies the agent wrote to
+OTHER programs in earlier rounds (``spadekit.selfplay.replies``, read from the run database):
+real text of the policy, judged as garbage on their own, so a program that pays for how the
+policy writes rather than for the task is retired (before a round is stored, drawn model-like
+replies that repeat the hint's words stand in).
 
 A caller that plays a round without the in-batch spot checks (no scripted episode of a pooled
 designed environment among the trajectories given to ``after_play``) gets them run here, in
@@ -48,7 +53,8 @@ from typing import Any
 
 from spadekit.common.errors import ConfigError, SandboxError
 from spadekit.envs.program import EnvProgram
-from spadekit.sandbox.probes import garbage_actions
+from spadekit.sandbox.probes import garbage_actions, model_reply, words_of
+from spadekit.selfplay.replies import recent_replies, reply_actions
 from spadekit.selfplay.rewards import HANG_PENALTY
 
 __all__ = ["WatchConfig", "PoolWatch", "RETIRE_PENALTY", "RETIRE_REASONS", "ProbeResult",
@@ -61,7 +67,7 @@ RETIRE_REASONS = ("play_timeout", "slow_in_play", "garbage_wins", "solution_fail
                   "nondeterministic_in_play")
 WIN = 1.0
 """Full score (the validator's and the solution check's threshold)."""
-PROBE_KINDS = ("garbage", "solution", "replay")
+PROBE_KINDS = ("garbage", "reply", "solution", "replay")
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,8 @@ class WatchConfig:
     spot_checks: int = 1
     """Garbage spot-check episodes per pooled designed environment per round, each on a fresh
     seed with fresh garbage, each paired with an episode of the program's solution on the same
-    seed, plus one replay of validation's reference episode (determinism), all inside the
+    seed and (once the run has stored plays) one replaying the policy's replies to other
+    programs, plus one replay of validation's reference episode (determinism), all inside the
     round's rollout batch; 0 turns spot checks off (hangs and slow steps in play are still
     watched)."""
     step_time_limit_s: float = 1.0
@@ -244,11 +251,15 @@ def solution_actions_for(pool: Any, program: EnvProgram, seeds: list[int], max_t
 
 
 def _garbage(seed: int, n: int, tooluse: bool, tools: list[dict],
-             solution: list[str] | None) -> list[str]:
-    """``garbage_actions``, given the solution's actions where that function takes them."""
+             solution: list[str] | None, hint: str | None = None) -> list[str]:
+    """``garbage_actions``, given the solution's actions and the program's hint (whose words
+    some replies repeat) where that function takes them."""
     kwargs: dict[str, Any] = {"tools": tools} if tools else {}
-    if solution is not None and "solution" in inspect.signature(garbage_actions).parameters:
+    takes = inspect.signature(garbage_actions).parameters
+    if solution is not None and "solution" in takes:
         kwargs["solution"] = solution
+    if hint and "hint" in takes:
+        kwargs["hint"] = hint
     return list(garbage_actions(seed, n, tooluse, **kwargs))
 
 
@@ -258,15 +269,18 @@ def _mean(values: list[float]) -> float:
 
 def spot_check_verdicts(garbage: list[ProbeResult], replay: ProbeResult | None,
                         admitted: dict[str, Any] | None, solution: list[ProbeResult] = (),
-                        margin: float = 0.5) -> tuple[str | None, dict[str, Any]]:
+                        margin: float = 0.5, replies: list[ProbeResult] = ()
+                        ) -> tuple[str | None, dict[str, Any]]:
     """The retirement reason (or None) from one program's spot checks this round, in this
     order: a timeout; a solution episode that failed; garbage whose mean return is not at least
     ``margin`` below the mean return of the solution episodes on the same seeds (``WIN`` when
-    none); a solution episode that did not reach full score; a replay that differs from validation's reference episode
+    none), and the same of ``replies`` (the policy's own replies to other programs, judged as
+    garbage on their own: ``baseline`` in the details says which); a solution episode that did
+    not reach full score; a replay that differs from validation's reference episode
     (``admitted``: its seed, actions, rewards, terminated, truncated). Other typed failures of a
     garbage episode (an environment raising on garbage) count as return 0, not as a reason."""
-    solution = list(solution)
-    for res in garbage + solution + ([replay] if replay is not None else []):
+    solution, replies = list(solution), list(replies)
+    for res in garbage + replies + solution + ([replay] if replay is not None else []):
         if res.error_reason == "timeout":
             return "play_timeout", {"seed": res.seed, "error": res.error_dict()}
     for res in solution:  # its own solution crashed in play: no reference to judge by
@@ -274,15 +288,17 @@ def spot_check_verdicts(garbage: list[ProbeResult], replay: ProbeResult | None,
             return "solution_fails_in_play", {"seed": res.seed, "actions": res.actions,
                                               "rewards": res.rewards,
                                               "error": res.error_dict()}
-    if garbage:
-        seeds = {r.seed for r in garbage}
+    for baseline, group in (("garbage", garbage), ("policy_replies", replies)):
+        if not group:
+            continue
+        seeds = {r.seed for r in group}
         paired = [r for r in solution if r.seed in seeds]
-        garbage_mean = _mean([r.episode_return for r in garbage])
+        garbage_mean = _mean([r.episode_return for r in group])
         reference = _mean([r.episode_return for r in paired]) if paired else WIN
         if reference - garbage_mean < margin:
-            worst = max(garbage, key=lambda r: r.episode_return)
+            worst = max(group, key=lambda r: r.episode_return)
             return "garbage_wins", {"garbage_mean_return": garbage_mean,
-                                    "solution_mean_return": reference,
+                                    "solution_mean_return": reference, "baseline": baseline,
                                     "solution_known": bool(paired), "margin": margin,
                                     "seed": worst.seed, "actions": worst.actions,
                                     "rewards": worst.rewards}
@@ -382,14 +398,24 @@ class PoolWatch:
 
     def _plan(self, program: EnvProgram, rng: random.Random) -> list[tuple[str, int, list[str]]]:
         """One program's spot checks this round: ``(kind, seed, actions)`` for each garbage
-        episode, the solution on the same seeds (where known) and the reference replay."""
+        episode, on the same seeds one replaying the policy's stored replies to other programs
+        (``selfplay.replies``; before any is stored, drawn model-like replies repeating the
+        hint's words, ``probes.model_reply``), the solution on those seeds (where
+        known) and the reference replay."""
         seeds = [rng.randrange(2 ** 31) for _ in range(self.config.spot_checks)]
         action_seeds = [rng.randrange(2 ** 31) for _ in seeds]
         solutions, tools = solution_actions_for(self.pool, program, seeds, self.max_turns,
                                                 self.tooluse)
         plan = [("garbage", seed, _garbage(a, self.max_turns, self.tooluse, tools,
-                                           solutions.get(seed)))
+                                           solutions.get(seed), program.hint))
                 for seed, a in zip(seeds, action_seeds)]
+        stored = recent_replies(self.store, program.sha256)
+        hint = words_of(program.hint)
+        for seed in seeds:  # before any stored reply (round 0): drawn model-like replies
+            replies = reply_actions(stored, self.max_turns, rng) or [
+                model_reply(rng, self.tooluse, (), tools, (), hint)
+                for _ in range(self.max_turns)]
+            plan.append(("reply", seed, replies))
         plan += [("solution", seed, solutions[seed]) for seed in seeds if seed in solutions]
         admitted = self.validated(program.sha256)[0]
         if admitted is not None:
@@ -470,7 +496,7 @@ class PoolWatch:
         admitted = self.validated(sha)[0]
         replay = kinds["replay"][0] if kinds["replay"] else None
         return spot_check_verdicts(kinds["garbage"], replay, admitted, kinds["solution"],
-                                   self.config.action_margin)
+                                   self.config.action_margin, kinds["reply"])
 
     def _spot_checks_outside(self, rng: random.Random,
                              found: dict[str, tuple[str, dict[str, Any]]],
