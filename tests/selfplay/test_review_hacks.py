@@ -4,7 +4,8 @@ The review (tests/data/attacks_review/) found three programs that earned 0.64-1.
 through a real ``SelfPlay`` run while validating, keeping their hints and never being retired:
 
 - ``verbose_pays.py`` pays any reply with six or more words before its box (the garbage had
-  none that long): now refused at admission, the validator's garbage includes model-like replies;
+  none that long): now garbage includes model-like replies, and the in-batch watch replays the
+  policy's own replies to other programs; it is refused or retired (-0.5);
 - ``public_seed_password.py``: the hint names the password, which differs only on the public
   seeds 0-2 the leak checks read: now the checks read drawn seeds, and the hint is refused;
 - ``probe_order_password.py``: the same hint, the password working only in play's shape (a
@@ -99,11 +100,11 @@ def test_the_reviews_hacks_no_longer_pay(tmp_path):
     by_kind: dict[str, list[float]] = {}
     for s in samples:
         by_kind.setdefault(kind_of.get(s["env_sha"], "invalid"), []).append(s["reward"])
-    valid = sum(m.get("valid", 0) for m in metrics)
     leaked = sum(m.get("hints_leaked", 0) for m in metrics)
-    # the verbose vault never validates; every password door that does loses its hint
-    assert "VaultEnv" not in by_kind, by_kind
-    assert valid == leaked == 2 * ROUNDS, (valid, leaked)
+    # the verbose vault is refused (0) or retired by the in-batch watch (-0.5), never paid
+    assert all(r <= 0.0 for r in by_kind.get("VaultEnv", [])), by_kind
+    # every password door loses its hint (both are admitted: their games are honest)
+    assert leaked == 2 * ROUNDS, leaked
     # so no program earns more than the plateau alone (0.6), none earns regret
     assert max(s["reward"] for s in samples) <= 0.6 + 1e-9, by_kind
     assert all(m.get("regret", 0.0) <= 0.0 for m in metrics), [m.get("regret") for m in metrics]
