@@ -77,8 +77,12 @@ def test_action_independent_report_records_the_measured_figures(pool):
 
 
 def test_margin_is_a_setting(pool):
-    lenient = Validator(pool, ValidatorSettings(action_margin=0.005), seed=4)
+    # both margins: the random policy's is its own (random_margin)
+    lenient = Validator(pool, ValidatorSettings(action_margin=0.005, random_margin=0.005),
+                        seed=4)
     expect(lenient.validate(hack("pays_099.py")), True, "done", "ok")
+    half = Validator(pool, ValidatorSettings(action_margin=0.005), seed=4)
+    expect(half.validate(hack("pays_099.py")), False, "action_dependent", "action_independent")
 
 
 def test_without_require_solution_the_absolute_criterion_applies(pool):

@@ -27,8 +27,8 @@ and the same lockstep as the agent's plays, so a program cannot tell them apart 
 or instance count; they produce no tokens, no training sample and no recorded play. The
 solution's actions for those seeds are computed beforehand in a separate sandbox (never by a
 ``solution()`` call in the training worker, itself a tell). Garbage is
-``spadekit.sandbox.probes.garbage_actions`` (the validator's; mutations of the solution's
-actions where it offers ``solution=``, model-like replies repeating the program's hint), from
+``spadekit.sandbox.probes.garbage_actions`` (the validator's, with model-like replies repeating
+the program's hint; never mutations of the solution, which may still win an honest game), from
 fresh seeds each round. On the same seeds, as many episodes replay replies the agent wrote to
 OTHER programs in earlier rounds (``spadekit.selfplay.replies``, read from the run database):
 real text of the policy, judged as garbage on their own, so a program that pays for how the
@@ -252,12 +252,13 @@ def solution_actions_for(pool: Any, program: EnvProgram, seeds: list[int], max_t
 
 def _garbage(seed: int, n: int, tooluse: bool, tools: list[dict],
              solution: list[str] | None, hint: str | None = None) -> list[str]:
-    """``garbage_actions``, given the solution's actions and the program's hint (whose words
-    some replies repeat) where that function takes them."""
+    """``garbage_actions`` with the program's hint (whose words some replies repeat) where that
+    function takes it. Never the solution's mutations: a solution changed in a step that does
+    not matter still wins an honest game (the validator records those only, too), so counting
+    them as garbage retired honest programs."""
+    del solution
     kwargs: dict[str, Any] = {"tools": tools} if tools else {}
     takes = inspect.signature(garbage_actions).parameters
-    if solution is not None and "solution" in takes:
-        kwargs["solution"] = solution
     if hint and "hint" in takes:
         kwargs["hint"] = hint
     return list(garbage_actions(seed, n, tooluse, **kwargs))
