@@ -230,8 +230,8 @@ probe("watch.action_margin", 0.8, watch)  # SlowEnv's garbage earns 0.25: 1.0 - 
 probe("validation.require_solution", False, validation)
 probe("validation.solution_drawn_seeds", 0, validation)
 probe("validation.action_margin", 0.005, validation, validation__random_margin=0.005)
-# the knapsack's random packs earn about half the optimum (its solution needs 4 turns)
-probe("validation.random_margin", 0.7, validation, rollout__max_turns=12, env_max_turns=12)
+# the knapsack's random packs earn partial credit, so a margin of 1 refuses it (4 turns)
+probe("validation.random_margin", 1.0, validation, rollout__max_turns=12, env_max_turns=12)
 probe("validation.lockstep_instances", 60, validation)
 probe("validation.turn_budget_s", 1e-6, validation)
 # what only the loop itself reads

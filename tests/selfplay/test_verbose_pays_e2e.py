@@ -12,8 +12,9 @@ writes a sentence before ``\\boxed{guess 500}``. Before the fix every copy valid
   validated, in its first round: by model-like garbage repeating the hint's words (layer a) or
   the agent's own stored replies (layer b). The designer earns at most 0 (was 0.64-0.94).
 * With the drawn garbage of the validator and the watch stripped of its model-like replies (the
-  hole as it was), copies validate, and the watch retires them from the second round on by
-  replaying the agent's own stored replies to the other copies (layer b, ``policy_replies``).
+  hole as it was), copies validate, and the watch retires them in the batch: by the episodes
+  that repeat the hint's own text before garbage, or by replaying the agent's own stored
+  replies to the other copies (``policy_replies``, judged with the random policy's margin).
 """
 
 from __future__ import annotations
@@ -111,8 +112,12 @@ def test_the_policys_own_replies_retire_it_when_garbage_misses(tmp_path, monkeyp
     monkeypatch.setattr(watch, "garbage_actions", short_only(watch.garbage_actions))
     metrics, rewards, retired = run(tmp_path)
     assert sum(m.get("valid", 0) for m in metrics) == 3 * ROUNDS  # the hole, as it was
-    by_replies = [e for e in retired if e["data"]["reason"] == "garbage_wins"
-                  and e["data"]["details"].get("baseline") == "policy_replies"]
-    later = 3 * (ROUNDS - 1)  # round 0 has no stored replies: its copies are not caught
-    assert len(by_replies) >= later - 1, [(e["data"]["reason"], e["data"]["details"]) for e in retired]
+    # retired in the batch by what the drawn garbage no longer holds: the policy's own replies,
+    # or the hint's own text before garbage (the vault pays for echoing its hint's phrase)
+    in_batch = [e for e in retired if e["data"]["reason"] == "garbage_wins"
+                and (e["data"]["details"].get("baseline") == "policy_replies"
+                     or str(e["data"]["details"].get("actions", [""])[0]).startswith("Reason"))]
+    later = 3 * (ROUNDS - 1)
+    assert len(in_batch) >= later - 1, [(e["data"]["reason"], e["data"]["details"])
+                                        for e in retired]
     assert sum(rewards) / len(rewards) < 0.4, rewards  # was ~0.86

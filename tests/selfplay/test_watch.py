@@ -348,16 +348,19 @@ def test_in_batch_spot_checks_catch_what_only_pays_in_a_batch_and_near_wins(
         assert store.get_environment(shas["keyword"])["status"] == "pooled"
         assert metrics["watch/spot_checked_envs"] == 3 and metrics["watch/garbage_wins"] == 2
         assert metrics["watch/spot_checked_outside"] == 0
-        # per program: 2 garbage, 2 policy-reply, 2 solution episodes on the same seeds, all in
-        # the batch
+        # per program: 2 garbage, REPLY_EPISODES policy-reply (over the same 2 seeds), 2 solution
+        # episodes on the same seeds, all in the batch (no hints here: no hint-echo episodes)
+        from spadekit.selfplay.watch import REPLY_EPISODES
+
         probes = [t for t in trajs if t.scripted]
-        assert metrics["watch/spot_check_episodes"] == len(probes) == 3 * 6
+        assert metrics["watch/spot_check_episodes"] == len(probes) == 3 * (4 + REPLY_EPISODES)
         for sha in shas.values():
             mine = [t for t in probes if t.spec.tag["env"] == sha]
             seeds = {k: sorted(t.spec.seed for t in mine if t.spec.tag["probe"] == k)
                      for k in ("garbage", "reply", "solution")}
             assert len(seeds["garbage"]) == 2 and seeds["garbage"] == seeds["solution"]
-            assert seeds["reply"] == seeds["garbage"]
+            assert set(seeds["reply"]) == set(seeds["garbage"])
+            assert len(seeds["reply"]) == REPLY_EPISODES
             assert all(t.num_sampled == 0 for t in mine)
         # the solution was computed outside the batch: it reaches 1.0 in it
         events = {e["data"]["env"]: e["data"] for e in store.events("env_retired")

@@ -68,6 +68,19 @@ RETIRE_REASONS = ("play_timeout", "slow_in_play", "garbage_wins", "solution_fail
 WIN = 1.0
 """Full score (the validator's and the solution check's threshold)."""
 PROBE_KINDS = ("garbage", "reply", "solution", "replay")
+HINT_ECHO_EPISODES = 2
+"""Garbage episodes per spot-check seed whose every reply is the program's hint followed by
+garbage: a program that pays for repeating its hint pays for the hint, not the task (an honest
+hint holds no answer, so these score like garbage)."""
+REPLY_EPISODES = 8
+"""Episodes per program and round that replay the policy's replies to other programs (scripted,
+no generation: cheap), spread over the spot-check seeds."""
+REPLY_MARGIN = 0.25
+"""The solution's mean return must beat the replayed replies' by this much (or by
+``watch.action_margin`` if smaller). Replies to other programs are real moves: in an honest game
+with a small answer space (four doors) they are right a quarter of the time, like the
+validator's random policy, so they get its margin, not garbage's: with the garbage margin one
+lucky reply retired honest door games."""
 
 
 @dataclass(frozen=True)
@@ -289,18 +302,19 @@ def spot_check_verdicts(garbage: list[ProbeResult], replay: ProbeResult | None,
             return "solution_fails_in_play", {"seed": res.seed, "actions": res.actions,
                                               "rewards": res.rewards,
                                               "error": res.error_dict()}
-    for baseline, group in (("garbage", garbage), ("policy_replies", replies)):
+    for baseline, group, need in (("garbage", garbage, margin),
+                                  ("policy_replies", replies, min(margin, REPLY_MARGIN))):
         if not group:
             continue
         seeds = {r.seed for r in group}
         paired = [r for r in solution if r.seed in seeds]
         garbage_mean = _mean([r.episode_return for r in group])
         reference = _mean([r.episode_return for r in paired]) if paired else WIN
-        if reference - garbage_mean < margin:
+        if reference - garbage_mean < need:
             worst = max(group, key=lambda r: r.episode_return)
             return "garbage_wins", {"garbage_mean_return": garbage_mean,
                                     "solution_mean_return": reference, "baseline": baseline,
-                                    "solution_known": bool(paired), "margin": margin,
+                                    "solution_known": bool(paired), "margin": need,
                                     "seed": worst.seed, "actions": worst.actions,
                                     "rewards": worst.rewards}
     for res in solution:
@@ -410,9 +424,14 @@ class PoolWatch:
         plan = [("garbage", seed, _garbage(a, self.max_turns, self.tooluse, tools,
                                            solutions.get(seed), program.hint))
                 for seed, a in zip(seeds, action_seeds)]
+        if program.hint:  # the hint's own text before garbage: pays only if the hint does
+            plan += [("garbage", seed, [f"{program.hint}\n\n{g}" for g in _garbage(
+                rng.randrange(2 ** 31), self.max_turns, self.tooluse, tools, None)])
+                for seed in seeds for _ in range(HINT_ECHO_EPISODES)]
         stored = recent_replies(self.store, program.sha256)
         hint = words_of(program.hint)
-        for seed in seeds:  # before any stored reply (round 0): drawn model-like replies
+        reply_seeds = [seeds[i % len(seeds)] for i in range(REPLY_EPISODES)] if seeds else []
+        for seed in reply_seeds:  # before any stored reply (round 0): drawn model-like replies
             replies = reply_actions(stored, self.max_turns, rng) or [
                 model_reply(rng, self.tooluse, (), tools, (), hint)
                 for _ in range(self.max_turns)]
