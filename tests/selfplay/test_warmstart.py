@@ -37,13 +37,22 @@ def test_examples_use_the_loops_prompt_and_the_sandboxed_solution(tmp_path):
     policy = load_policy("tiny")
     tok = policy.tokenizer
     program = _program()
-    [designer] = designer_examples(policy, cfg, [program], {"d": "some grounding text"},
-                                   random.Random(0))
+    docs = {"d": "some grounding text"}
+    [(_i, designer)] = designer_examples(policy, cfg, [program], docs, random.Random(0))
     start = designer.loss_mask.index(1)
     prompt = tok.decode(designer.token_ids[:start])
     assert "You are the Environment Designer" in prompt and "Mathematical_Reasoning" in prompt
-    assert "some grounding text" in prompt
-    assert tok.decode(designer.token_ids[start:]).startswith("```python\nimport random")
+    assert "Theme words from a document: grounding, text." in prompt  # compact: no stop words
+    assert tok.decode(designer.token_ids[start:]).startswith("```python\n# Design: hidden ")
+    # the paper's prompt and hint call: the document itself, and the hint as its own example
+    full = load_config("cpu-tiny", None, ["model=tiny", "designer.prompt_style=full",
+                                          "designer.hint_mode=second_call"])
+    [(_a, paper), (_b, hint)] = designer_examples(policy, full, [program], docs,
+                                                  random.Random(0))
+    assert "some grounding text" in tok.decode(paper.token_ids)
+    assert "Program contract" in tok.decode(paper.token_ids)
+    assert hint.kind == "hint" and tok.decode(
+        [t for t, m in zip(hint.token_ids, hint.loss_mask) if m]).startswith("HINT: ")
     with SandboxPool(cfg.sandbox, warm=0) as pool:
         pairs = agent_examples(policy, cfg, pool, [program], 2, random.Random(0))
     assert [i for i, _e in pairs] == [0, 0]
@@ -68,8 +77,8 @@ def test_procedural_then_warmstart_on_the_command_line(tmp_path):
     assert summary["kept"] + summary["invalid"] + summary["near_duplicates"] == 4
     assert summary["written"] == summary["kept"] >= 3
     split = json.loads((pool / "split.json").read_text())
-    assert split["train"] and not any(k.startswith("order+") for k in split["train"])
-    assert sum(k.startswith("order+") for k in split["held_out"]) == 36  # 3 x 4 x 3
+    assert split["train"] and not any(k.endswith("+gated") for k in split["train"])
+    assert sum(k.endswith("+gated") for k in split["held_out"]) == 60  # 5 x 3 x 4
     assert not set(split["train"]) & set(split["held_out"])
     res = CliRunner().invoke(app, ["warmstart", "--pool", str(pool), "--out", str(out),
                                    "--model", "tiny", "--epochs", "1", "--lora-r", "4",

@@ -35,12 +35,15 @@ def procedural(
                                   "kept program are dropped)."),
     seed: int = typer.Option(0, help="Fixes the split's draw, the documents, the numbers and "
                              "the validation seeds."),
-    held_out_part: str = typer.Option("hidden=order", help="The part (kind=name) whose every "
+    held_out_part: str = typer.Option("turns=gated", help="The part (kind=name) whose every "
                                       "combination is held out."),
     held_out_share: float = typer.Option(0.2, help="Share of the other combinations held out."),
     corpus: Optional[str] = typer.Option(None, help="Grounding corpus for the surface words "
                                          "(default: the offline default corpus)."),
     limit: Optional[int] = typer.Option(None, help="At most this many candidates."),
+    max_turns: Optional[int] = typer.Option(None, help="Every program's turn limit (use the "
+                                            "run's turn cap, e.g. 3 for cpu-tiny); default: "
+                                            "drawn from 6-10."),
 ) -> None:
     """Write a pool of procedural games: each combines a hidden state, an information action,
     a scoring rule and a turn structure, themed on words of a grounding document; every one is
@@ -56,7 +59,7 @@ def procedural(
         parts = split_combos(seed, held_out_share, held_out_part)
         combos = parts.of(split)
         texts = [(d.id, d.text) for d in load_corpus(corpus)]
-        programs = candidates(combos, texts, seed, per_combo)[:limit]
+        programs = candidates(combos, texts, seed, per_combo, max_turns)[:limit]
     except (ValueError, SpadekitError) as exc:
         raise typer.BadParameter(str(exc)) from None
     with _bar() as bar, Validator(settings=ValidatorSettings()) as validator:
@@ -96,6 +99,9 @@ def warmstart(
     held_out_share: float = typer.Option(0.1, help="Share of programs held out for the "
                                          "held-out loss."),
     seed: int = typer.Option(0, help="Fixes the split, the order and the LoRA init."),
+    max_programs: Optional[int] = typer.Option(None, help="Use at most this many programs of "
+                                               "the pool (a seeded draw)."),
+    bf16: bool = typer.Option(True, help="bfloat16 autocast while training (float32 weights)."),
 ) -> None:
     """Supervised fine-tuning of both roles before self-play: the designer learns to write the
     pool's programs (from the exact prompt the loop builds), the agent to play their solutions
@@ -109,7 +115,7 @@ def warmstart(
     try:
         sft = SFTConfig(epochs=epochs, learning_rate=learning_rate, use_peft=not full,
                         lora_r=lora_r, lora_alpha=2 * lora_r, max_tokens_per_microbatch=max_tokens,
-                        seed=seed)
+                        seed=seed, bf16=bf16)
     except SpadekitError as exc:
         raise typer.BadParameter(exc.message) from None
     with _bar() as bar:
@@ -123,7 +129,8 @@ def warmstart(
 
         try:
             result = run_warmstart(cfg, pool, out, sft, seeds_per_program=seeds_per_program,
-                                   held_out_share=held_out_share, progress=progress)
+                                   held_out_share=held_out_share, progress=progress,
+                                   max_programs=max_programs)
         except (ValueError, SpadekitError) as exc:
             raise typer.BadParameter(str(exc)) from None
     first, last = result.history[0]["held_out_loss"], result.history[-1]["held_out_loss"]

@@ -20,6 +20,7 @@ from spadekit.common.errors import ConfigError
 from spadekit.rollout.engine import RolloutConfig
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.train.config import TrainConfig
+from spadekit.selfplay.warm_cache import WarmstartConfig
 from spadekit.selfplay.watch import WatchConfig
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
@@ -55,10 +56,21 @@ class DesignerConfig:
     unless ``hint_model`` is set) instead of the trained policy. Its samples are rewarded and
     logged but never trained (``designer_samples_dropped``): the honest frozen-designer
     ablation. None: the trained policy designs (the paper)."""
+    prompt_style: str = "full"
+    """``full``: the paper's designer prompt (the whole program contract, references as code);
+    ``compact``: the contract in a few lines and each reference as its class name and rules
+    (about 350 tokens; for small models on a CPU, ``spadekit.selfplay.prompts``)."""
     response_prefix: str = ""
     """Format aid: text that opens the designer's reply, e.g. one that opens the code block and
     the class. Its tokens are prompt tokens (never trained); the extractor reads prefix + reply
     (``spadekit.rollout.aids``). Needs a policy that takes token ids. Empty: none."""
+
+    def __post_init__(self) -> None:
+        from spadekit.selfplay.prompts import PROMPT_STYLES
+
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ConfigError(f"designer.prompt_style must be one of {PROMPT_STYLES}, got "
+                              f"{self.prompt_style!r}")
 
 
 CHAT_ROLES = ("agent", "designer", "hint")
@@ -275,7 +287,9 @@ class SelfPlayConfig:
     reload from disk): ``vllm:PATH`` (in-process, colocated; GPU), ``openai:NAME@URL`` of a
     ``spadekit serve --model M --allow-weight-updates`` server (token in
     ``SPADEKIT_WEIGHTS_TOKEN``), or ``hf:PATH``/``tiny`` (a copy in this process). None: the
-    trained model generates. Its samples are then importance-corrected like the designer's."""
+    trained model generates. Its samples are then importance-corrected like the designer's.
+    ``auto``: in-process vLLM on the run's (warm-started) model when vLLM is installed, else
+    None."""
     rounds: int = 2
     envs_per_round: int = 4
     """Environments the designer writes at each regeneration (paper: 24)."""
@@ -342,6 +356,9 @@ class SelfPlayConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
+    warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
+    """A warm start of ``model`` before self-play, built once and cached
+    (``spadekit.selfplay.warm_cache``); off unless ``warmstart.pool`` is set."""
     """Pooled programs watched during training: spot checks with garbage actions, step times;
     a program that hangs, slows down, is won by garbage or turns nondeterministic is retired
     and its designer sample gets -0.5 (``spadekit.selfplay.watch``)."""

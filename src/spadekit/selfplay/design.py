@@ -177,7 +177,8 @@ class DesignPhase:
             neg = None if negative is None else (negative[0].code, negative[1])
             messages = build_designer_messages(cfg.setting, skill, doc.text if doc else None,
                                                positives, neg, cfg.turn_cap,
-                                               doc_words=dcfg.max_words)
+                                               doc_words=dcfg.max_words,
+                                               style=dcfg.prompt_style)
             plan.append({"skill": skill, "doc_id": getattr(doc, "id", None),
                          "parents": [p.sha256 for p in positives], "messages": messages})
             plan[-1]["request"] = designer_request(self.policy, messages, SamplingParams(

@@ -3,7 +3,8 @@ sandbox, deduplicated, with a held-out split.
 
 ``split_combos`` divides every combination of parts (``spadekit.envs.procedural``) into the ones a
 warm start may see and the held-out ones: every combination that uses one whole held-out part
-(default ``hidden=order``: the agent orders items, a mechanic the warm start never shows), plus a
+(default ``turns=gated``: an answer counts only after a look, a turn structure the warm start
+never shows; every skill still appears in training), plus a
 drawn share of the others. Novelty is then measurable: a designer that writes a held-out
 combination wrote something it never saw.
 
@@ -27,9 +28,10 @@ from spadekit.envs.procedural import Combo, all_combos, compose, surface_words
 from spadekit.envs.program import EnvProgram
 from spadekit.selfplay.memory import DUPLICATE_THRESHOLD, fingerprint, jaccard
 
-__all__ = ["HELD_OUT_PART", "PoolBuild", "Split", "build_pool", "candidates", "split_combos"]
+__all__ = ["HELD_OUT_PART", "PoolBuild", "Split", "build_pool", "candidates", "split_combos",
+           "split_documents", "write_split"]
 
-HELD_OUT_PART = "hidden=order"
+HELD_OUT_PART = "turns=gated"
 """The part whose every combination is held out by default."""
 
 
@@ -74,10 +76,31 @@ def split_combos(seed: int = 0, held_out_share: float = 0.2,
                  tuple(sorted(whole + rest[:k], key=order.get)), held_out_part, seed)
 
 
+def split_documents(texts: Sequence[tuple[str | None, str]], seed: int = 0,
+                    held_out_share: float = 0.5
+                    ) -> tuple[list[tuple[str | None, str]], list[tuple[str | None, str]]]:
+    """``(training documents, held-out documents)`` of ``(doc_id, text)`` pairs: a document is
+    held out when the hash of its id (or text) and ``seed`` falls below ``held_out_share``, so
+    the split of a document never depends on which others are in the corpus. A warm start is
+    themed on the training half; a designer benchmark prompts with the held-out half."""
+    import hashlib
+
+    train, held = [], []
+    for doc_id, text in texts:
+        name = doc_id if doc_id is not None else text
+        digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+        (held if int.from_bytes(digest[:8], "big") / 2 ** 64 < held_out_share
+         else train).append((doc_id, text))
+    if texts and not train:  # a one-document corpus still themes a pool
+        train = list(held)
+    return train, held
+
+
 def candidates(combos: Sequence[Combo], texts: Sequence[tuple[str | None, str]], seed: int,
-               per_combo: int = 1) -> list[EnvProgram]:
+               per_combo: int = 1, max_turns: int | None = None) -> list[EnvProgram]:
     """``per_combo`` programs of each combination, each themed on a document drawn from
-    ``texts`` (``(doc_id, text)`` pairs) and numbered by a drawn seed; shuffled by ``seed``."""
+    ``texts`` (``(doc_id, text)`` pairs) and numbered by a drawn seed; shuffled by ``seed``.
+    ``max_turns``: every program's turn limit (what a run's turn cap makes it); None: drawn."""
     if not texts:
         raise ValueError("candidates needs at least one document for the surface text")
     rng = random.Random(seed)
@@ -87,7 +110,7 @@ def candidates(combos: Sequence[Combo], texts: Sequence[tuple[str | None, str]],
     for combo in order:
         doc_id, text = texts[rng.randrange(len(texts))]
         words = surface_words(text, rng)
-        program = compose(combo, words, rng.randrange(2 ** 31))
+        program = compose(combo, words, rng.randrange(2 ** 31), max_turns)
         meta = dict(program.meta)
         meta["procedural"] = {**meta["procedural"], "doc_id": doc_id}
         out.append(dataclasses.replace(program, meta=meta))

@@ -1,7 +1,11 @@
 """Prompts of the designer role: environment programs (SPEC points 1, 9-11) and privileged hints.
 
 ``build_designer_messages`` asks for one complete environment program for a skill, grounded on a
-corpus document, with reference environments to differ from and one example to avoid.
+corpus document, with reference environments to differ from and one example to avoid. Its
+``style`` is ``full`` (the paper's: the whole contract, references as code) or ``compact`` (for
+small models on a CPU: the contract in a few lines, each reference as its class name and opening
+rules, and the document as its first 16 content words, so the prompt costs about 350 tokens instead of
+1,000 plus the document and the references' code).
 ``build_hint_messages`` is the second call (SPEC point 2): the same policy reads the code and
 writes a 1-3 sentence hint. ``parse_hint`` cleans a hint reply. The hint leak check (``hint_leaks``,
 ``leaked_fragments``) lives in :mod:`spadekit.selfplay.leaks` and is re-exported here.
@@ -12,18 +16,23 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from spadekit.envs.procedural.compose import theme_words
 from spadekit.selfplay.corpus import truncate_words
 from spadekit.envs.skills import (SETTINGS, SKILLS, _check_setting,  # noqa: F401 (re-exported)
                                   normalize_skill, skills_for)
 from spadekit.selfplay.leaks import hint_leaks, leaked_fragments  # noqa: F401 (re-exported)
 
-__all__ = ["DOC_WORDS", "SETTINGS", "SKILLS", "build_designer_messages", "build_hint_messages",
+__all__ = ["DOC_WORDS", "PROMPT_STYLES", "SETTINGS", "SKILLS", "build_designer_messages", "build_hint_messages",
            "hint_leaks", "leaked_fragments", "normalize_skill", "parse_hint", "skills_for"]
 
 #: Grounding documents are cut to this many words (SPEC point 10).
 DOC_WORDS = {"games": 6000, "tooluse": 4000}
 #: Reference programs longer than this are cut in the prompt.
 MAX_REFERENCE_CHARS = 12000
+#: ``designer.prompt_style`` values.
+PROMPT_STYLES = ("full", "compact")
+#: Words of a reference's rules shown in the compact style.
+SUMMARY_WORDS = 30
 
 # ---------------------------------------------------------------------------------------------
 # designer prompt
@@ -166,19 +175,90 @@ def _negative_reason(reason: Any) -> str:
     return str(reason).strip() or "unsuitable difficulty"
 
 
+_COMPACT_SYSTEM = {
+    "games": (
+        "You are the Environment Designer. Write one text game that trains a reasoning skill, "
+        "as one Python program (standard library only): one class named ...Env with "
+        "`__init__(self, max_turns={max_turns}, **kwargs)`; `reset(self, seed=None, "
+        "options=None)` that draws every hidden value from `self.rng = random.Random(seed)` "
+        "and returns (observation, {{}}) stating the goal, the commands and the scoring; "
+        "`step(self, action)` that reads the command in the last \\boxed{{...}} of the reply "
+        "and returns (observation, reward, terminated, truncated, {{}}), never raising; and "
+        "`solution(self)`, the list of \\boxed{{...}} actions that wins. Let the player "
+        "look before it answers. Rewards lie in [0, 1], 1.0 only for an exact answer; "
+        "terminated on the answer, truncated at max_turns."),
+    "tooluse": (
+        "You are the Environment Designer. Write one tool-use task as one Python program: "
+        "`from spadekit.envs.tooluse import ToolEnv, ToolError`, one class named ...Env "
+        "subclassing ToolEnv with `setup(self, rng)` (hidden state from rng, returns the task "
+        "text), tools `tool_<name>` with type hints and docstrings, `criteria(self)` (2-5 "
+        "named checks; reward is the share that hold) and `solution(self)` (one string of "
+        "tool calls per turn, ending with <answer>done</answer>). max_turns={max_turns}."),
+}
+_COMPACT_OUTPUT = ("Reply with one ```python block, then one line HINT: <the strategy in 1-3 "
+                   "sentences, no answers or values>.")
+
+
+def designer_system_prompt_compact(setting: str, max_turns: int = 12) -> str:
+    """The compact style's system prompt: the contract in a few lines and the output format."""
+    return (_COMPACT_SYSTEM[_check_setting(setting)].format(max_turns=max_turns) + " "
+            + _COMPACT_OUTPUT)
+
+
+def reference_summary(code: str, words: int = SUMMARY_WORDS) -> str:
+    """A reference program in one line: its class name and the first ``words`` words of its
+    longest string constant (usually its rules); the code's opening when it does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return " ".join(code.split()[:words])
+    names = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+    texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+             and isinstance(n.value, str)]
+    rules = " ".join(max(texts, key=len).split()[:words]) if texts else ""
+    return f"{names[0] if names else 'a program'}: {rules}".strip()
+
+
+def _compact_messages(setting: str, skill: str, text: str, refs: list, negative: Any,
+                      max_turns: int) -> list[dict[str, str]]:
+    parts = [f"Skill: {skill}. {SKILLS[setting][skill]}"]
+    words = theme_words(text)
+    if words:
+        parts.append(f"Theme words from a document: {', '.join(words)}.")
+    if refs:
+        parts.append("Already in memory (write a different one):\n" + "\n".join(
+            f"- {reference_summary(code)}" for code, _w, _r in refs))
+    if negative is not None:
+        parts.append(f"Avoid ({_negative_reason(negative[1])}): "
+                     f"{reference_summary(negative[0])}")
+    parts.append(f"Write a new game for {skill} (max_turns={max_turns})."
+                 if setting == "games" else
+                 f"Write a new tool-use task for {skill} (max_turns={max_turns}).")
+    return [{"role": "system", "content": designer_system_prompt_compact(setting, max_turns)},
+            {"role": "user", "content": "\n\n".join(parts)}]
+
+
 def build_designer_messages(setting: str, skill: str, document: str | None,
                             positive: Sequence[Any] = (), negative: tuple[str, Any] | None = None,
-                            max_turns: int = 12, doc_words: int | None = None
-                            ) -> list[dict[str, str]]:
+                            max_turns: int = 12, doc_words: int | None = None,
+                            style: str = "full") -> list[dict[str, str]]:
     """System + user messages asking for one environment program (SPEC points 1, 9, 10).
 
     ``positive``: reference environments (EnvPrograms, ``(code, win_rate, regret)`` tuples,
     mappings with ``code`` or plain code), shown with the instruction to write a different one.
     ``negative``: ``(code, reason)``; ``reason`` is text such as ``"too easy (win rate 0.95)"`` or
     a win rate. ``doc_words`` overrides the setting's document budget (:data:`DOC_WORDS`).
+    ``style``: one of :data:`PROMPT_STYLES` (see the module's docstring).
     """
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"designer prompt style must be one of {PROMPT_STYLES}, got {style!r}")
     skill = normalize_skill(setting, skill)
     limit = DOC_WORDS[setting] if doc_words is None else doc_words
+    if style == "compact":
+        return _compact_messages(setting, skill, truncate_words(document or "", limit).strip(),
+                                 [_reference(item) for item in positive], negative, max_turns)
     parts = [f"Target skill: {skill}\n{SKILLS[setting][skill]}"]
     text = truncate_words(document or "", limit).strip()
     if text:

@@ -49,10 +49,19 @@ class SetupSteps:
         """The trained policy (loaded from ``config.model`` unless given); it must train here."""
         config = self.config
         quiet_transformers()  # the run shows its own progress
+        self.model_spec = config.model
         if policy is None:
             from spadekit.policy.registry import load_policy
+            from spadekit.selfplay.warm_cache import progress_bars, warm_model_dir
 
-            policy = load_policy(config.model, seed=config.seed)
+            with progress_bars() as progress:
+                warm = warm_model_dir(config, progress=progress)
+            if warm is not None:  # the warm-started model, built once and cached: the
+                # run's base from now on (config.yaml names it, so a resume and `spadekit
+                # eval RUN` load this base under the run's adapter)
+                self.model_spec, self.warm_dir = f"hf:{warm}", warm.parent
+                self.config = config = dataclasses.replace(config, model=self.model_spec)
+            policy = load_policy(self.model_spec, seed=config.seed)
         if "train" not in getattr(policy, "capabilities", ()):
             raise ConfigError(
                 f"self-play updates the policy in this process, but {config.model!r} "
@@ -68,6 +77,11 @@ class SetupSteps:
         from spadekit.curriculum import build_curriculum
 
         self.curriculum = build_curriculum(config)
+        from spadekit.selfplay.warm_cache import resolve_generation_model
+
+        if config.generation_model == "auto":  # the fastest engine installed (recorded)
+            config = self.config = dataclasses.replace(config, generation_model=(
+                resolve_generation_model("auto", getattr(self, "model_spec", config.model))))
         if config.generation_model:
             from spadekit.policy.weight_sync import generation_policy
 
@@ -142,6 +156,11 @@ class SetupSteps:
                 self.memory.seed_from_library()
             if fresh and config.memory_seed:
                 self.memory.seed_from_source(config.memory_seed, config.setting)
+            warm = getattr(self, "warm_dir", None)
+            if fresh and warm is not None and config.warmstart.seed_memory:
+                # what the designer learnt from: its references, and what the dedup gate
+                # keeps out of the pool (a copy of a warm-start program is a near-duplicate)
+                self.memory.seed_from_source(str(warm / "programs"), config.setting)
             return None, None
         pointer = self.store.latest_checkpoint()
         return last, None if pointer is None else {"step": pointer["step"],

@@ -18,7 +18,8 @@ Two kinds of example come from each program of a pool directory (``spadekit gene
 Programs are split by a drawn share into training and held-out programs (both kinds of a program
 go to the same side), and ``spadekit.train.sft`` trains and exports ``OUT/model``;
 ``spadekit selfplay --model hf:OUT/model`` starts from it. ``OUT/warmstart.json`` records the
-pool, the split and the losses.
+pool, the split and the losses; ``OUT/programs`` is a pool of the programs used (what a run
+seeds its memory with, and what a designer's novelty is measured against).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ def _end_id(tokenizer: Any) -> int:
 
 def designer_examples(policy: Any, config: Any, programs: Sequence[EnvProgram],
                       documents: dict[str | None, str], rng: random.Random
-                      ) -> list[SFTExample]:
-    """One example per program: the loop's designer prompt, the program and hint as completion."""
+                      ) -> list[tuple[int, SFTExample]]:
+    """``(program index, example)``: per program the loop's designer prompt with the program
+    and hint as completion, and with ``hint_mode: second_call`` also the hint call's."""
     from spadekit.policy.base import encode_text, render_text
     from spadekit.selfplay.prompts import build_designer_messages
 
@@ -64,7 +66,7 @@ def designer_examples(policy: Any, config: Any, programs: Sequence[EnvProgram],
         by_skill.setdefault(p.skill, []).append(p)
     texts = [t for t in documents.values() if t]
     out = []
-    for program in programs:
+    for index, program in enumerate(programs):
         doc_id = (program.meta.get("procedural") or {}).get("doc_id")
         doc = documents.get(doc_id) if doc_id in documents else None
         if doc is None and texts and config.grounding:
@@ -74,17 +76,37 @@ def designer_examples(policy: Any, config: Any, programs: Sequence[EnvProgram],
         refs = rng.sample(others, k) if k else []
         messages = build_designer_messages(config.setting, program.skill or "", doc if
                                            config.grounding else None, refs, None,
-                                           config.turn_cap, doc_words=dcfg.max_words)
+                                           config.turn_cap, doc_words=dcfg.max_words,
+                                        style=dcfg.prompt_style)
         prompt = encode_text(tok, render_text(tok, messages, True, None,
                                               config.chat_template.for_role("designer"))
                              + dcfg.response_prefix)
         text = designer_completion(program)
         if dcfg.response_prefix and text.startswith(dcfg.response_prefix):
             text = text[len(dcfg.response_prefix):]
-        completion = encode_text(tok, text) + [_end_id(tok)]
-        out.append(SFTExample(prompt + completion, [0] * len(prompt) + [1] * len(completion),
-                              kind="designer"))
+        out.append((index, _example(tok, prompt, text, "designer")))
+        if dcfg.hint_mode == "second_call" and program.hint:
+            out.append((index, hint_example(policy, config, program)))
     return out
+
+
+def _example(tok: Any, prompt: list[int], text: str, kind: str) -> SFTExample:
+    from spadekit.policy.base import encode_text
+
+    completion = encode_text(tok, text) + [_end_id(tok)]
+    return SFTExample(prompt + completion, [0] * len(prompt) + [1] * len(completion), kind=kind)
+
+
+def hint_example(policy: Any, config: Any, program: EnvProgram) -> SFTExample:
+    """The hint call of ``hint_mode: second_call`` (the loop's ``build_hint_messages``), with
+    ``HINT: <the program's hint>`` as the completion."""
+    from spadekit.policy.base import encode_text, render_text
+    from spadekit.selfplay.prompts import build_hint_messages
+
+    tok = policy.tokenizer
+    prompt = encode_text(tok, render_text(tok, build_hint_messages(program.code, config.setting),
+                                          True, None, config.chat_template.for_role("hint")))
+    return _example(tok, prompt, f"HINT: {program.hint.strip()}", "hint")
 
 
 def _solutions(pool: Any, program: EnvProgram, seeds: Sequence[int], cap: int
@@ -161,7 +183,7 @@ class WarmstartResult:
 
 def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
                   policy: Any = None, pool: Any = None, seeds_per_program: int = 2,
-                  held_out_share: float = 0.1,
+                  held_out_share: float = 0.1, max_programs: int | None = None,
                   progress: Callable[[str, int, int, float | None], None] | None = None
                   ) -> WarmstartResult:
     """Build the examples of ``source`` for ``config``'s loop, train, export ``out/model``."""
@@ -175,6 +197,8 @@ def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
     if not programs:
         raise ValueError(f"{source}: no {config.setting} programs to warm-start from")
     rng = random.Random(sft.seed)
+    if max_programs is not None and len(programs) > max_programs:
+        programs = rng.sample(programs, max_programs)
     order = list(range(len(programs)))
     rng.shuffle(order)
     n_held = round(len(programs) * held_out_share) if len(programs) > 1 else 0
@@ -192,14 +216,18 @@ def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
     finally:
         if own:
             pool.close()
-    train = [e for i, e in enumerate(designer) if i not in held] + \
-        [e for i, e in agent if i not in held]
-    held_out = [e for i, e in enumerate(designer) if i in held] + \
-        [e for i, e in agent if i in held]
+    train = [e for i, e in designer + agent if i not in held]
+    held_out = [e for i, e in designer + agent if i in held]
     counts = {"programs": len(programs), "held_out_programs": len(held),
-              "designer_examples": len(designer), "agent_examples": len(agent),
+              "designer_examples": sum(e.kind == "designer" for _i, e in designer),
+              "hint_examples": sum(e.kind == "hint" for _i, e in designer),
+              "agent_examples": len(agent),
               "train_examples": len(train), "held_out_examples": len(held_out),
               "completion_tokens": sum(sum(e.loss_mask) for e in train)}
+    from spadekit.runs.pool import write_pool
+
+    if not (out / "programs" / "pool.jsonl").exists():  # what it learnt from (a pool)
+        write_pool(out / "programs", [(p, None) for p in programs])
     run = SFTRun(policy, sft, out)
     history = run.fit(train, held_out, None if progress is None else
                       (lambda done, total, loss: progress("train", done, total, loss)))

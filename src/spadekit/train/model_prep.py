@@ -27,13 +27,27 @@ def is_peft(model: Any) -> bool:
     return isinstance(model, PeftModel)
 
 
+LINEAR_NAMES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+"""The linear layers of a Llama-style decoder layer (``all-linear`` when only some layers
+take LoRA)."""
+
+
 def add_lora(model: Any, cfg: TrainConfig) -> Any:
     """Inject LoRA layers (``lora_r``, ``lora_alpha``, ``lora_dropout``,
-    ``lora_target_modules``) into ``model`` in place; returns the peft wrapper."""
+    ``lora_target_modules``, and ``lora_layers`` where the config has it) into ``model`` in
+    place; returns the peft wrapper."""
     from peft import LoraConfig, get_peft_model
 
+    targets, layers = cfg.lora_target_modules, getattr(cfg, "lora_layers", None)
+    extra = {}
+    if layers is not None:  # the last ``layers`` decoder layers (peft needs module names)
+        total = model.config.get_text_config().num_hidden_layers \
+            if hasattr(model.config, "get_text_config") else model.config.num_hidden_layers
+        if targets == "all-linear":
+            targets = LINEAR_NAMES
+        extra = {"layers_to_transform": list(range(max(0, total - layers), total))}
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
+                      target_modules=targets, task_type="CAUSAL_LM", **extra)
     with warnings.catch_warnings():  # peft reads a property transformers 5.2x renamed
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*",
                                 category=FutureWarning)

@@ -6,6 +6,6 @@ structure) with surface text drawn from a grounding document.
 Standard library only, like the rest of ``spadekit.envs``.
 """
 
-from spadekit.envs.procedural.compose import Combo, all_combos, compose, surface_words
+from spadekit.envs.procedural.compose import Combo, all_combos, compose, surface_words, theme_words
 
-__all__ = ["Combo", "all_combos", "compose", "surface_words"]
+__all__ = ["Combo", "all_combos", "compose", "surface_words", "theme_words"]

@@ -7,7 +7,9 @@ items and class name, and numbers drawn from ``seed``. The result is an ``EnvPro
 hint (the information action's strategy, never an answer), a skill and ``meta["procedural"]``
 naming its parts, so a pool's combinations can be counted and held out.
 
-The program is ordinary Python of the kind the designer prompt asks for: one ``...Env`` class,
+The program is ordinary Python of the kind the designer prompt asks for, opened by a one-line
+comment naming its design (its four parts: a designer that writes the plan first conditions the
+code on it, so parts it learnt separately can be put together): one ``...Env`` class,
 ``reset``/``step``/``solution``, all randomness from ``self.rng = random.Random(seed)``, commands
 in ``\\boxed{}``, rewards in [0, 1] with 1.0 only for an exact answer, ``terminated`` on the
 answer and ``truncated`` at ``max_turns``. Its solution is two turns: one look, then the answer.
@@ -22,7 +24,8 @@ from typing import Sequence
 
 from spadekit.envs.procedural.mechanics import HIDDEN, INFO, SCORING, TURNS
 
-__all__ = ["Combo", "all_combos", "compose", "ANSWER_VERBS", "LOOK_VERBS"]
+__all__ = ["Combo", "all_combos", "compose", "theme_words", "ANSWER_VERBS", "LOOK_VERBS",
+           "THEME_WORDS"]
 
 LOOK_VERBS = {"probe": ("probe", "test", "measure", "try"),
               "reveal": ("reveal", "ask", "inspect", "read"),
@@ -90,10 +93,24 @@ there these those would could should about other after first where while each su
 most even much many must both same because between under again never always""".split())
 
 
+THEME_WORDS = 16
+"""How many of a document's words are its theme words."""
+
+
+def theme_words(text: str, n: int = THEME_WORDS) -> list[str]:
+    """The first ``n`` distinct lowercase words of 3-9 letters of ``text`` (stop words left
+    out), in the document's order: what the compact designer prompt shows of a document, and
+    what a procedural program's surface is drawn from."""
+    words = re.findall(r"[A-Za-z]+", text)
+    seen = dict.fromkeys(w.lower() for w in words
+                         if _WORD.fullmatch(w.lower()) and w.lower() not in _STOP)
+    return list(seen)[:n]
+
+
 def surface_words(text: str, rng: random.Random, n: int = 8) -> list[str]:
-    """``n`` distinct lowercase words of 3-9 letters from ``text`` (stop words left out), drawn
-    with ``rng``; padded from a fixed list when the text has too few."""
-    seen = list(dict.fromkeys(w for w in _WORD.findall(text.lower()) if w not in _STOP))
+    """``n`` distinct words of ``text``'s :func:`theme_words`, drawn with ``rng``; padded from a
+    fixed list when the text has too few."""
+    seen = theme_words(text)
     rng.shuffle(seen)
     spare = ["amber", "basalt", "cedar", "delta", "ember", "fjord", "garnet", "harbor",
              "indigo", "juniper", "kelp", "lantern", "meadow", "nickel", "orchid", "pebble"]
@@ -109,6 +126,16 @@ def surface_words(text: str, rng: random.Random, n: int = 8) -> list[str]:
 def _fill(template: str, values: dict[str, str]) -> str:
     """Replace each ``{name}`` whose name is in ``values``; every other brace stays."""
     return re.sub(r"\{([a-z_]+)\}", lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def _methods(template: str, info: str, values: dict[str, str]) -> str:
+    """The hidden state's methods; without ``PARTS`` and ``_fact`` when the information action
+    does not read facts (a probe), so no program carries code it never calls."""
+    text = _fill(template, values).rstrip()
+    if info == "probe":
+        text = re.sub(r"^    PARTS = .*\n\n", "", text)
+        text = text.split("\n    def _fact")[0].rstrip()
+    return text
 
 
 def compose(combo: Combo, words: Sequence[str], seed: int, max_turns: int | None = None):
@@ -160,8 +187,10 @@ def compose(combo: Combo, words: Sequence[str], seed: int, max_turns: int | None
     values["usage_reminder"] = repr(reminder)
     values["solution_step"] = _fill(info.solution_step, values)
     name = theme.capitalize() + combo.hidden.capitalize() + "Env"
+    plan = (f"# Design: {hidden.plan}; {info.name} look; {scoring.name} scoring; "
+            f"{turns.name} turns.")
     code = "\n".join([
-        "import random", "import re", "", "", _fill(_HELPER, values).rstrip(), "", "",
+        plan, "import random", "import re", "", "", _fill(_HELPER, values).rstrip(), "", "",
         f"class {name}:",
         f"    def __init__(self, max_turns={turn_cap}, **kwargs):",
         "        self.max_turns = int(max_turns)", "",
@@ -170,7 +199,7 @@ def compose(combo: Combo, words: Sequence[str], seed: int, max_turns: int | None
         _fill(hidden.setup, values).rstrip(),
         "        self.turns = self.looks = 0", _fill(turns.init, values).rstrip(),
         f"        return {intro!r}, {{}}", "",
-        _fill(hidden.methods, values).rstrip(), "",
+        _methods(hidden.methods, combo.info, values), "",
         _fill(info.method, values).rstrip(), "",
         _fill(scoring.method, values).rstrip(), "",
         _fill(turns.step, values).rstrip(), "", _fill(_SOLUTION, values).rstrip(), ""])

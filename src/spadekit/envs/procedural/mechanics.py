@@ -44,6 +44,8 @@ class Hidden:
     """The observation's sentence about what is hidden."""
     example: str
     """An example candidate, as the agent would write it after a verb."""
+    plan: str = ""
+    """How the program's opening design comment names it (e.g. ``hidden number``)."""
     needs: tuple[str, ...] = ()
     """Surface slots it uses (``items``: a list of words; ``top``, ``rows``, ``cols``, ``length``:
     numbers)."""
@@ -95,7 +97,7 @@ class Turns:
 # -- hidden state ----------------------------------------------------------------------------
 
 _NUMBER = Hidden(
-    name="number", skill="Mathematical_Reasoning", needs=("top",),
+    name="number", plan="hidden number", skill="Mathematical_Reasoning", needs=("top",),
     setup="        self.secret = self.rng.randint(1, {top})\n",
     methods='''\
     PARTS = 3
@@ -122,7 +124,7 @@ _NUMBER = Hidden(
     goal="A whole number from 1 to {top} is hidden.", example="{half}")
 
 _CODE = Hidden(
-    name="code", skill="Pattern_Recognition", needs=("items", "length"),
+    name="code", plan="hidden code", skill="Pattern_Recognition", needs=("items", "length"),
     setup=("        self.symbols = {items}\n"
            "        self.secret = [self.rng.choice(self.symbols) for _ in range({length})]\n"),
     methods='''\
@@ -147,7 +149,7 @@ _CODE = Hidden(
     example="{code_example}")
 
 _CELL = Hidden(
-    name="cell", skill="Spatial_Reasoning", needs=("rows", "cols"),
+    name="cell", plan="hidden cell", skill="Spatial_Reasoning", needs=("rows", "cols"),
     setup=("        self.secret = (self.rng.randrange({rows}), self.rng.randrange({cols}))\n"),
     methods='''\
     PARTS = 2
@@ -173,7 +175,7 @@ _CELL = Hidden(
     example="{mid_row} {mid_col}")
 
 _CAUSE = Hidden(
-    name="cause", skill="Causal_Inference", needs=("items",),
+    name="cause", plan="hidden cause", skill="Causal_Inference", needs=("items",),
     setup=("        self.items = {items}\n"
            "        self.secret = self.rng.choice(self.items)\n"),
     methods='''\
@@ -198,7 +200,7 @@ _CAUSE = Hidden(
     goal="Exactly one of {item_list} causes the effect.", example="{first_item}")
 
 _ORDER = Hidden(
-    name="order", skill="Logical_Deduction", needs=("items",),
+    name="order", plan="hidden order", skill="Logical_Deduction", needs=("items",),
     setup=("        self.secret = list({items})\n"
            "        self.rng.shuffle(self.secret)\n"),
     methods='''\

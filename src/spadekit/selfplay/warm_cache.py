@@ -1,0 +1,280 @@
+"""The warm-started model a run starts from, built once and cached (issue 23).
+
+With ``warmstart.pool`` set (``cpu-tiny`` sets ``procedural``), a run does not start from
+``model`` itself but from ``model`` after ``spadekit warmstart`` on that pool with the run's own
+prompts: the designer has learnt to write valid programs before self-play begins. The result is
+cached like the bundled model's conversion (``spadekit.policy.bundled``)::
+
+    $SPADEKIT_CACHE | $XDG_CACHE_HOME/spadekit | ~/.cache/spadekit
+      warmstart/
+        <key>/              the finished warm start: model/ (save_pretrained), warmstart.json,
+                            pool/ (the programs it learnt from), .spadekit-complete.json
+        .<key>.lock         held (flock) while building
+        .<key>.tmp-XXXX/    a build in progress (resumable SFT state inside)
+
+``key`` hashes everything the examples and the training depend on: the base model spec, the
+``warmstart`` section, the setting, the turn cap, the designer's prompt and output settings, the
+chat template, the agent's format aids, the corpus and :data:`CACHE_FORMAT`. Changing any of
+them builds a new warm start; a second run with the same settings loads the cached one in
+seconds. A build killed half-way leaves its temporary folder; the next build starts afresh.
+
+``warmstart.pool``: ``procedural`` (the procedural pool's training split: its combinations
+without the held-out part, themed on the corpus documents of the training half of
+:func:`spadekit.selfplay.procedural_pool.split_documents`, every program validated), ``library``,
+or a pool directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from spadekit.common.errors import ConfigError
+
+__all__ = ["CACHE_FORMAT", "WarmstartConfig", "applies", "build_procedural_pool", "cache_key",
+           "resolve_generation_model", "warm_model_dir"]
+
+CACHE_FORMAT = 1
+MARKER = ".spadekit-complete.json"
+
+
+@dataclass(frozen=True)
+class WarmstartConfig:
+    pool: str | None = None
+    """What the run's model is warm-started on before self-play: ``procedural``, ``library``
+    or a pool directory; None: the run starts from ``model`` itself (the paper)."""
+    model: str = "smollm2-135m"
+    """The model these settings are for: a run whose ``model`` is another one starts from
+    its model unchanged (the recipe's sizes were measured on the bundled SmolLM2-135M);
+    ``any``: any model."""
+    programs: int = 36
+    """At most this many programs of the pool (a seeded draw)."""
+    epochs: int = 3
+    learning_rate: float = 5.0e-4
+    lora_r: int = 32
+    lora_layers: int | None = 15
+    """LoRA on the last this many decoder layers (``spadekit.train.sft``); None: all."""
+    agent_seeds: int = 0
+    """Solution episodes per program as agent examples (0: the designer role only)."""
+    held_out_share: float = 0.1
+    seed: int = 0
+    seed_memory: bool = True
+    """A fresh run's memory starts with the warm start's programs: the designer's references
+    are what it learnt from, and the dedup gate keeps copies of them out of the pool."""
+
+    def __post_init__(self) -> None:
+        for name in ("programs", "epochs", "lora_r"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"warmstart.{name} must be an int >= 1, got {value!r}")
+        if isinstance(self.agent_seeds, bool) or not isinstance(self.agent_seeds, int) or \
+                self.agent_seeds < 0:
+            raise ConfigError(f"warmstart.agent_seeds must be an int >= 0, got "
+                              f"{self.agent_seeds!r}")
+        if self.lora_layers is not None and (isinstance(self.lora_layers, bool) or
+                                             not isinstance(self.lora_layers, int) or
+                                             self.lora_layers < 1):
+            raise ConfigError(f"warmstart.lora_layers must be null or an int >= 1, got "
+                              f"{self.lora_layers!r}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ConfigError(f"warmstart.learning_rate must be > 0, got {self.learning_rate!r}")
+        if not 0.0 <= self.held_out_share < 1.0:
+            raise ConfigError(f"warmstart.held_out_share must lie in [0, 1), got "
+                              f"{self.held_out_share!r}")
+        if self.pool is not None and not str(self.pool).strip():
+            raise ConfigError("warmstart.pool must be procedural, library, a pool directory "
+                              "or null")
+
+    def sft(self) -> Any:
+        from spadekit.train.sft import SFTConfig
+
+        return SFTConfig(epochs=self.epochs, learning_rate=self.learning_rate,
+                         lora_r=self.lora_r, lora_alpha=2 * self.lora_r,
+                         lora_layers=self.lora_layers,
+                         max_tokens_per_microbatch=2600, grad_accum=1, seed=self.seed,
+                         bf16=True)
+
+
+def applies(config: Any) -> bool:
+    """Whether ``config``'s run starts from a warm start (``warmstart.pool`` set, and
+    ``warmstart.model`` is the run's model or ``any``)."""
+    ws = config.warmstart
+    return ws.pool is not None and ws.model in ("any", config.model)
+
+
+def _cache_root() -> Path:
+    base = os.environ.get("SPADEKIT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "spadekit")
+    return Path(base) / "warmstart"
+
+
+def cache_key(config: Any) -> str:
+    """The hash of everything a warm start of ``config`` depends on (see the module)."""
+    pool = config.warmstart.pool
+    if pool not in (None, "procedural", "library"):
+        pool = str(Path(pool).resolve())
+        pool_file = Path(pool) / "pool.jsonl"
+        pool = [pool, hashlib.sha256(pool_file.read_bytes()).hexdigest()
+                if pool_file.exists() else None]
+    designer = dataclasses.asdict(config.designer)
+    ws = {k: v for k, v in dataclasses.asdict(config.warmstart).items() if k != "seed_memory"}
+    for name in ("temperature", "top_p", "repair_attempts", "judge", "judge_temperature",
+                 "judge_max_new_tokens", "hint_model", "model", "hint_temperature"):
+        designer.pop(name, None)  # sampling and later stages do not change the examples
+    payload = {"format": CACHE_FORMAT, "model": config.model,
+               "warmstart": {**ws, "pool": pool},
+               "setting": config.setting, "turn_cap": config.turn_cap, "designer": designer,
+               "chat_template": dataclasses.asdict(config.chat_template),
+               "response_prefix": dict(config.rollout.response_prefix),
+               "demonstrations": list(config.rollout.demonstrations),
+               "system_prompt": getattr(config.rollout, "system_prompt", None),
+               "corpus": config.corpus, "grounding": config.grounding,
+               "use_memory": config.use_memory}
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _complete(folder: Path, key: str) -> bool:
+    try:
+        marker = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return marker.get("key") == key and (folder / "model" / "config.json").exists()
+
+
+def warm_model_dir(config: Any, *, policy: Any = None,
+                   progress: Callable[[str, int, int, float | None], None] | None = None
+                   ) -> Path | None:
+    """The warm-started model folder of ``config`` (built now unless cached), or None when
+    ``warmstart.pool`` is unset. ``policy``: the base model already loaded (else loaded)."""
+    if not applies(config):
+        return None
+    key = cache_key(config)
+    root = _cache_root()
+    target = root / key
+    if _complete(target, key):
+        return target / "model"
+    with _lock(root / f".{key}.lock"):
+        if _complete(target, key):
+            return target / "model"
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=root))
+        try:
+            _build(config, tmp, policy, progress)
+            (tmp / MARKER).write_text(json.dumps({"key": key, "format": CACHE_FORMAT}) + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target / "model"
+
+
+def _build(config: Any, out: Path, policy: Any,
+           progress: Callable[[str, int, int, float | None], None] | None) -> None:
+    from spadekit.selfplay.warmstart import run_warmstart
+
+    ws = config.warmstart
+    source = ws.pool
+    if source == "procedural":
+        source = str(build_procedural_pool(config, out / "pool", progress))
+    run_warmstart(config, source, out, ws.sft(), policy=policy,
+                  seeds_per_program=ws.agent_seeds, held_out_share=ws.held_out_share,
+                  max_programs=ws.programs, progress=progress)
+    shutil.rmtree(out / "state", ignore_errors=True)  # the SFT's resumable state
+
+
+def build_procedural_pool(config: Any, out: Path,
+                          progress: Callable[[str, int, int, float | None], None] | None = None
+                          ) -> Path:
+    """The procedural training pool for ``config``: the training combinations (seeded by
+    ``warmstart.seed``), themed on the training half of the corpus, turn limit = the run's
+    turn cap, validated in the sandbox; near-duplicates dropped. Returns ``out``."""
+    from spadekit.runs.pool import write_pool
+    from spadekit.sandbox import SandboxPool
+    from spadekit.sandbox.validate import Validator
+    from spadekit.selfplay.corpus import load_corpus
+    from spadekit.selfplay.procedural_pool import (build_pool, candidates, split_combos,
+                                                   split_documents, write_split)
+
+    seed = config.warmstart.seed
+    parts = split_combos(seed)
+    docs = [(d.id, d.text) for d in load_corpus(config.corpus)]
+    train_docs, _held = split_documents(docs, seed)
+    programs = candidates(parts.train, train_docs, seed, 1, config.turn_cap)
+    settings = config.validation.settings(config.turn_cap)
+    with SandboxPool(config.sandbox, warm=2) as pool, Validator(pool, settings) as validator:
+        built = build_pool(programs, validator, seed=seed, progress=None if progress is None
+                           else (lambda done, n: progress("procedural pool", done, n, None)))
+    if not built.kept:
+        raise ConfigError("the procedural pool came out empty: no program validated "
+                          f"({built.summary()['invalid_reasons']})")
+    write_pool(out, built.kept)
+    write_split(parts, out)
+    (out / "procedural.json").write_text(json.dumps(built.summary(), indent=1) + "\n")
+    return out
+
+
+@contextlib.contextmanager
+def progress_bars() -> Iterator[Callable[[str, int, int, float | None], None]]:
+    """A ``progress(phase, done, total, loss)`` callback drawing one rich bar per phase on
+    stderr (what a warm start shows while it builds)."""
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+
+    bars: dict[str, Any] = {}
+    progress = Progress(TextColumn("[bold]warm start: {task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+                        TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+
+    def update(phase: str, done: int, total: int, loss: float | None) -> None:
+        if not bars:
+            progress.start()
+        if phase not in bars:
+            bars[phase] = progress.add_task(phase, total=total, note="")
+        progress.update(bars[phase], completed=done, total=total,
+                        note="" if loss is None else f"loss {loss:.3f}")
+
+    try:
+        yield update
+    finally:
+        if bars:
+            progress.stop()
+
+
+def resolve_generation_model(spec: str | None, model: str) -> str | None:
+    """``generation_model: auto``: in-process vLLM on ``model`` when vLLM is installed (the
+    fastest engine here), else None (the trained model generates); other values unchanged."""
+    if spec != "auto":
+        return spec
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    if model == "smollm2-135m":
+        return "vllm:smollm2-135m"
+    if model.startswith("hf:") and (Path(model[3:]) / "config.json").exists():
+        return f"vllm:{model[3:]}"
+    return None  # a test model or a hub name vLLM would fetch: the trained model generates
