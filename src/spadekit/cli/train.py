@@ -52,6 +52,11 @@ def selfplay(
     """The main job: SPADE self-play. One model designs environments (with hints) and learns to
     solve them; both roles are updated with GRPO every round.
 
+    The default (cpu-tiny, the bundled SmolLM2-135M) first warm-starts the model on a pool of
+    procedural games (about 13 minutes on 2 cores, once; cached under
+    ~/.cache/spadekit/warmstart), so that its designer writes valid programs from round 0;
+    `--set warmstart.pool=null` starts from the bare model.
+
     Everything lives in the run directory (config.yaml, run.sqlite, checkpoints/,
     events.jsonl); `--resume DIR` continues after any crash, losing at most the round in flight.
     In-loop evaluation: `--set eval.every=N --set 'eval.suites=[rg-easy]'`.
@@ -225,7 +230,10 @@ def _round_table(m: dict) -> Table:
     pool = f"{m.get('pool_designed', 0)}+{m.get('pool_bootstrap', 0)}"
     if "pool_baseline" in m:
         pool = f"{m['pool_baseline']} (baseline)"
-    table.add_row(f("valid_share", "{:.0%}"), pool, f("agent_win_rate", "{:.0%}"),
+    valid = f("valid_share", "{:.0%}")
+    if isinstance(m.get("designed"), (int, float)) and isinstance(m.get("valid"), (int, float)):
+        valid = f"{int(m['valid'])}/{int(m['designed'])} ({valid})"  # designed, then pooled
+    table.add_row(valid, pool, f("agent_win_rate", "{:.0%}"),
                   f("agent_mean_return"), f("agent_nonzero_advantage_share", "{:.0%}"),
                   f("regret"), f("designer_reward"), f("train/loss"), f"{tps:.0f}")
     from spadekit.selfplay.round_report import empty_update_reason

@@ -16,7 +16,8 @@ cached like the bundled model's conversion (``spadekit.policy.bundled``)::
 ``warmstart`` section, the setting, the turn cap, the designer's prompt and output settings, the
 chat template, the agent's format aids, the corpus and :data:`CACHE_FORMAT`. Changing any of
 them builds a new warm start; a second run with the same settings loads the cached one in
-seconds. A build killed half-way leaves its temporary folder; the next build starts afresh.
+seconds. A build killed half-way leaves its temporary folder; the next build (holding the lock)
+removes it and starts afresh.
 
 ``warmstart.pool``: ``procedural`` (the procedural pool's training split: its combinations
 without the held-out part, themed on the corpus documents of the training half of
@@ -179,6 +180,8 @@ def warm_model_dir(config: Any, *, policy: Any = None,
     with _lock(root / f".{key}.lock"):
         if _complete(target, key):
             return target / "model"
+        for stale in root.glob(f".{key}.tmp-*"):  # a killed build's (the lock is ours)
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=root))
         try:
             _build(config, tmp, policy, progress)
