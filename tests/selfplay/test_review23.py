@@ -152,3 +152,126 @@ def test_novelty_uses_the_runs_dedup_threshold():
     assert sample.reason == "ok"
     assert sample.similarity >= cfg.dedup_threshold  # the loop's gate would refuse it
     assert sample.novel is False, f"similarity {sample.similarity} >= {cfg.dedup_threshold}"
+
+
+# -- 2. the warm cache ------------------------------------------------------------------------
+
+def _ws_cfg(*sets):
+    return load_config("cpu-tiny", overrides=[
+        "model=tiny", "warmstart.model=any", "rounds=1", "envs_per_round=1",
+        "num_generations=2", "hint_generations=1", "bootstrap=null",
+        "rollout.max_new_tokens=8", "designer.max_new_tokens=16", "tensorboard=false",
+        "checkpoint_every=100", "generation_model=null", *sets])
+
+
+def _fake_warm_start(cfg):
+    """A finished cache entry for ``cfg`` as warm_model_dir leaves it (the tiny model saved,
+    its programs, the marker), without the minutes of a real build."""
+    from spadekit.runs.pool import write_pool
+    from spadekit.selfplay.warm_cache import MARKER, _cache_root, cache_key
+
+    key = cache_key(cfg)
+    folder = _cache_root() / key
+    policy = load_policy("tiny")
+    policy.model.save_pretrained(folder / "model")
+    policy.tokenizer.save_pretrained(folder / "model")
+    write_pool(folder / "programs", [(_procedural(), None)])
+    (folder / MARKER).write_text(json.dumps({"key": key, "format": 1}) + "\n")
+    return folder
+
+
+def test_the_key_follows_the_validation_settings_that_pick_the_pool():
+    """build_procedural_pool keeps only the programs ``config.validation`` passes, so the
+    validation settings decide which programs the warm start learns from; the key ignores
+    them (a stricter margin, more drawn seeds: the same cached warm start)."""
+    from spadekit.selfplay.warm_cache import cache_key
+
+    base = cache_key(_cfg())
+    for setting in ("validation.random_margin=0.9", "validation.action_margin=0.9",
+                    "validation.solution_drawn_seeds=6"):
+        assert cache_key(_cfg(setting)) != base, setting
+
+
+def test_the_key_follows_the_corpus_contents(tmp_path):
+    """``corpus`` is keyed by its path only: editing the file (or the same relative path from
+    another directory) gives other documents, other theme words, other examples, same key."""
+    from spadekit.selfplay.warm_cache import cache_key
+
+    path = tmp_path / "docs.jsonl"
+    path.write_text(json.dumps({"id": "a", "text": "copper wires carry current"}) + "\n")
+    before = cache_key(_cfg(f"corpus={path}"))
+    path.write_text(json.dumps({"id": "a", "text": "glaciers carve granite valleys"}) + "\n")
+    assert cache_key(_cfg(f"corpus={path}")) != before
+
+
+def test_the_key_follows_the_code_that_writes_the_examples(monkeypatch):
+    """The prompt text and the procedural generator are code, not settings: a new version of
+    spadekit that changes them (a git pull) keeps loading the warm start trained on the old
+    prompt (CACHE_FORMAT must be bumped by hand; nothing checks it)."""
+    from spadekit.selfplay import prompts
+    from spadekit.selfplay.warm_cache import cache_key
+    from spadekit.selfplay.warmstart import designer_examples
+
+    cfg = _cfg()
+    policy = load_policy("tiny")
+    program = _procedural()
+    [(_i, old)] = designer_examples(policy, cfg, [program], {"d": "copper"}, random.Random(0))
+    key = cache_key(cfg)
+    monkeypatch.setattr(prompts, "_COMPACT_OUTPUT", prompts._COMPACT_OUTPUT + " Be brief.")
+    [(_i, new)] = designer_examples(policy, cfg, [program], {"d": "copper"}, random.Random(0))
+    assert new.token_ids != old.token_ids  # other examples ...
+    assert cache_key(cfg) != key  # ... but the same cached warm start
+
+
+def test_a_resumed_run_survives_a_cleared_warm_cache(tmp_path, monkeypatch):
+    """The run's config.yaml replaces ``model`` by the cache path (hf:CACHE/KEY/model) and
+    keeps nothing else: once the cache is cleared (``rm -rf ~/.cache/spadekit``, another
+    machine, another SPADEKIT_CACHE) the run cannot be resumed, nor rebuilt (the original
+    model spec is gone)."""
+    import shutil
+
+    from spadekit.selfplay.loop import SelfPlay
+
+    monkeypatch.setenv("SPADEKIT_CACHE", str(tmp_path / "cache"))
+    cfg = _ws_cfg()
+    folder = _fake_warm_start(cfg)
+    with SelfPlay(cfg, tmp_path / "run") as sp:
+        assert sp.config.model == f"hf:{folder / 'model'}"
+    shutil.rmtree(tmp_path / "cache")
+    with SelfPlay(cfg, tmp_path / "run", resume=True) as sp:
+        assert sp.config.warmstart.pool == "procedural"
+
+
+def test_a_warm_start_without_weights_is_not_taken_as_complete(tmp_path, monkeypatch):
+    """_complete checks the marker and model/config.json only: a cache entry whose weights
+    are gone (a cleaned disk, an interrupted copy of the cache) is returned as finished, never
+    rebuilt, and the run then fails to load it."""
+    from spadekit.selfplay.warm_cache import warm_model_dir
+
+    monkeypatch.setenv("SPADEKIT_CACHE", str(tmp_path / "cache"))
+    cfg = _ws_cfg()
+    folder = _fake_warm_start(cfg)
+    for weights in (folder / "model").glob("*.safetensors"):
+        weights.unlink()
+    monkeypatch.setattr("spadekit.selfplay.warm_cache._build",
+                        lambda *a, **k: pytest.fail("rebuilt"))  # what a fix would do
+    path = None
+    try:
+        path = warm_model_dir(cfg)
+    except BaseException:  # noqa: BLE001 - a rebuild was attempted: the defect is gone
+        return
+    load_policy(f"hf:{path}")  # the path it handed out must load
+
+
+def test_spadekit_cache_is_read_like_the_bundled_models_cache(tmp_path, monkeypatch):
+    """bundled.cache_dir() expands ``~`` in SPADEKIT_CACHE, warm_cache does not (a literal
+    ``~`` folder under the working directory); and a relative SPADEKIT_CACHE puts a relative
+    ``hf:`` path into the run's config.yaml, which breaks a resume from another directory."""
+    from spadekit.policy.bundled import cache_dir
+    from spadekit.selfplay.warm_cache import _cache_root
+
+    monkeypatch.setenv("SPADEKIT_CACHE", "~/spadekit-r23")
+    assert _cache_root().parent == cache_dir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPADEKIT_CACHE", "rel-cache")
+    assert _cache_root().is_absolute()
