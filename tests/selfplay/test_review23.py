@@ -275,3 +275,82 @@ def test_spadekit_cache_is_read_like_the_bundled_models_cache(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SPADEKIT_CACHE", "rel-cache")
     assert _cache_root().is_absolute()
+
+
+# -- 3. config and knobs ----------------------------------------------------------------------
+
+def test_a_warm_start_for_another_setting_is_refused_up_front():
+    """``setting=tooluse`` with ``warmstart.pool: procedural`` (the cpu-tiny default) is
+    accepted; the procedural pool is games only, so the build validates ~96 games in the
+    sandbox and then fails in run_warmstart with a plain ValueError ("no tooluse programs")."""
+    from spadekit.common.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        load_config("cpu-tiny", overrides=["setting=tooluse"])
+
+
+def test_the_warmstart_command_reads_the_warmstart_section(tmp_path, monkeypatch):
+    """``spadekit warmstart --set warmstart.epochs=1 --set warmstart.lora_r=4`` is accepted and
+    changes nothing: the command's SFT settings come from its own options (other defaults than
+    the section: lr 2e-4 vs 5e-4, no lora_layers, 2 agent seeds), so the command does not
+    reproduce the warm start a run builds and caches."""
+    from typer.testing import CliRunner
+
+    from spadekit.cli.app import app
+
+    seen = {}
+
+    def fake(cfg, source, out, sft, **kw):
+        seen.update(sft=sft, **kw)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr("spadekit.selfplay.warmstart.run_warmstart", fake)
+    res = CliRunner().invoke(app, ["warmstart", "--pool", "library", "--out",
+                                   str(tmp_path / "w"), "--model", "tiny",
+                                   "--set", "warmstart.epochs=1", "--set", "warmstart.lora_r=4",
+                                   "--set", "warmstart.agent_seeds=0"])
+    assert "sft" in seen, res.output
+    assert (seen["sft"].epochs, seen["sft"].lora_r, seen["seeds_per_program"]) == (1, 4, 0)
+
+
+def test_lora_layers_works_on_a_model_that_is_not_llama_shaped():
+    """``warmstart.lora_layers`` (15 by default, used with ``warmstart.model: any``) replaces
+    ``all-linear`` by Llama's module names: a GPT-2-style model (c_attn, c_fc, ...) gets a
+    peft NoMatchingPeftModuleError instead of LoRA on its last layers."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from spadekit.train.model_prep import add_lora
+    from spadekit.train.sft import SFTConfig
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128,
+                                       bos_token_id=0, eos_token_id=0))
+    wrapped = add_lora(model, SFTConfig(lora_layers=1, lora_r=4, lora_alpha=8))
+    trained = {n for n, p in wrapped.named_parameters() if p.requires_grad}
+    assert trained and all(".h.1." in n for n in trained)
+
+
+def test_rerunning_warmstart_on_another_pool_does_not_reuse_the_old_one(tmp_path):
+    """run_warmstart into an existing OUT with the same SFT settings but another pool resumes
+    the old SFT state (already finished: no step on the new pool), keeps OUT/programs of the
+    old pool, and writes warmstart.json naming the new pool: a model trained on pool A
+    labelled as trained on pool B."""
+    from spadekit.runs.pool import load_pool, write_pool
+    from spadekit.selfplay.warmstart import run_warmstart
+    from spadekit.train.sft import SFTConfig
+
+    cfg = _cfg()
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_pool(a, [(_procedural(1, "number+reveal+exact+open"), None),
+                   (_procedural(2, "code+clue+steep+budget"), None)])
+    write_pool(b, [(_procedural(3, "cell+probe+banded+open"), None),
+                   (_procedural(4, "cause+reveal+thrifty+budget"), None)])
+    sft = SFTConfig(epochs=1, lora_r=4, lora_alpha=8, max_tokens_per_microbatch=8192)
+    out = tmp_path / "w"
+    run_warmstart(cfg, str(a), out, sft, policy=load_policy("tiny"), seeds_per_program=0,
+                  held_out_share=0.0)
+    second = run_warmstart(cfg, str(b), out, sft, policy=load_policy("tiny"),
+                           seeds_per_program=0, held_out_share=0.0)
+    learnt = {p.sha256 for p in load_pool(out / "programs")}
+    assert learnt == {p.sha256 for p in load_pool(b)}, "OUT/programs is still pool A"
+    assert second.history[-1]["step"] > second.history[-2]["step"] or \
+        len(second.history) > 2, "no training step on pool B"
