@@ -354,3 +354,57 @@ def test_rerunning_warmstart_on_another_pool_does_not_reuse_the_old_one(tmp_path
     assert learnt == {p.sha256 for p in load_pool(b)}, "OUT/programs is still pool A"
     assert second.history[-1]["step"] > second.history[-2]["step"] or \
         len(second.history) > 2, "no training step on pool B"
+
+
+# -- 4. prompts -------------------------------------------------------------------------------
+
+def test_the_compact_prompt_bounds_a_reference_like_the_full_one():
+    """The full style cuts a reference at MAX_REFERENCE_CHARS; the compact style's
+    reference_summary takes the first 30 *words* of the longest string constant (or of the
+    code when it does not parse), and a word has no length limit: one valid program in memory
+    with a long table string (or code the parser gives up on) makes every later compact
+    designer prompt of its skill as long as that string."""
+    from spadekit.selfplay.prompts import MAX_REFERENCE_CHARS, build_designer_messages
+
+    table = "class TableEnv:\n    TABLE = \"" + "0123456789abcdef" * 4000 + "\"\n"
+    unparsable = "x = " + "1+" * 200_000 + "1\n"
+    for code in (table, unparsable):
+        compact = build_designer_messages("games", "Optimization", "copper wires", [code],
+                                          None, 3, style="compact")
+        full = build_designer_messages("games", "Optimization", "copper wires", [code],
+                                       None, 3, style="full")
+        size = sum(len(m["content"]) for m in compact)
+        assert size <= sum(len(m["content"]) for m in full), size
+        assert size < MAX_REFERENCE_CHARS + 4000, size
+
+
+def test_theme_words_are_whole_words_of_a_non_english_document():
+    """theme_words splits on non-ASCII letters: "Der Müller füttert die Hühner" gives the
+    fragments 'ller', 'ttert', 'hner' as theme words (and as a procedural game's items)."""
+    from spadekit.envs.procedural.compose import theme_words
+
+    words = theme_words("Der Müller füttert die Hühner am Fluss")
+    assert not {"ller", "ttert", "hner"} & set(words), words
+
+
+# -- 6. held-out documents --------------------------------------------------------------------
+
+def test_a_library_warm_start_never_shows_the_benchmarks_held_out_documents():
+    """benchmarks/designer.py prompts with the held-out half of split_documents, "the warm
+    start never saw them"; but designer_examples themes every program without a procedural
+    doc_id (warmstart.pool: library or a pool directory) on a document drawn from the WHOLE
+    corpus, held-out half included."""
+    from spadekit.envs import library
+    from spadekit.selfplay.procedural_pool import split_documents
+    from spadekit.selfplay.warmstart import designer_examples
+
+    cfg = _cfg("designer.prompt_style=full", "warmstart.pool=library")
+    docs = [(f"doc{i}", f"marker{i:03d} " + "river stone " * 5) for i in range(40)]
+    _train, held = split_documents(docs, cfg.warmstart.seed)
+    assert held
+    programs = [library.program(e) for e in library.list_library() if e.setting == "games"]
+    policy = load_policy("tiny")
+    examples = designer_examples(policy, cfg, programs, dict(docs), random.Random(0))
+    text = " ".join(policy.tokenizer.decode(e.token_ids) for _i, e in examples)
+    shown = [doc_id for doc_id, body in held if body.split()[0] in text]
+    assert not shown, f"held-out documents in the warm start's prompts: {shown[:5]}"
