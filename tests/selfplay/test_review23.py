@@ -408,3 +408,80 @@ def test_a_library_warm_start_never_shows_the_benchmarks_held_out_documents():
     text = " ".join(policy.tokenizer.decode(e.token_ids) for _i, e in examples)
     shown = [doc_id for doc_id, body in held if body.split()[0] in text]
     assert not shown, f"held-out documents in the warm start's prompts: {shown[:5]}"
+
+
+# -- 1b. the benchmark ------------------------------------------------------------------------
+
+def _benchmark():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "designer.py"
+    spec = importlib.util.spec_from_file_location("designer_benchmark_r23", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_rl_phase_counts_a_copy_of_the_runs_own_memory_as_novel(tmp_path, monkeypatch):
+    """The issue: novel = "not a near-duplicate of any warm-start program or memory entry".
+    After self-play the benchmark measures the trained checkpoint against the warm-start
+    programs only (``--programs``), not the run's memory: re-writing a program the run already
+    pooled counts as novel in ``novel_share`` (the headline after RL)."""
+    import argparse
+
+    from spadekit.runs.pool import write_pool
+    from spadekit.runs.store import RunStore
+    from spadekit.selfplay.memory import EnvironmentMemory
+
+    bench = _benchmark()
+    warm = tmp_path / "programs"
+    write_pool(warm, [(_procedural(1, "code+clue+steep+budget"), None)])
+    pooled = _procedural(7, "number+reveal+exact+open")  # designed during the run
+    run = tmp_path / "run"
+    store = RunStore(run, create=True)
+    try:
+        store.add_environment(pooled, step=0)
+        EnvironmentMemory(store).add(pooled, step=0)
+    finally:
+        store.close()
+    text = _block(pooled.code, pooled.hint)
+    cfg = _cfg()
+    prefix = cfg.designer.response_prefix
+    monkeypatch.setattr(bench, "_policy", lambda spec, engine, seed: _designer(
+        [text[len(prefix):] if text.startswith(prefix) else text]))
+    out = tmp_path / "sample.json"
+    args = argparse.Namespace(preset="cpu-tiny", set=["model=tiny",
+                                                      "designer.max_new_tokens=4096"],
+                              programs=str(warm), spec=str(run), samples=1, seed=0,
+                              engine="transformers", json=str(out))
+    bench.phase_sample(args)
+    [sample] = json.loads(out.read_text())["samples_detail"]
+    assert sample["reason"] == "ok"
+    assert sample["novel"] is False, "a copy of the run's own pooled program counted novel"
+
+
+def test_the_per_round_table_has_a_novel_share(tmp_path):
+    """The benchmark's docstring promises per round "valid share, novel share (valid designs
+    that passed the loop's dedup gate)", and the issue wants the novel share to rise over the
+    rounds; but ``_rounds`` reads only numeric metrics, and the loop's ``valid``/``valid_share``
+    already exclude near-duplicates (reason ``near_duplicate``, counted only in the
+    ``invalid_reasons`` dict of the round event). So a round of 4 designs, 3 sandbox-valid of
+    which 2 were near-duplicates, reads valid_share 0.25: neither the valid share
+    designer_eval reports for the other phases (0.75) nor a novel share (1/3)."""
+    from spadekit.runs.store import RunStore
+
+    bench = _benchmark()
+    run = tmp_path / "run"
+    store = RunStore(run, create=True)
+    try:  # what SelfPlay.commit writes for such a round
+        metrics = {"designed": 4, "valid": 1, "valid_share": 0.25, "pooled": 1,
+                   "pool_designed": 1, "designer_reward": 0.1, "regret": 0.0,
+                   "invalid_reasons": {"near_duplicate": 2, "solution_fails": 1}}
+        store.log_metrics(0, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        store.append_event({"kind": "round", "step": 0, **metrics})
+    finally:
+        store.close()
+    rows, _regrets = bench._rounds(run)
+    [row] = rows
+    assert any("novel" in k or "near_duplicate" in k for k in row), row
