@@ -485,3 +485,49 @@ def test_the_per_round_table_has_a_novel_share(tmp_path):
     rows, _regrets = bench._rounds(run)
     [row] = rows
     assert any("novel" in k or "near_duplicate" in k for k in row), row
+
+
+def test_the_key_follows_the_rollout_settings_the_agent_examples_are_played_with():
+    """With ``warmstart.agent_seeds`` > 0 the agent examples are the solutions played by the
+    rollout engine under ``config.rollout``; a reply longer than ``rollout.max_new_tokens`` is
+    cut, the episode lost and the example dropped. The key holds only the rollout's prefix,
+    demonstrations and system prompt: other examples, same cached warm start."""
+    from spadekit.sandbox import SandboxPool
+    from spadekit.selfplay.warm_cache import cache_key
+    from spadekit.selfplay.warmstart import agent_examples
+
+    policy = load_policy("tiny")
+    program = _procedural(3, "code+reveal+exact+open")  # answers are several words long
+    counts = {}
+    for tokens in (48, 4):
+        cfg = _cfg("warmstart.agent_seeds=2", f"rollout.max_new_tokens={tokens}")
+        with SandboxPool(cfg.sandbox, warm=0) as pool:
+            counts[tokens] = len(agent_examples(policy, cfg, pool, [program], 2,
+                                                random.Random(0)))
+    assert counts[48] != counts[4], counts  # the setting changes the examples ...
+    assert cache_key(_cfg("warmstart.agent_seeds=2", "rollout.max_new_tokens=48")) != \
+        cache_key(_cfg("warmstart.agent_seeds=2", "rollout.max_new_tokens=4"))  # ... not the key
+
+
+def test_settings_that_do_not_change_the_examples_keep_the_cached_warm_start():
+    """The reverse: ``designer.max_new_tokens`` and ``designer.hint_max_new_tokens`` are
+    sampling budgets (no example is cut by them) but are hashed, so raising the budget throws
+    away a 20-minute warm start."""
+    from spadekit.selfplay.warm_cache import cache_key
+
+    base = cache_key(_cfg())
+    assert cache_key(_cfg("designer.max_new_tokens=2048")) == base
+    assert cache_key(_cfg("designer.hint_max_new_tokens=96")) == base
+
+
+def test_sft_resumes_with_another_thread_count(tmp_path):
+    """``threads`` does not change a single number, but it is part of the saved SFT config,
+    so resuming a killed warm start with another thread count is refused."""
+    from spadekit.train.sft import SFTConfig, SFTExample, SFTRun
+
+    rows = [SFTExample(list(range(5, 25)), [0] * 10 + [1] * 10)]
+    run = SFTRun(load_policy("tiny"), SFTConfig(epochs=1, lora_r=4, lora_alpha=8), tmp_path)
+    run.fit(rows)
+    again = SFTRun(load_policy("tiny"), SFTConfig(epochs=1, lora_r=4, lora_alpha=8, threads=1),
+                   tmp_path)
+    assert again.resumed
