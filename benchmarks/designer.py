@@ -3,21 +3,22 @@ and after its warm start and after self-play (issue 23).
 
 Usage: python3 benchmarks/designer.py [--samples 16] [--rounds 8] [--set key=value ...]
 
-1. The warm start of the preset (``cpu-tiny``: ``warmstart.pool: procedural``), built once and
+1. The warm start of the preset (``cpu-warm``: ``warmstart.pool: procedural``), built once and
    cached by ``spadekit.selfplay.warm_cache`` exactly as ``spadekit selfplay`` builds it (its
    minutes are reported, and whether it came from the cache).
 2. ``--samples`` designer outputs of the base model and of the warm-started one, each with the
-   loop's own prompt for a skill (all six, Logical_Deduction included, whose every procedural
-   combination is held out of the warm start) and a grounding document of the corpus's held-out
+   loop's own prompt for a skill (all six) and a grounding document of the corpus's held-out
    half (``procedural_pool.split_documents``: the warm start never saw them), references drawn
    from the warm start's programs (the run's memory). Validated by the real validator in the
    sandbox and classified by ``spadekit.selfplay.designer_eval`` (valid, multi-turn, novel =
    not a near-duplicate of any warm-start program by the memory's own dedup).
 3. ``--rounds`` rounds of ``spadekit selfplay`` from the warm start (the real CLI, its run
    database), then the same sampling from the trained checkpoint, and per round from
-   ``run.sqlite``: designs, valid share, novel share (valid designs that passed the loop's dedup
-   gate), designer reward, regret, the plateau's input (mean no-hint return of the rewarded
-   environments), and every designed environment's regret.
+   ``run.sqlite``: designs, the sandbox-valid share, the novel share (of those, the ones the
+   loop's dedup gate let in: ``valid`` counts only them), designer reward, regret, the
+   plateau's input (mean no-hint return of the rewarded environments), and every designed
+   environment's regret. After self-play, novelty is also measured against the run's own
+   memory and environments.
 
 Generation runs on vLLM's CPU engine when it is installed (``--engine``), each phase in its own
 process (an in-process vLLM engine does not give its memory back). Writes ``OUT/designer.json``,
@@ -80,6 +81,22 @@ def _policy(spec: str, engine: str, seed: int):
     return load_policy(spec, seed=seed)
 
 
+def _run_programs(run_dir: Path) -> list:
+    """Every environment a run stored and every program in its memory."""
+    from spadekit.envs.program import EnvProgram
+    from spadekit.runs.store import RunStore
+    from spadekit.selfplay.memory import EnvironmentMemory
+
+    store = RunStore.open(run_dir)
+    try:
+        programs = store.pool(active_only=False)
+        programs += [EnvProgram(code=r.code, skill=r.skill)
+                     for r in EnvironmentMemory(store).records()]
+    finally:
+        store.close()
+    return programs
+
+
 def phase_sample(args) -> None:
     """One measurement (run in its own process): ``--spec`` writes ``--samples`` programs."""
     from spadekit.envs.skills import skills_for
@@ -92,6 +109,8 @@ def phase_sample(args) -> None:
 
     config = _config(args)
     known = load_pool(args.programs)
+    if (Path(args.spec) / "run.sqlite").exists():  # after self-play: its memory and pool too
+        known += _run_programs(Path(args.spec))
     _train, held = split_documents([(d.id, d.text) for d in load_corpus(config.corpus)],
                                    config.warmstart.seed)
     policy = _policy(args.spec, _engine(args), config.seed)
@@ -136,6 +155,17 @@ def _rounds(run_dir: Path) -> tuple[list[dict], list[float]]:
                 if step in series[n]:
                     row[n.replace("/", "_")] = round(series[n][step], 4)
             rows.append(row)
+        for event in store.events("round"):  # the dedup gate's refusals of the round
+            data = event["data"]
+            row = next((r for r in rows if r["round"] == data.get("step")), None)
+            if row is None:
+                continue
+            dups = int((data.get("invalid_reasons") or {}).get("near_duplicate", 0))
+            designed = data.get("designed") or 0
+            row["near_duplicate"] = dups
+            passed = int(data.get("valid") or 0) + dups  # sandbox-valid, before the gate
+            row["sandbox_valid_share"] = round(passed / designed, 4) if designed else None
+            row["novel_share"] = round((passed - dups) / passed, 4) if passed else None
         regrets = []
         for env in store.environments():
             if (env.get("lineage") or {}).get("bootstrap"):
@@ -192,7 +222,7 @@ def _examples(out: Path, phases: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", default="cpu-tiny")
+    ap.add_argument("--preset", default="cpu-warm")
     ap.add_argument("--set", action="append", help="a config override key=value (repeatable)")
     ap.add_argument("--samples", type=int, default=16, help="designer outputs per phase")
     ap.add_argument("--rounds", type=int, default=8, help="self-play rounds")

@@ -138,8 +138,8 @@ probe("dedup_threshold", 0.05, design)  # LETTERS is 0.11 like a library game
 probe("designer.temperature", 0.9, design, joint={"rollout.temperature": 0.9})
 probe("designer.top_p", 0.5, design)
 probe("designer.max_new_tokens", 3000, design)
-probe("designer.hint_mode", "second_call", design)
-probe("designer.prompt_style", "full", design)
+probe("designer.hint_mode", "designer", design)
+probe("designer.prompt_style", "compact", design)
 probe("designer.hint_temperature", 0.7, design)
 probe("designer.hint_max_new_tokens", 40, design)
 probe("designer.positive_seeds", 0, design)  # the library has 1 game per skill
@@ -282,7 +282,7 @@ DOCUMENTED: dict[str, str] = {
     **{f"warmstart.{name}": "the warm start before the run (a cached SFT; each field is in "
        "its cache key and changes the build: tests/selfplay/test_warm_cache.py)"
        for name in ("pool", "model", "programs", "epochs", "learning_rate", "lora_r", "lora_layers",
-                    "agent_seeds", "held_out_share", "seed", "seed_memory")},
+                    "agent_seeds", "held_out_share", "seed", "seed_memory", "base")},
     **{f"sandbox.{name}": "isolation and limits of the sandbox (tests/test_sandbox_*.py)"
        for name in ("start_timeout", "load_timeout", "create_timeout", "reset_timeout",
                     "step_timeout", "call_timeout", "memory_mb", "cpu_seconds",

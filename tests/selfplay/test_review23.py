@@ -52,7 +52,7 @@ class PeekEnv:
 
 
 def _cfg(*sets):
-    return load_config("cpu-tiny", overrides=["model=tiny", "designer.max_new_tokens=4096",
+    return load_config("cpu-warm", overrides=["model=tiny", "designer.max_new_tokens=4096",
                                               *sets])
 
 
@@ -157,11 +157,12 @@ def test_novelty_uses_the_runs_dedup_threshold():
 # -- 2. the warm cache ------------------------------------------------------------------------
 
 def _ws_cfg(*sets):
-    return load_config("cpu-tiny", overrides=[
+    return load_config("cpu-warm", overrides=[
         "model=tiny", "warmstart.model=any", "rounds=1", "envs_per_round=1",
         "num_generations=2", "hint_generations=1", "bootstrap=null",
         "rollout.max_new_tokens=8", "designer.max_new_tokens=16", "tensorboard=false",
-        "checkpoint_every=100", "generation_model=null", *sets])
+        "checkpoint_every=100", "generation_model=null", "warmstart.programs=2",
+        "warmstart.epochs=1", *sets])
 
 
 def _fake_warm_start(cfg):
@@ -204,23 +205,28 @@ def test_the_key_follows_the_corpus_contents(tmp_path):
     assert cache_key(_cfg(f"corpus={path}")) != before
 
 
-def test_the_key_follows_the_code_that_writes_the_examples(monkeypatch):
+def test_the_key_follows_the_code_that_writes_the_examples(tmp_path, monkeypatch):
     """The prompt text and the procedural generator are code, not settings: a new version of
-    spadekit that changes them (a git pull) keeps loading the warm start trained on the old
-    prompt (CACHE_FORMAT must be bumped by hand; nothing checks it)."""
-    from spadekit.selfplay import prompts
-    from spadekit.selfplay.warm_cache import cache_key
-    from spadekit.selfplay.warmstart import designer_examples
+    spadekit that changes them (a git pull) must not load the warm start trained on the old
+    prompt. The key hashes the source files that write the examples (``KEY_SOURCES``): a copy
+    of the package with one sentence of the compact prompt changed gives another key."""
+    import shutil
+
+    from spadekit.selfplay import warm_cache
+    from spadekit.selfplay.warm_cache import KEY_SOURCES, SOURCE_ROOT, cache_key
 
     cfg = _cfg()
-    policy = load_policy("tiny")
-    program = _procedural()
-    [(_i, old)] = designer_examples(policy, cfg, [program], {"d": "copper"}, random.Random(0))
     key = cache_key(cfg)
-    monkeypatch.setattr(prompts, "_COMPACT_OUTPUT", prompts._COMPACT_OUTPUT + " Be brief.")
-    [(_i, new)] = designer_examples(policy, cfg, [program], {"d": "copper"}, random.Random(0))
-    assert new.token_ids != old.token_ids  # other examples ...
-    assert cache_key(cfg) != key  # ... but the same cached warm start
+    copy = tmp_path / "spadekit"
+    for name in KEY_SOURCES:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SOURCE_ROOT / name, copy / name)
+    monkeypatch.setattr(warm_cache, "SOURCE_ROOT", copy)
+    assert cache_key(cfg) == key  # the same sources, the same key
+    prompts = copy / "selfplay" / "prompts.py"
+    prompts.write_text(prompts.read_text().replace("Reply with one ```python block",
+                                                   "Reply with exactly one ```python block"))
+    assert cache_key(cfg) != key
 
 
 def test_a_resumed_run_survives_a_cleared_warm_cache(tmp_path, monkeypatch):
@@ -286,7 +292,7 @@ def test_a_warm_start_for_another_setting_is_refused_up_front():
     from spadekit.common.errors import ConfigError
 
     with pytest.raises(ConfigError):
-        load_config("cpu-tiny", overrides=["setting=tooluse"])
+        load_config("cpu-warm", overrides=["setting=tooluse"])
 
 
 def test_the_warmstart_command_reads_the_warmstart_section(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from spadekit.selfplay.warm_cache import (WarmstartConfig, applies, cache_key,
 
 
 def _cfg(*sets):
-    return load_config("cpu-tiny", overrides=list(sets))
+    return load_config("cpu-warm", overrides=list(sets))
 
 
 def test_the_key_repeats_and_follows_what_the_examples_depend_on():
@@ -39,7 +39,7 @@ def test_the_key_repeats_and_follows_what_the_examples_depend_on():
 
 
 def test_it_applies_to_its_own_model_only():
-    assert applies(_cfg())  # cpu-tiny: the bundled model, the procedural pool
+    assert applies(_cfg())  # cpu-warm: the bundled model, the procedural pool
     assert not applies(_cfg("warmstart.pool=null"))
     assert not applies(_cfg("model=tiny"))  # the recipe was measured on the bundled model
     assert applies(_cfg("model=tiny", "warmstart.model=any"))

@@ -33,7 +33,7 @@ def test_the_designer_completion_is_what_the_loop_extracts():
 def test_examples_use_the_loops_prompt_and_the_sandboxed_solution(tmp_path):
     from spadekit.sandbox import SandboxPool
 
-    cfg = load_config("cpu-tiny", None, ["model=tiny"])
+    cfg = load_config("cpu-warm", None, ["model=tiny"])
     policy = load_policy("tiny")
     tok = policy.tokenizer
     program = _program()
@@ -45,7 +45,7 @@ def test_examples_use_the_loops_prompt_and_the_sandboxed_solution(tmp_path):
     assert "Theme words from a document: grounding, text." in prompt  # compact: no stop words
     assert tok.decode(designer.token_ids[start:]).startswith("```python\n# Design: hidden ")
     # the paper's prompt and hint call: the document itself, and the hint as its own example
-    full = load_config("cpu-tiny", None, ["model=tiny", "designer.prompt_style=full",
+    full = load_config("cpu-warm", None, ["model=tiny", "designer.prompt_style=full",
                                           "designer.hint_mode=second_call"])
     [(_a, paper), (_b, hint)] = designer_examples(policy, full, [program], docs,
                                                   random.Random(0))

@@ -1,11 +1,14 @@
 """A short warm start of the bundled SmolLM2-135M makes its designer write valid programs (issue
-23's CI check): two procedural programs, the loop's own compact prompt (``cpu-tiny``), a real
+23's CI check): two procedural programs, the loop's own compact prompt (``cpu-warm``), a real
 LoRA SFT of the real model, then a seeded sample at the loop's temperature with the same
 prompts, validated by the real validator in the sandbox. The untrained model writes no valid
 program with these prompts (``benchmarks/designer.py`` measures 0 of 16); after about 40
 seconds of training at least one of the two samples is valid and is the program it learnt.
 
-Costs about two minutes on two cores (training, then 2 x ~800 generated tokens).
+Costs about four minutes on two cores (training, then 2 x ~800 generated tokens). It does not
+pass yet (strict xfail, kept out of the default run): after 8 epochs on the two programs both
+seeded samples still fail validation (docs/designer.md, "Where it falls short"). It is the
+check issue 23 asks CI to run once the warm start works.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import random
 import pytest
 
 
+@pytest.mark.slow  # about four minutes
+@pytest.mark.xfail(strict=True, reason="measured 2026-12-02: both samples fail validation "
+                   "(bad_step_type: observation must be str, got tuple); docs/designer.md")
 def test_a_short_warm_start_writes_valid_programs(tmp_path):
     pytest.importorskip("peft")
     from spadekit.policy import load_policy
@@ -28,7 +34,7 @@ def test_a_short_warm_start_writes_valid_programs(tmp_path):
     from spadekit.selfplay.warmstart import designer_examples
     from spadekit.train.sft import SFTConfig, SFTRun
 
-    cfg = load_config("cpu-tiny", overrides=["use_memory=false"])
+    cfg = load_config("cpu-warm", overrides=["use_memory=false"])
     docs = [(d.id, d.text) for d in load_corpus(cfg.corpus)][:2]
     programs = candidates(split_combos(0).train[:2], docs, 0, 1, cfg.turn_cap)
     policy = load_policy("smollm2-135m")  # its own copy: the test trains it

@@ -24,8 +24,8 @@ UNSAFE_HELP = ("Allow running programs below the 'standard' isolation tier (see 
 
 def selfplay(
     preset: str = typer.Option("cpu-tiny", help="Preset: cpu-tiny (default: bundled SmolLM2 on "
-                               "CPU), games-4b, tooluse-4b, games-30b, games-8b-thinking, "
-                               "ablate-*."),
+                               "CPU), cpu-warm (the same after a warm start), games-4b, "
+                               "tooluse-4b, games-30b, games-8b-thinking, ablate-*."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file applied on top of "
                                           "the preset."),
     overrides: list[str] = typer.Option(None, "--set", help="Override one setting: "
@@ -52,10 +52,9 @@ def selfplay(
     """The main job: SPADE self-play. One model designs environments (with hints) and learns to
     solve them; both roles are updated with GRPO every round.
 
-    The default (cpu-tiny, the bundled SmolLM2-135M) first warm-starts the model on a pool of
-    procedural games (about 13 minutes on 2 cores, once; cached under
-    ~/.cache/spadekit/warmstart), so that its designer writes valid programs from round 0;
-    `--set warmstart.pool=null` starts from the bare model.
+    `--preset cpu-warm` first warm-starts the bundled model on a pool of procedural games
+    (about 13 minutes on 2 cores, once; cached under ~/.cache/spadekit/warmstart); any preset
+    takes `--set warmstart.pool=procedural|DIR` (docs/designer.md).
 
     Everything lives in the run directory (config.yaml, run.sqlite, checkpoints/,
     events.jsonl); `--resume DIR` continues after any crash, losing at most the round in flight.

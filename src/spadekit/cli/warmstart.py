@@ -6,6 +6,7 @@ Registered on the main ``app`` by ``spadekit.cli.app`` (this module only defines
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Optional
@@ -89,18 +90,25 @@ def warmstart(
                                         "(key=value). Repeatable."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to fine-tune "
                                         "(default: the preset's)."),
-    epochs: int = typer.Option(3, help="Passes over the training examples."),
-    learning_rate: float = typer.Option(2e-4, help="AdamW learning rate."),
+    epochs: Optional[int] = typer.Option(None, help="Passes over the training examples "
+                                         "(default: warmstart.epochs)."),
+    learning_rate: Optional[float] = typer.Option(None, help="AdamW learning rate (default: "
+                                                  "warmstart.learning_rate)."),
     full: bool = typer.Option(False, "--full", help="Train all weights instead of LoRA."),
-    lora_r: int = typer.Option(32, help="LoRA rank (ignored with --full)."),
-    max_tokens: int = typer.Option(4096, help="Padded tokens per micro-batch."),
-    seeds_per_program: int = typer.Option(2, help="Solution episodes per program (agent "
-                                          "examples)."),
-    held_out_share: float = typer.Option(0.1, help="Share of programs held out for the "
-                                         "held-out loss."),
-    seed: int = typer.Option(0, help="Fixes the split, the order and the LoRA init."),
+    lora_r: Optional[int] = typer.Option(None, help="LoRA rank (default: warmstart.lora_r; "
+                                         "ignored with --full)."),
+    max_tokens: int = typer.Option(2600, help="Padded tokens per micro-batch."),
+    seeds_per_program: Optional[int] = typer.Option(None, help="Solution episodes per program "
+                                                    "as agent examples (default: "
+                                                    "warmstart.agent_seeds)."),
+    held_out_share: Optional[float] = typer.Option(None, help="Share of programs held out for "
+                                                   "the held-out loss (default: "
+                                                   "warmstart.held_out_share)."),
+    seed: Optional[int] = typer.Option(None, help="Fixes the split, the order and the LoRA "
+                                       "init (default: warmstart.seed)."),
     max_programs: Optional[int] = typer.Option(None, help="Use at most this many programs of "
-                                               "the pool (a seeded draw)."),
+                                               "the pool, a seeded draw (default: "
+                                               "warmstart.programs)."),
     bf16: bool = typer.Option(True, help="bfloat16 autocast while training (float32 weights)."),
 ) -> None:
     """Supervised fine-tuning of both roles before self-play: the designer learns to write the
@@ -109,15 +117,22 @@ def warmstart(
     same command to resume after a crash. Then: `spadekit selfplay --model hf:OUT/model`."""
     from spadekit.cli.train import _resolve
     from spadekit.selfplay.warmstart import run_warmstart
-    from spadekit.train.sft import SFTConfig
 
     cfg = _resolve(preset, config, overrides, model, None, False, [])
+    ws = cfg.warmstart  # the same recipe a run's cached warm start uses, unless overridden
     try:
-        sft = SFTConfig(epochs=epochs, learning_rate=learning_rate, use_peft=not full,
-                        lora_r=lora_r, lora_alpha=2 * lora_r, max_tokens_per_microbatch=max_tokens,
-                        seed=seed, bf16=bf16)
+        sft = dataclasses.replace(
+            ws.sft(), epochs=ws.epochs if epochs is None else epochs,
+            learning_rate=ws.learning_rate if learning_rate is None else learning_rate,
+            use_peft=not full, lora_r=ws.lora_r if lora_r is None else lora_r,
+            lora_alpha=2 * (ws.lora_r if lora_r is None else lora_r),
+            max_tokens_per_microbatch=max_tokens, seed=ws.seed if seed is None else seed,
+            bf16=bf16)
     except SpadekitError as exc:
         raise typer.BadParameter(exc.message) from None
+    seeds_per_program = ws.agent_seeds if seeds_per_program is None else seeds_per_program
+    held_out_share = ws.held_out_share if held_out_share is None else held_out_share
+    max_programs = ws.programs if max_programs is None else max_programs
     with _bar() as bar:
         tasks: dict[str, int] = {}
 

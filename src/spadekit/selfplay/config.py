@@ -386,6 +386,10 @@ class SelfPlayConfig:
                 raise ConfigError(f"{name} must be >= 1")
         if self.hint_generations < 0 or self.bootstrap_per_round < 0:
             raise ConfigError("hint_generations and bootstrap_per_round must be >= 0")
+        if self.warmstart.pool == "procedural" and self.setting != "games":
+            raise ConfigError("warmstart.pool=procedural is a pool of games; for "
+                              f"setting={self.setting} set warmstart.pool to a pool directory "
+                              "of that setting, or null")
         if self.designer.temperature != self.rollout.temperature:
             raise ConfigError("designer.temperature and rollout.temperature must be equal: the "
                               "trainer scores both roles' samples with one temperature, and "

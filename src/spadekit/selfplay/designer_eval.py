@@ -8,11 +8,15 @@ of ``references`` as the memory's references. Every output goes through the real
 the sandbox, the one the loop uses (solution required, garbage and random-policy margins,
 lockstep determinism). A valid program is
 
-- **multi-turn** when every replay of its ``solution()`` took at least two turns;
-- **novel** when it is not a near-duplicate (the memory's own fingerprint and threshold,
-  ``spadekit.selfplay.memory``) of any program in ``known`` (the warm-start pool, the memory)
-  nor of an earlier valid sample of the same call: exactly what the loop's dedup gate lets
-  into the pool.
+- **multi-turn** when every replay of its ``solution()`` took at least two turns and the game
+  does not give its answer away (``gives_answer_away``: on five seeds the first observation
+  names that seed's answer, the values after the solution's last command word, and not the
+  others'): a game that states its code and then asks for it is one-turn, however many turns
+  its own solution wastes;
+- **novel** when it is not a near-duplicate (the memory's own fingerprint and similarity,
+  ``memory.similarity_of``, and the run's ``dedup_threshold``) of any program in ``known``
+  (the warm-start pool, the run's memory and environments) nor of an earlier valid sample of
+  the same call: exactly what the loop's dedup gate lets into the pool.
 
 ``summarize`` turns the samples into the shares, the invalid reasons and tokens per program.
 """
@@ -20,12 +24,13 @@ lockstep determinism). A valid program is
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from spadekit.envs.program import EnvProgram
 
-__all__ = ["DesignSample", "sample_designs", "summarize"]
+__all__ = ["DesignSample", "gives_answer_away", "sample_designs", "summarize"]
 
 
 @dataclass
@@ -49,9 +54,52 @@ class DesignSample:
         return asdict(self)
 
 
-def _multiturn(details: dict[str, Any]) -> bool:
+GIVEAWAY_SEEDS = (0, 1, 2, 3, 4)
+_BOX = re.compile(r"\\boxed\{([^{}]*)\}")
+_TOKEN = re.compile(r"[A-Za-z0-9_]+(?:[.-][A-Za-z0-9_]+)*")
+
+
+def _multiturn(details: dict[str, Any], pool: Any, program: EnvProgram, cap: int) -> bool:
     turns = details.get("solution_turns") or []
-    return bool(turns) and min(turns) >= 2
+    if not turns or min(turns) < 2:
+        return False
+    return not gives_answer_away(pool, program, cap)
+
+
+def gives_answer_away(pool: Any, program: EnvProgram, cap: int,
+                      seeds: Sequence[int] = GIVEAWAY_SEEDS) -> bool:
+    """True when the first observation names the answer: on every seed each value of the
+    solution's last command (the words after its command word, in its last ``\\boxed{}`` or
+    the whole action) appears in that seed's first observation, and the observation is
+    specific to its answer (another seed's different answer is missing from it; a list of
+    every option, as in "one of a, b, c", gives nothing away). False when a replay fails."""
+    from spadekit.common.errors import SandboxError
+
+    try:
+        sb = pool.acquire(program.code)
+    except SandboxError:
+        return False
+    seen = []
+    try:
+        env = sb.new_env(max_turns=cap)
+        for seed in seeds:
+            observation, _info = env.reset(seed=seed)
+            actions = env.solution()
+            if not actions or not isinstance(actions[-1], str):
+                return False
+            boxes = _BOX.findall(actions[-1])
+            values = tuple(v.lower() for v in _TOKEN.findall(boxes[-1] if boxes
+                                                             else actions[-1])[1:])
+            shown = set(_TOKEN.findall(str(observation).lower()))
+            if not values or any(v not in shown for v in values):
+                return False
+            seen.append((values, shown))
+    except SandboxError:
+        return False
+    finally:
+        pool.release(sb)
+    return any(a != b and any(v not in shown for v in b)
+               for a, shown in seen for b, _other in seen)
 
 
 def sample_designs(policy: Any, config: Any, validator: Any, *, n: int, seed: int,
@@ -62,7 +110,7 @@ def sample_designs(policy: Any, config: Any, validator: Any, *, n: int, seed: in
     the module). Sample ``i`` is for ``skills[i % len]`` and a document drawn by ``seed``."""
     from spadekit.policy.base import SamplingParams
     from spadekit.rollout.aids import designer_request, with_prefix
-    from spadekit.selfplay.memory import DUPLICATE_THRESHOLD, fingerprint, jaccard
+    from spadekit.selfplay.memory import fingerprint, similarity_of
     from spadekit.selfplay.prompts import build_designer_messages
 
     dcfg = config.designer
@@ -93,11 +141,13 @@ def sample_designs(policy: Any, config: Any, validator: Any, *, n: int, seed: in
         if report.ok and report.program is not None:
             program = report.program
             mine = fingerprint(program.code)
-            best = max(((jaccard(mine, fp), sha) for sha, fp in prints), default=(0.0, None))
+            best = max(((similarity_of(mine, fp), sha) for sha, fp in prints),
+                       default=(0.0, None))
             sample.sha256, sample.class_name = program.sha256, program.class_name
-            sample.multiturn = _multiturn(report.details)
+            sample.multiturn = _multiturn(report.details, validator.pool, program,
+                                          config.turn_cap)
             sample.similarity, sample.closest = round(best[0], 4), best[1]
-            sample.novel = best[0] < DUPLICATE_THRESHOLD
+            sample.novel = best[0] < config.dedup_threshold
             prints.append((program.sha256, mine))
         out.append(sample)
     return out

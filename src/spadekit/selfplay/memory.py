@@ -63,7 +63,8 @@ from spadekit.runs.schema import StoreError, StoreNotFound, dumps, finite, loads
 from spadekit.selfplay.rewards import WIN_RATE_INPUTS
 
 __all__ = ["DEFAULT_CAP", "DUPLICATE_THRESHOLD", "EnvironmentMemory", "MemoryRecord",
-           "canonical_tokens", "fingerprint", "jaccard", "containment", "summarize_validation"]
+           "canonical_tokens", "fingerprint", "jaccard", "containment", "similarity_of",
+           "summarize_validation"]
 
 DEFAULT_CAP = 200
 DUPLICATE_THRESHOLD = 0.9
@@ -230,6 +231,12 @@ def containment(new: frozenset, old: frozenset) -> float:
     if not old:
         return 1.0
     return len(new & old) / len(old)
+
+
+def similarity_of(new: frozenset, old: frozenset) -> float:
+    """The dedup gate's similarity: the larger of Jaccard and ``containment(new, old)``, so a
+    copy padded with code it never calls is as similar as the copy itself."""
+    return max(jaccard(new, old), containment(new, old))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,14 +477,15 @@ class EnvironmentMemory:
     def is_near_duplicate(self, code: str | EnvProgram, *, skill: str | None = None,
                           threshold: float | None = None) -> tuple[bool, str | None, float]:
         """``(is_duplicate, closest_sha, similarity)`` against the records in memory
-        (optionally of one skill). ``closest_sha`` is ``None`` for an empty memory."""
+        (optionally of one skill), by :func:`similarity_of` (a record padded with dead code is
+        still that record). ``closest_sha`` is ``None`` for an empty memory."""
         if isinstance(code, EnvProgram):
             code = code.code
         limit = self.duplicate_threshold if threshold is None else float(threshold)
         target = fingerprint(code, self.shingle_size)
         best_sha, best = None, 0.0
         for record in self.records(skill):
-            similarity = jaccard(target, self._fingerprint_of(record))
+            similarity = similarity_of(target, self._fingerprint_of(record))
             if best_sha is None or similarity > best:
                 best_sha, best = record.sha256, similarity
         return best_sha is not None and best >= limit, best_sha, best

@@ -31,8 +31,9 @@ DOC_WORDS = {"games": 6000, "tooluse": 4000}
 MAX_REFERENCE_CHARS = 12000
 #: ``designer.prompt_style`` values.
 PROMPT_STYLES = ("full", "compact")
-#: Words of a reference's rules shown in the compact style.
+#: Words of a reference's rules shown in the compact style, and characters at most.
 SUMMARY_WORDS = 30
+SUMMARY_CHARS = 300
 
 # ---------------------------------------------------------------------------------------------
 # designer prompt
@@ -207,18 +208,21 @@ def designer_system_prompt_compact(setting: str, max_turns: int = 12) -> str:
 
 def reference_summary(code: str, words: int = SUMMARY_WORDS) -> str:
     """A reference program in one line: its class name and the first ``words`` words of its
-    longest string constant (usually its rules); the code's opening when it does not parse."""
+    longest string constant (usually its rules); the code's opening when it does not parse.
+    At most :data:`SUMMARY_CHARS` characters, read from the first :data:`MAX_REFERENCE_CHARS`
+    of the code (what the full style shows), however the program was written."""
     import ast
 
+    code = code[:MAX_REFERENCE_CHARS]  # what the full style shows of it, at most
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return " ".join(code.split()[:words])
-    names = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+        return " ".join(code.split()[:words])[:SUMMARY_CHARS]
+    names = [n.name[:60] for n in tree.body if isinstance(n, ast.ClassDef)]
     texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
              and isinstance(n.value, str)]
     rules = " ".join(max(texts, key=len).split()[:words]) if texts else ""
-    return f"{names[0] if names else 'a program'}: {rules}".strip()
+    return f"{names[0] if names else 'a program'}: {rules}".strip()[:SUMMARY_CHARS]
 
 
 def _compact_messages(setting: str, skill: str, text: str, refs: list, negative: Any,

@@ -60,7 +60,9 @@ class SetupSteps:
                 # run's base from now on (config.yaml names it, so a resume and `spadekit
                 # eval RUN` load this base under the run's adapter)
                 self.model_spec, self.warm_dir = f"hf:{warm}", warm.parent
-                self.config = config = dataclasses.replace(config, model=self.model_spec)
+                self.config = config = dataclasses.replace(
+                    config, model=self.model_spec, warmstart=dataclasses.replace(
+                        config.warmstart, base=config.warmstart.base or config.model))
             policy = load_policy(self.model_spec, seed=config.seed)
         if "train" not in getattr(policy, "capabilities", ()):
             raise ConfigError(

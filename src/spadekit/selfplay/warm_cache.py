@@ -31,8 +31,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import math
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -43,6 +43,8 @@ from spadekit.common.errors import ConfigError
 
 __all__ = ["CACHE_FORMAT", "WarmstartConfig", "applies", "build_procedural_pool", "cache_key",
            "resolve_generation_model", "warm_model_dir"]
+
+log = logging.getLogger(__name__)
 
 CACHE_FORMAT = 1
 MARKER = ".spadekit-complete.json"
@@ -57,6 +59,10 @@ class WarmstartConfig:
     """The model these settings are for: a run whose ``model`` is another one starts from
     its model unchanged (the recipe's sizes were measured on the bundled SmolLM2-135M);
     ``any``: any model."""
+    base: str | None = None
+    """Set by the run (never by hand): the model the warm start was built from, recorded
+    with ``model`` replaced by the cached warm start's path, so that a resume finds the warm
+    start again or rebuilds it where the cache was cleared."""
     programs: int = 36
     """At most this many programs of the pool (a seeded draw)."""
     epochs: int = 3
@@ -109,37 +115,87 @@ def applies(config: Any) -> bool:
     """Whether ``config``'s run starts from a warm start (``warmstart.pool`` set, and
     ``warmstart.model`` is the run's model or ``any``)."""
     ws = config.warmstart
-    return ws.pool is not None and ws.model in ("any", config.model)
+    if ws.pool is None:
+        return False
+    if ws.model in ("any", ws.base or config.model):
+        return True
+    log.warning("warmstart.model is %s but the run's model is %s: no warm start (set "
+                "warmstart.model=any to warm-start this model)", ws.model, config.model)
+    return False
 
 
 def _cache_root() -> Path:
-    base = os.environ.get("SPADEKIT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "spadekit")
-    return Path(base) / "warmstart"
+    from spadekit.policy.bundled import cache_dir
+
+    return cache_dir().resolve() / "warmstart"  # absolute: config.yaml records the path
+
+
+#: The source files that write the examples (prompts, programs, the SFT): their text is in
+#: the key, so a new spadekit that changes them builds a new warm start.
+KEY_SOURCES = ("envs/procedural/compose.py", "envs/procedural/mechanics.py",
+               "selfplay/prompts.py", "selfplay/procedural_pool.py", "selfplay/warmstart.py",
+               "selfplay/warm_cache.py", "train/sft.py", "train/model_prep.py",
+               "rollout/aids.py", "policy/base.py")
+_PER_EXAMPLE_ONLY = ("seed_memory", "base")
+"""``warmstart`` fields that do not change the warm start itself."""
+_NOT_EXAMPLES = ("temperature", "top_p", "repair_attempts", "judge", "judge_temperature",
+                 "judge_max_new_tokens", "hint_model", "model", "hint_temperature",
+                 "max_new_tokens", "hint_max_new_tokens")
+"""``designer`` fields that only sample or check later (no example changes with them)."""
+
+
+def _file_digest(path: Path) -> str | None:
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for item in sorted(p for p in path.rglob("*") if p.is_file()):
+            digest.update(str(item.relative_to(path)).encode() + b"\0" + item.read_bytes())
+        return digest.hexdigest()
+    return None
+
+
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
+"""Where :data:`KEY_SOURCES` are read (the installed ``spadekit`` package)."""
+
+
+def _code_digest() -> str:
+    root = SOURCE_ROOT
+    digest = hashlib.sha256()
+    for name in KEY_SOURCES:
+        digest.update(name.encode() + b"\0" + (root / name).read_bytes())
+    return digest.hexdigest()
 
 
 def cache_key(config: Any) -> str:
-    """The hash of everything a warm start of ``config`` depends on (see the module)."""
-    pool = config.warmstart.pool
+    """The hash of everything a warm start of ``config`` depends on (see the module): the
+    settings, the contents of a pool directory and of a corpus file, and the source of the
+    code that writes the examples (:data:`KEY_SOURCES`)."""
+    ws = config.warmstart
+    pool = ws.pool
     if pool not in (None, "procedural", "library"):
-        pool = str(Path(pool).resolve())
-        pool_file = Path(pool) / "pool.jsonl"
-        pool = [pool, hashlib.sha256(pool_file.read_bytes()).hexdigest()
-                if pool_file.exists() else None]
+        pool = [str(Path(pool).expanduser().resolve()),
+                _file_digest(Path(pool).expanduser() / "pool.jsonl")]
+    corpus = config.corpus
+    if corpus is not None and str(corpus).strip().lower() not in ("", "default"):
+        corpus = [str(Path(corpus).expanduser().resolve()),
+                  _file_digest(Path(corpus).expanduser())]
     designer = dataclasses.asdict(config.designer)
-    ws = {k: v for k, v in dataclasses.asdict(config.warmstart).items() if k != "seed_memory"}
-    for name in ("temperature", "top_p", "repair_attempts", "judge", "judge_temperature",
-                 "judge_max_new_tokens", "hint_model", "model", "hint_temperature"):
-        designer.pop(name, None)  # sampling and later stages do not change the examples
-    payload = {"format": CACHE_FORMAT, "model": config.model,
-               "warmstart": {**ws, "pool": pool},
+    for name in _NOT_EXAMPLES:
+        designer.pop(name, None)
+    rollout = ({"response_prefix": dict(config.rollout.response_prefix),
+                "demonstrations": list(config.rollout.demonstrations),
+                "system_prompt": getattr(config.rollout, "system_prompt", None)}
+               if ws.agent_seeds == 0 else dataclasses.asdict(config.rollout))
+    payload = {"format": CACHE_FORMAT, "code": _code_digest(),
+               "model": ws.base or config.model,
+               "warmstart": {**{k: v for k, v in dataclasses.asdict(ws).items()
+                                if k not in _PER_EXAMPLE_ONLY}, "pool": pool},
                "setting": config.setting, "turn_cap": config.turn_cap, "designer": designer,
-               "chat_template": dataclasses.asdict(config.chat_template),
-               "response_prefix": dict(config.rollout.response_prefix),
-               "demonstrations": list(config.rollout.demonstrations),
-               "system_prompt": getattr(config.rollout, "system_prompt", None),
-               "corpus": config.corpus, "grounding": config.grounding,
-               "use_memory": config.use_memory}
+               "chat_template": dataclasses.asdict(config.chat_template), "rollout": rollout,
+               "validation": dataclasses.asdict(config.validation),
+               "sandbox_packages": list(getattr(config.sandbox, "packages", ()) or ()),
+               "corpus": corpus, "grounding": config.grounding, "use_memory": config.use_memory}
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -162,7 +218,12 @@ def _complete(folder: Path, key: str) -> bool:
         marker = json.loads((folder / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return marker.get("key") == key and (folder / "model" / "config.json").exists()
+    model = folder / "model"
+    weights = list(model.glob("*.safetensors")) + list(model.glob("*.bin"))
+    sizes = marker.get("weights") or {}
+    return (marker.get("key") == key and (model / "config.json").exists() and bool(weights)
+            and all((model / name).is_file() and (model / name).stat().st_size == size
+                    for name, size in sizes.items()))
 
 
 def warm_model_dir(config: Any, *, policy: Any = None,
@@ -172,6 +233,8 @@ def warm_model_dir(config: Any, *, policy: Any = None,
     ``warmstart.pool`` is unset. ``policy``: the base model already loaded (else loaded)."""
     if not applies(config):
         return None
+    if config.warmstart.base:  # a resumed run: build (or find) it from the original model
+        config = dataclasses.replace(config, model=config.warmstart.base)
     key = cache_key(config)
     root = _cache_root()
     target = root / key
@@ -185,7 +248,9 @@ def warm_model_dir(config: Any, *, policy: Any = None,
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=root))
         try:
             _build(config, tmp, policy, progress)
-            (tmp / MARKER).write_text(json.dumps({"key": key, "format": CACHE_FORMAT}) + "\n")
+            sizes = {p.name: p.stat().st_size for p in (tmp / "model").iterdir() if p.is_file()}
+            (tmp / MARKER).write_text(json.dumps({"key": key, "format": CACHE_FORMAT,
+                                                  "weights": sizes}) + "\n")
             shutil.rmtree(target, ignore_errors=True)
             tmp.rename(target)
         except BaseException:

@@ -64,7 +64,12 @@ def designer_examples(policy: Any, config: Any, programs: Sequence[EnvProgram],
     by_skill: dict[str | None, list[EnvProgram]] = {}
     for p in programs:
         by_skill.setdefault(p.skill, []).append(p)
-    texts = [t for t in documents.values() if t]
+    from spadekit.selfplay.procedural_pool import split_documents
+
+    # a program without its own document is themed on one of the corpus's training half: the
+    # held-out half (what a designer benchmark prompts with) never appears in an example
+    train_docs, _held = split_documents(list(documents.items()), config.warmstart.seed)
+    texts = [t for _d, t in train_docs if t]
     out = []
     for index, program in enumerate(programs):
         doc_id = (program.meta.get("procedural") or {}).get("doc_id")
@@ -213,6 +218,8 @@ def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
             progress("examples", 0, len(programs), None)
         designer = designer_examples(policy, config, programs, documents, rng)
         agent = agent_examples(policy, config, pool, programs, seeds_per_program, rng)
+        if progress:
+            progress("examples", len(programs), len(programs), None)
     finally:
         if own:
             pool.close()
@@ -226,8 +233,10 @@ def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
               "completion_tokens": sum(sum(e.loss_mask) for e in train)}
     from spadekit.runs.pool import write_pool
 
-    if not (out / "programs" / "pool.jsonl").exists():  # what it learnt from (a pool)
-        write_pool(out / "programs", [(p, None) for p in programs])
+    import shutil
+
+    shutil.rmtree(out / "programs", ignore_errors=True)  # what it learns from (a pool)
+    write_pool(out / "programs", [(p, None) for p in programs])
     run = SFTRun(policy, sft, out)
     history = run.fit(train, held_out, None if progress is None else
                       (lambda done, total, loss: progress("train", done, total, loss)))

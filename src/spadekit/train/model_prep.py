@@ -27,9 +27,33 @@ def is_peft(model: Any) -> bool:
     return isinstance(model, PeftModel)
 
 
-LINEAR_NAMES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-"""The linear layers of a Llama-style decoder layer (``all-linear`` when only some layers
-take LoRA)."""
+def _last_layer_linears(model: Any, layers: int, targets: Any) -> list[str]:
+    """Full names of the linear (and GPT-2 ``Conv1D``) modules inside the last ``layers`` of the
+    model's decoder stack (the longest ``ModuleList``), filtered by ``targets`` (leaf names)
+    unless it is ``all-linear``. ``ConfigError`` when the model has no such stack."""
+    import torch
+
+    from spadekit.common.errors import ConfigError
+
+    stacks = [(name, m) for name, m in model.named_modules()
+              if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
+    if not stacks:
+        raise ConfigError("lora_layers needs a model with a stack of decoder layers; "
+                          "set lora_layers to null")
+    prefix, stack = max(stacks, key=lambda item: len(item[1]))
+    wanted = None if targets == "all-linear" else (
+        {targets} if isinstance(targets, str) else set(targets))
+    names = []
+    for index in range(max(0, len(stack) - layers), len(stack)):
+        for name, module in stack[index].named_modules():
+            linear = isinstance(module, torch.nn.Linear) or \
+                type(module).__name__ == "Conv1D"
+            if linear and name and (wanted is None or name.rsplit(".", 1)[-1] in wanted):
+                names.append(f"{prefix}.{index}.{name}")
+    if not names:
+        raise ConfigError(f"lora_layers: no linear layer in the last {layers} layers of "
+                          f"{prefix} matches {targets!r}")
+    return names
 
 
 def add_lora(model: Any, cfg: TrainConfig) -> Any:
@@ -39,15 +63,10 @@ def add_lora(model: Any, cfg: TrainConfig) -> Any:
     from peft import LoraConfig, get_peft_model
 
     targets, layers = cfg.lora_target_modules, getattr(cfg, "lora_layers", None)
-    extra = {}
-    if layers is not None:  # the last ``layers`` decoder layers (peft needs module names)
-        total = model.config.get_text_config().num_hidden_layers \
-            if hasattr(model.config, "get_text_config") else model.config.num_hidden_layers
-        if targets == "all-linear":
-            targets = LINEAR_NAMES
-        extra = {"layers_to_transform": list(range(max(0, total - layers), total))}
+    if layers is not None:  # the linear modules of the last ``layers`` decoder layers
+        targets = _last_layer_linears(model, layers, targets)
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=targets, task_type="CAUSAL_LM", **extra)
+                      target_modules=targets, task_type="CAUSAL_LM")
     with warnings.catch_warnings():  # peft reads a property transformers 5.2x renamed
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*",
                                 category=FutureWarning)

@@ -15,7 +15,8 @@ write: a designer's program and hint, an agent's replies; 0 on prompts and obser
 - every ``save_every`` steps, and at each epoch's end, the trainable weights, the optimizer, and
   the position (epoch, step) are written to ``out/state`` atomically (a temporary folder, then a
   rename), so a killed run resumed with the same examples repeats at most ``save_every`` steps
-  and continues with the same order and the same numbers;
+  and continues with the same order and the same numbers; a state saved for other examples
+  (their hash is saved with it) is not resumed: training starts afresh, with a warning;
 - ``export()`` writes the trained model in ``save_pretrained`` form with its tokenizer to
   ``out/model``: what ``--model hf:OUT/model`` (or ``vllm:OUT/model``) loads.
 """
@@ -97,6 +98,23 @@ class SFTExample:
             raise ValueError("an SFT example needs at least one loss token after the first")
 
 
+def _compared(config: SFTConfig) -> dict[str, Any]:
+    """The settings a resume must share (``threads`` changes no number)."""
+    return {k: v for k, v in asdict(config).items() if k != "threads"}
+
+
+def examples_digest(train: Sequence["SFTExample"], held_out: Sequence["SFTExample"]) -> str:
+    """A hash of the examples' tokens and masks: a resume continues only on the same ones."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for part in (train, held_out):
+        for e in part:
+            digest.update(json.dumps([e.token_ids, e.loss_mask]).encode())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
 def completion_loss(model: Any, rows: Sequence[SFTExample], pad_id: int) -> tuple[Any, int]:
     """``(sum of token cross-entropies, number of loss tokens)`` over ``rows``: token ``t`` is
     predicted from the logits at ``t - 1`` wherever ``loss_mask[t]`` is 1."""
@@ -155,6 +173,9 @@ class SFTRun:
         self.pos = _Position()
         tok = policy.tokenizer
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        self.examples_digest: str | None = None
+        self._saved_examples: str | None = None
+        self._initial = self._trainable()
         self.resumed = self._load_state()
 
     # -- state -------------------------------------------------------------------------------
@@ -174,7 +195,8 @@ class SFTRun:
         torch.save(self._trainable(), tmp / "weights.pt")
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         (tmp / "position.json").write_text(json.dumps({**asdict(self.pos),
-                                                       "config": asdict(self.config)}))
+                                                       "config": _compared(self.config),
+                                                       "examples": self.examples_digest}))
         old = self.out / "state.old"
         shutil.rmtree(old, ignore_errors=True)
         if self.state_dir.exists():
@@ -187,7 +209,7 @@ class SFTRun:
         if not (folder / "position.json").exists():
             return False
         saved = json.loads((folder / "position.json").read_text())
-        if saved.get("config") != json.loads(json.dumps(asdict(self.config))):
+        if saved.get("config") != json.loads(json.dumps(_compared(self.config))):
             raise ConfigError(f"{folder} was written with other SFT settings; use a new "
                               "output folder or the same settings")
         weights = torch.load(folder / "weights.pt", weights_only=True)
@@ -199,7 +221,26 @@ class SFTRun:
         self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
         self.pos = _Position(saved["epoch"], saved["step_in_epoch"], saved["step"],
                              saved.get("history", []))
+        self._saved_examples = saved.get("examples")
         return True
+
+    def _restart(self) -> None:
+        """Forget a resumed state (it was written for other examples): fresh weights and
+        optimizer, position 0."""
+        import warnings
+
+        warnings.warn(f"{self.state_dir}: the saved state was trained on other examples; "
+                      "starting afresh", stacklevel=3)
+        if self.config.use_peft:
+            for name, param in self.model.named_parameters():
+                if param.requires_grad:
+                    param.data.copy_(self._initial[name])
+        else:
+            self.model.load_state_dict(self._initial, strict=False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=self.config.learning_rate,
+                                           weight_decay=self.config.weight_decay)
+        self.pos = _Position()
 
     # -- training ----------------------------------------------------------------------------
 
@@ -260,6 +301,11 @@ class SFTRun:
         if not train:
             raise ValueError("no training examples")
         import os
+
+        self.examples_digest = examples_digest(train, held_out)
+        if self.resumed and self._saved_examples not in (None, self.examples_digest):
+            self._restart()
+            self.resumed = False
 
         before = torch.get_num_threads()
         torch.set_num_threads(self.config.threads or os.cpu_count() or 1)

@@ -101,7 +101,7 @@ def theme_words(text: str, n: int = THEME_WORDS) -> list[str]:
     """The first ``n`` distinct lowercase words of 3-9 letters of ``text`` (stop words left
     out), in the document's order: what the compact designer prompt shows of a document, and
     what a procedural program's surface is drawn from."""
-    words = re.findall(r"[A-Za-z]+", text)
+    words = re.findall(r"[^\W\d_]+", text)  # whole words of any script; ASCII ones kept
     seen = dict.fromkeys(w.lower() for w in words
                          if _WORD.fullmatch(w.lower()) and w.lower() not in _STOP)
     return list(seen)[:n]
