@@ -1,10 +1,10 @@
-"""Review of issue 23 (designer warm start, procedural pool, designer benchmark): failing tests
-that each show one defect, with real parts (the real sandbox and validator, real SQLite, the
-tiny model)."""
+"""The review of issue 23 (designer warm start, procedural pool, designer benchmark): each test
+showed one defect when it was written (they all failed on d1eb0ea) and guards its fix, with real
+parts (the real sandbox and validator, real SQLite, the tiny model). The docstrings describe the
+defect as it was found."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 
