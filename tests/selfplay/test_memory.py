@@ -196,8 +196,12 @@ def test_near_duplicates(store):
     near = mem.is_near_duplicate(other)[2]
     assert mem.is_near_duplicate(other, threshold=near)[0] is True
     assert mem.is_near_duplicate(other, threshold=near + 0.01)[0] is False
-    assert EnvironmentMemory(store, duplicate_threshold=0.5).is_near_duplicate(
-        source("games_switchboard"))[0] is False
+    switchboard = source("games_switchboard")  # the memory's own threshold, likewise
+    sim = mem.is_near_duplicate(switchboard)[2]
+    assert EnvironmentMemory(store, duplicate_threshold=sim).is_near_duplicate(
+        switchboard)[0] is True
+    assert EnvironmentMemory(store, duplicate_threshold=sim + 0.01).is_near_duplicate(
+        switchboard)[0] is False
     broken = "class BrokenEnv(:\n    pass\n"
     assert canonical_tokens(broken)  # unparsable code falls back to raw tokens
     assert jaccard(fingerprint(broken), fingerprint(broken)) == 1.0
