@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -193,6 +194,7 @@ def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
                   ) -> WarmstartResult:
     """Build the examples of ``source`` for ``config``'s loop, train, export ``out/model``."""
     from spadekit.policy.registry import load_policy
+    from spadekit.runs.pool import write_pool
     from spadekit.sandbox import SandboxPool
     from spadekit.selfplay.corpus import load_corpus
 
@@ -231,10 +233,6 @@ def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
               "agent_examples": len(agent),
               "train_examples": len(train), "held_out_examples": len(held_out),
               "completion_tokens": sum(sum(e.loss_mask) for e in train)}
-    from spadekit.runs.pool import write_pool
-
-    import shutil
-
     shutil.rmtree(out / "programs", ignore_errors=True)  # what it learns from (a pool)
     write_pool(out / "programs", [(p, None) for p in programs])
     run = SFTRun(policy, sft, out)

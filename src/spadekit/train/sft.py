@@ -74,14 +74,11 @@ class SFTConfig:
                 raise ConfigError(f"sft.{name} must be an int >= 1, got {value!r}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ConfigError(f"sft.learning_rate must be > 0, got {self.learning_rate!r}")
-        if self.lora_layers is not None and (isinstance(self.lora_layers, bool) or
-                                             not isinstance(self.lora_layers, int) or
-                                             self.lora_layers < 1):
-            raise ConfigError(f"sft.lora_layers must be None or an int >= 1, got "
-                              f"{self.lora_layers!r}")
-        if self.threads is not None and (isinstance(self.threads, bool) or
-                                         not isinstance(self.threads, int) or self.threads < 1):
-            raise ConfigError(f"sft.threads must be None or an int >= 1, got {self.threads!r}")
+        for name in ("lora_layers", "threads"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ConfigError(f"sft.{name} must be None or an int >= 1, got {value!r}")
 
 
 @dataclass
@@ -167,15 +164,15 @@ class SFTRun:
                 model = add_lora(model, config)
             policy.model = model
         self.model = model
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate,
-                                           weight_decay=config.weight_decay)
+        self.optimizer = self._new_optimizer()
         self.pos = _Position()
         tok = policy.tokenizer
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.examples_digest: str | None = None
         self._saved_examples: str | None = None
-        self._initial = self._trainable()
+        self._initial: dict[str, Any] = {}
+        """The trainable weights before a saved state replaced them (what ``_restart`` puts
+        back)."""
         self.resumed = self._load_state()
 
     # -- state -------------------------------------------------------------------------------
@@ -183,6 +180,11 @@ class SFTRun:
     @property
     def state_dir(self) -> Path:
         return self.out / "state"
+
+    def _new_optimizer(self) -> Any:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=self.config.learning_rate,
+                                 weight_decay=self.config.weight_decay)
 
     def _trainable(self) -> dict[str, Any]:
         return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters()
@@ -217,6 +219,7 @@ class SFTRun:
         if missing:
             raise ConfigError(f"{folder} holds weights this model does not have: "
                               f"{sorted(missing)[:3]}")
+        self._initial = self._trainable()
         self.model.load_state_dict(weights, strict=False)
         self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
         self.pos = _Position(saved["epoch"], saved["step_in_epoch"], saved["step"],
@@ -231,15 +234,8 @@ class SFTRun:
 
         warnings.warn(f"{self.state_dir}: the saved state was trained on other examples; "
                       "starting afresh", stacklevel=3)
-        if self.config.use_peft:
-            for name, param in self.model.named_parameters():
-                if param.requires_grad:
-                    param.data.copy_(self._initial[name])
-        else:
-            self.model.load_state_dict(self._initial, strict=False)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=self.config.learning_rate,
-                                           weight_decay=self.config.weight_decay)
+        self.model.load_state_dict(self._initial, strict=False)
+        self.optimizer = self._new_optimizer()
         self.pos = _Position()
 
     # -- training ----------------------------------------------------------------------------
