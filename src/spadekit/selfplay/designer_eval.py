@@ -54,7 +54,8 @@ class DesignSample:
         return asdict(self)
 
 
-GIVEAWAY_SEEDS = (0, 1, 2, 3, 4)
+GIVEAWAY_SEEDS = (3, 4)
+"""Seeds read besides the leak check's public ones (0, 1, 2): five in all."""
 _BOX = re.compile(r"\\boxed\{([^{}]*)\}")
 _TOKEN = re.compile(r"[A-Za-z0-9_]+(?:[.-][A-Za-z0-9_]+)*")
 
@@ -68,36 +69,29 @@ def _multiturn(details: dict[str, Any], pool: Any, program: EnvProgram, cap: int
 
 def gives_answer_away(pool: Any, program: EnvProgram, cap: int,
                       seeds: Sequence[int] = GIVEAWAY_SEEDS) -> bool:
-    """True when the first observation names the answer: on every seed each value of the
-    solution's last command (the words after its command word, in its last ``\\boxed{}`` or
-    the whole action) appears in that seed's first observation, and the observation is
-    specific to its answer (another seed's different answer is missing from it; a list of
-    every option, as in "one of a, b, c", gives nothing away). False when a replay fails."""
-    from spadekit.common.errors import SandboxError
+    """True when the first observation names the answer: on every seed (the public leak
+    seeds and ``seeds``) each value of the solution's last command (the words after its
+    command word, in its last ``\\boxed{}`` or the whole action) appears in that seed's first
+    observation, and the observation is specific to its answer (another seed's different
+    answer is missing from it; a list of every option, as in "one of a, b, c", gives nothing
+    away). The solutions and first observations are read by the leak check's
+    ``solution_actions`` (in play's shape); False when that fails."""
+    from spadekit.selfplay.generate import solution_actions
 
-    try:
-        sb = pool.acquire(program.code)
-    except SandboxError:
+    trace = solution_actions(pool, program.code, cap, seeds)
+    if trace is None:
         return False
     seen = []
-    try:
-        env = sb.new_env(max_turns=cap)
-        for seed in seeds:
-            observation, _info = env.reset(seed=seed)
-            actions = env.solution()
-            if not actions or not isinstance(actions[-1], str):
-                return False
-            boxes = _BOX.findall(actions[-1])
-            values = tuple(v.lower() for v in _TOKEN.findall(boxes[-1] if boxes
-                                                             else actions[-1])[1:])
-            shown = set(_TOKEN.findall(str(observation).lower()))
-            if not values or any(v not in shown for v in values):
-                return False
-            seen.append((values, shown))
-    except SandboxError:
-        return False
-    finally:
-        pool.release(sb)
+    for actions, observation in zip(trace.per_seed, trace.observations):
+        if not actions or not isinstance(actions[-1], str):
+            return False
+        boxes = _BOX.findall(actions[-1])
+        values = tuple(v.lower() for v in _TOKEN.findall(boxes[-1] if boxes
+                                                         else actions[-1])[1:])
+        shown = set(_TOKEN.findall(str(observation).lower()))
+        if not values or any(v not in shown for v in values):
+            return False
+        seen.append((values, shown))
     return any(a != b and any(v not in shown for v in b)
                for a, shown in seen for b, _other in seen)
 
