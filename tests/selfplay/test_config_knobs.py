@@ -244,6 +244,8 @@ probe("bootstrap_per_round", 1, loop, bootstrap="library")
 probe("train_designer", False, loop, rounds=3)
 probe("designer.model", "tiny", loop, rounds=3)  # a frozen designer: its samples are dropped
 probe("checkpoint_every", 2, loop)
+probe("checkpoint.keep_last", 1, loop, rounds=3)  # 2 folders -> 1
+probe("checkpoint.keep_every", 2, loop, rounds=3, checkpoint__keep_last=1)  # round 2's stays
 probe("generation_model", "tiny", loop)
 
 DOCUMENTED: dict[str, str] = {

@@ -166,10 +166,16 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
         target = sp.run_dir  # rank 0's (the other ranks' default name may differ)
         if main:
             world = sp.trainer.dist.world_size
+            from spadekit.selfplay.checkpoints import disk_use
+
+            ck = sp.config.checkpoint
             console.print(f"sandbox tier: {sp.pool.report.tier}; starting at round "
                           f"{sp.next_step}" + (f"; {world} processes "
                                                f"({sp.trainer.dist.strategy})"
-                                               if world > 1 else ""))
+                                               if world > 1 else "")
+                          + f"; run dir {disk_use(sp.run_dir) / 2**20:.0f} MB, keeping the "
+                          f"last {ck.keep_last} checkpoint(s)"
+                          + (f" and every {ck.keep_every}th" if ck.keep_every else ""))
             console.print("roles: " + "; ".join(
                 f"{role} {terminal_text(str(r['policy']))} ({r['engine']}"
                 f"{', trained' if r['trained'] else ', not trained'})"
@@ -216,7 +222,9 @@ def _leave_process_group() -> None:
 
 def _round_table(m: dict) -> Table:
     times = "  ".join(f"{k} {v:.0f}s" for k, v in m["timings_s"].items())
-    table = Table(title=f"round {m['step']} ({m['seconds']:.0f}s)", caption=times,
+    disk = (f"; run dir {m['run_dir_mb']:.0f} MB, {m.get('checkpoints_kept', 0)} "
+            "checkpoint(s) kept" if isinstance(m.get("run_dir_mb"), (int, float)) else "")
+    table = Table(title=f"round {m['step']} ({m['seconds']:.0f}s)", caption=times + disk,
                   show_header=True)
     for col in ("valid", "pool d+b", "win", "return", "adv!=0", "regret", "d.reward", "loss",
                 "tok/s"):

@@ -613,12 +613,23 @@ class RunStore:
 
     def latest_checkpoint(self) -> dict[str, Any] | None:
         """``{"step", "path" (absolute), "meta"}`` of the newest recorded checkpoint."""
-        rows = self.query("SELECT * FROM checkpoints ORDER BY step DESC LIMIT 1")
-        if not rows:
-            return None
-        path = Path(rows[0]["path"])
-        return {"step": rows[0]["step"], "meta": loads(rows[0]["meta"], {}),
-                "path": path if path.is_absolute() else self.run_dir / path}
+        rows = self.checkpoints()
+        return rows[-1] if rows else None
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """Every recorded checkpoint pointer (as :meth:`latest_checkpoint`), oldest first."""
+        out = []
+        for row in self.query("SELECT * FROM checkpoints ORDER BY step"):
+            path = Path(row["path"])
+            out.append({"step": row["step"], "meta": loads(row["meta"], {}),
+                        "path": path if path.is_absolute() else self.run_dir / path})
+        return out
+
+    def forget_checkpoints(self, steps: Iterable[int]) -> None:
+        """Drop the pointers of ``steps`` (committed at once; their files go after)."""
+        with self.transaction():
+            for step in steps:
+                self._sql("DELETE FROM checkpoints WHERE step = ?", (int(step),))
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.run_dir)!r})"

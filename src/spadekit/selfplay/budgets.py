@@ -1,11 +1,13 @@
 """The per-round budgets a config implies (``spadekit selfplay --dry-run``): pool size, plays,
-agent samples, hinted plays, the designer's loss weight, the turn cap and the token budgets."""
+agent samples, hinted plays, the designer's loss weight, the turn cap, the token budgets, and
+the checkpoints kept at most with their disk bound (``spadekit.selfplay.checkpoints``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from spadekit.selfplay.advantages import designer_weight
+from spadekit.selfplay.checkpoints import checkpoint_budget, parameters_from_name
 from spadekit.selfplay.config import CHAT_ROLES, SelfPlayConfig
 
 __all__ = ["budgets"]
@@ -47,4 +49,5 @@ def budgets(config: SelfPlayConfig) -> dict[str, Any]:
         "chat_template_kwargs": {role: config.chat_template.for_role(role)
                                  for role in CHAT_ROLES},
         "total_agent_samples": n_agent * config.rounds,
+        **checkpoint_budget(config, parameters_from_name(config.model)),
     }

@@ -20,6 +20,7 @@ from spadekit.common.errors import ConfigError
 from spadekit.rollout.engine import RolloutConfig
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.train.config import TrainConfig
+from spadekit.selfplay.checkpoints import CheckpointConfig
 from spadekit.selfplay.warm_cache import WarmstartConfig
 from spadekit.selfplay.watch import WatchConfig
 
@@ -339,6 +340,9 @@ class SelfPlayConfig:
     ``from_round <= N``, applied in order (see :func:`scheduled_config`)."""
     seed: int = 0
     checkpoint_every: int = 1
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Which checkpoints stay on disk (``keep_last``, ``keep_every``;
+    ``spadekit.selfplay.checkpoints``)."""
     tensorboard: bool = True
     """Also write each round's metrics to ``run_dir/tensorboard`` when the ``tensorboard``
     package is installed (``pip install -e ".[tensorboard]"``)."""

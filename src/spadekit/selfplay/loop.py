@@ -48,6 +48,7 @@ from typing import Any
 
 from spadekit.envs.program import EnvProgram
 from spadekit.rollout.engine import EpisodeSpec, Trajectory
+from spadekit.selfplay.checkpoints import disk_use, forget_unkept, sweep, unkept_folders
 from spadekit.selfplay.config import SelfPlayConfig, schedule_values, scheduled_config
 from spadekit.selfplay.design import Drafts, active_skills
 from spadekit.selfplay.distributed import PeerFailed, control_group, join_launch, place_steps
@@ -359,6 +360,12 @@ class SelfPlay(SetupSteps):
         step, metrics = r.step, r.metrics
         if r.checkpoint is not None:
             self.store.record_checkpoint(step, r.checkpoint)
+        # retention: older pointers go with this commit, their folders right after it
+        keep = forget_unkept(self.store, self.config.checkpoint)
+        stale = unkept_folders(self.run_dir, keep)
+        metrics["checkpoints_kept"] = len(keep)
+        metrics["run_dir_mb"] = round((disk_use(self.run_dir) - sum(
+            disk_use(f) for f in stale)) / 2**20, 2)
         metrics["world_size"] = self.trainer.dist.world_size
         metrics["timings_s"] = {k: round(v, 3) for k, v in r.timings.items()}
         metrics["seconds"] = round(time.perf_counter() - r.started, 3)
@@ -366,6 +373,7 @@ class SelfPlay(SetupSteps):
                                       if isinstance(v, (int, float)) and k != "step"})
         self.store.append_event({"kind": "round", **metrics})
         r.transaction.close()  # commit the round
+        sweep(stale)
         if self.tb is not None:  # after the commit, like events.jsonl
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) \

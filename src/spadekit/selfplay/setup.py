@@ -11,12 +11,15 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
+
 from spadekit.common.errors import ConfigError, SpadekitError
 from spadekit.policy.loading import quiet_transformers
 from spadekit.rollout.engine import RolloutEngine
 from spadekit.runs.store import RunStore
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.validate import Validator
+from spadekit.selfplay.checkpoints import load_latest_good, prune_checkpoints
 from spadekit.selfplay.config import SelfPlayConfig, build, save_config
 from spadekit.selfplay.design import DesignPhase
 from spadekit.selfplay.memory import EnvironmentMemory, SeedlessMemory
@@ -164,9 +167,12 @@ class SetupSteps:
                 # keeps out of the pool (a copy of a warm-start program is a near-duplicate)
                 self.memory.seed_from_source(str(warm / "programs"), config.setting)
             return None, None
-        pointer = self.store.latest_checkpoint()
-        return last, None if pointer is None else {"step": pointer["step"],
-                                                   "path": str(pointer["path"])}
+        prune_checkpoints(self.store, config.checkpoint)  # folders a killed round left
+        pointers = [{"step": p["step"], "path": str(p["path"])}
+                    for p in self.store.checkpoints()[::-1]]  # newest first
+        if not pointers:
+            return last, None
+        return last, {**pointers[0], "older": pointers[1:], "last_round": last}
 
     def _record_roles(self) -> dict[str, dict[str, Any]]:
         """Which policy and engine plays each role, in the run database (state ``roles`` and a
@@ -197,19 +203,33 @@ class SetupSteps:
     def _restore(self, step: int) -> None:
         """One process: load the last checkpoint and the loop state (also used by
         ``spadekit.integrations.slime``)."""
-        pointer = self.store.latest_checkpoint()
-        self.load_checkpoint(pointer)
+        pointers = [{"step": p["step"], "path": str(p["path"])}
+                    for p in self.store.checkpoints()[::-1]]
+        self.load_checkpoint({**pointers[0], "older": pointers[1:],
+                              "last_round": self.store.latest_complete_step()}
+                             if pointers else None)
         self.restore_loop_state()
 
     def load_checkpoint(self, pointer: dict[str, Any] | None) -> None:
-        """The trainer's state (weights, optimizer, RNG) from the checkpoint ``pointer``."""
+        """The trainer's state (weights, optimizer, RNG) from the checkpoint ``pointer``; when
+        it does not load, from the newest older one that does (``pointer["older"]``), after a
+        warning naming the rounds whose updates are lost (``checkpoints.load_latest_good``)."""
         if pointer is None:
             return
+        chain = [pointer, *pointer.get("older", [])]
+        store = getattr(self, "store", None)
+        console = getattr(self, "console", None)
         try:
-            self.trainer.load(pointer["path"])
-        except Exception as exc:  # whatever the file problem, the run cannot go on from it
+            load_latest_good(
+                chain, self.trainer.load, pointer.get("last_round"),
+                warn=None if console is None else
+                (lambda text: console.print(Text(f"warning: {text}", style="yellow"))),
+                record=None if store is None else store.append_event)
+        except Exception as exc:  # none loads: the run cannot go on from them
             raise ResumeError(f"cannot resume {self.run_dir}: the checkpoint of round "
-                              f"{pointer['step']} ({pointer['path']}) does not load: {exc}",
+                              f"{pointer['step']} ({pointer['path']}) does not load: {exc}"
+                              + (f" (nor the {len(chain) - 1} older one(s))"
+                                 if len(chain) > 1 else ""),
                               step=pointer["step"]) from exc
 
     def restore_loop_state(self) -> None:

@@ -27,11 +27,11 @@ from spadekit.envs.procedural.mechanics import HIDDEN, INFO, SCORING, TURNS
 __all__ = ["Combo", "all_combos", "compose", "theme_words", "ANSWER_VERBS", "LOOK_VERBS",
            "THEME_WORDS"]
 
-LOOK_VERBS = {"probe": ("probe", "test", "measure", "try"),
-              "reveal": ("reveal", "ask", "inspect", "read"),
-              "clue": ("clue", "listen", "study", "search")}
-"""Command words of each information action (one is drawn per program)."""
-ANSWER_VERBS = ("answer", "submit", "commit", "claim", "declare")
+LOOK_VERBS = {"probe": ("probe",), "reveal": ("reveal",), "clue": ("clue",)}
+"""Command words of each information action: its own name, so the design line names the
+command and a small designer has no word to carry from the rules into ``step`` (drawn words
+were measured to drift between the two)."""
+ANSWER_VERBS = ("answer",)
 """Command words of the final answer."""
 
 _HELPER = '''\
@@ -152,8 +152,8 @@ def compose(combo: Combo, words: Sequence[str], seed: int, max_turns: int | None
     theme, items = words[0], list(words[1:])
     count = rng.randint(3, min(5, len(items)))
     items = items[:count]
-    verb = rng.choice(LOOK_VERBS[combo.info])
-    answer_verb = rng.choice([v for v in ANSWER_VERBS if v != verb])
+    verb = LOOK_VERBS[combo.info][0]
+    answer_verb = ANSWER_VERBS[0]
     for item in list(items):  # an item named like a command would make commands ambiguous
         if item in (verb, answer_verb):
             items.remove(item)
