@@ -136,8 +136,40 @@ def _dry_run(preset, config, overrides, model, rounds, unsafe, extra: list[str],
     console.print(table)
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived: the round in flight rolls back (like Ctrl-C), the run exits 0."""
+
+
+def _raise_terminated(signum, _frame) -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough; cleanup runs undisturbed
+    raise Terminated(signum)
+
+
 def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
                   extra: list[str]) -> None:
+    """``spadekit selfplay``; a SIGTERM (a scheduler's preemption, ``kill``) rolls the round in
+    flight back and exits 0 with the resume command: nothing committed is lost."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    target: list = []
+    try:
+        _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
+                         extra, target)
+    except Terminated:
+        where = target[0] if target else (resume or run_dir)
+        err_console.print("[yellow]stopped by SIGTERM[/yellow]: the round in flight was "
+                          "rolled back; every committed round is kept"
+                          + (f"; continue with --resume {where}" if where else ""))
+        raise typer.Exit(0) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
+                     extra: list[str], target_out: list) -> None:
     import time as _time
 
     from spadekit.selfplay.loop import SelfPlay
@@ -150,6 +182,7 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
     main = int(os.environ.get("RANK", "0")) == 0
     rank = os.environ.get("RANK", "0")
     target = resume or run_dir or Path("runs") / _time.strftime("%Y%m%d-%H%M%S")
+    target_out.append(target)
     if main:
         console.print(f"[bold]spadekit selfplay[/bold] {'resuming' if resume else 'run'} "
                       f"[cyan]{target}[/cyan]: {cfg.model}, {cfg.setting}, "

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spadekit.common.faults import fault_point, set_round
 from spadekit.envs.program import EnvProgram
 from spadekit.rollout.engine import EpisodeSpec, Trajectory
 from spadekit.selfplay.checkpoints import disk_use, forget_unkept, sweep, unkept_folders
@@ -188,19 +189,31 @@ class SelfPlay(SetupSteps):
         ``spadekit.selfplay.distributed.PLACEMENT`` decides where each step runs)."""
         with contextlib.ExitStack() as transaction:  # committed by commit(); else rolled back
             r = RoundState(step, transaction, metrics={"step": step})
+            set_round(step)  # the fault points (spadekit.common.faults) are named by round
             self.apply_schedule(r)
+            fault_point("begin")
             self.begin_round(r)
             if self.designs_now(step):
+                fault_point("design")
                 drafts = self.design_environments(r)
+                fault_point("validate")
                 drafts = self.validate(r, drafts)
+                fault_point("hint")
                 self.hint(r, drafts)
+            fault_point("play")
             plays = self.play(r)
+            fault_point("reward")
             due = self.reward(r, plays)
             samples = self.advantages(r, plays, due)
+            fault_point("update")
             self.update(r, samples)
+            fault_point("sync")
             self.sync_generation(f"round {step}", r)
+            fault_point("retire")
             self.retire(r)
+            fault_point("save")
             self.save_checkpoint(r, self.checkpoint_dir(r))
+            fault_point("evaluate")
             self.evaluate(r)
             return self.commit(r)
 
@@ -372,7 +385,9 @@ class SelfPlay(SetupSteps):
         self.store.log_metrics(step, {k: v for k, v in metrics.items()
                                       if isinstance(v, (int, float)) and k != "step"})
         self.store.append_event({"kind": "round", **metrics})
+        fault_point("commit")
         r.transaction.close()  # commit the round
+        fault_point("committed")
         sweep(stale)
         if self.tb is not None:  # after the commit, like events.jsonl
             for key, value in metrics.items():

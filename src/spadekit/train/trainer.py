@@ -62,6 +62,7 @@ import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
+from spadekit.common.faults import fault_point
 from spadekit.common.packing import pack_in_order
 from spadekit.train.sample import Sample
 from spadekit.train.checkpoint import (
@@ -501,6 +502,7 @@ class PolicyTrainer:
                 self.ref_model.save_pretrained(tmp / "ref", **(
                     {"state_dict": ref_sd} if ref_sd is not None else {}))
             torch.save(optim_sd, tmp / "optimizer.pt")
+            fault_point("save:weights")  # a kill here leaves a temp dir without its state
             torch.save(rngs[0], tmp / "rng.pt")
             if len(rngs) > 1:
                 torch.save(rngs, tmp / "rng_ranks.pt")

@@ -1,0 +1,237 @@
+"""Loses nothing, measured: SIGKILL at many moments, resume each time, and compare with the run
+that was never killed; faults injected; a soak (issue 25).
+
+Usage: python3 benchmarks/chaos.py [--rounds 4] [--kills 12] [--soak 200] [--out DIR]
+
+1. **Resume equivalence.** A seeded self-play run on the tiny model (it really trains; a designer
+   that answers every prompt with one of three real programs, chosen by the prompt's hash, so
+   a resumed designer answers as the first one would; the library's bootstrap games; real
+   sandboxes; a real run database) runs ``--rounds`` rounds twice uninterrupted: the two
+   fingerprints (``spadekit.runs.fingerprint``) must be equal, or the comparison would prove
+   nothing. Then the same run is killed with SIGKILL ``--kills`` times and resumed after each
+   kill, until it has all its rounds: at named points (``spadekit.common.faults``: before
+   design, validation, hints, play, reward, update, weight sync, retirement, checkpoint write,
+   inside the checkpoint write, before and after the commit) and at random moments (a timer
+   inside whatever phase is running). Its fingerprint must equal the uninterrupted one:
+   weights bitwise, every metric per round (wall-clock ones out), environments, plays,
+   episodes and their tokens, memory, delay buffer, blacklist, hint cache, the loop's random
+   stream.
+2. **Faults.** The database locked by another process, a full disk (ENOSPC) while the
+   database is written, SIGTERM mid-round, a damaged latest checkpoint: each must end in a
+   typed error or a clean resume with the previous round intact.
+3. **Soak** (``--soak N`` rounds in one process): resident memory, open files, threads, sandbox
+   workers, run-directory size per round, and their slopes.
+
+The last line is one JSON object with ``kills``, ``resumed_equal``, ``max_weight_diff``,
+``faults_injected``, ``faults_survived``, ``rss_slope_mb_per_round``, ``disk_bound_held`` and
+more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = str(ROOT / "src")
+sys.path.insert(0, SRC)
+
+GAME = r'''
+import random
+import re
+
+
+class {name}Env:
+    """Guess the hidden word; letters shared with it score partial credit."""
+
+    def __init__(self, max_turns=12, **kwargs):
+        self.max_turns = max_turns
+
+    def reset(self, seed=None, options=None):
+        self.rng = random.Random(seed)
+        self.word = self.rng.choice({words!r})
+        self.t = 0
+        return "A word of five letters is hidden. Answer inside \\boxed{{}}.", {{}}
+
+    def step(self, action):
+        self.t += 1
+        found = re.findall(r"\\boxed\{{([^{{}}]*)\}}", action)
+        guess = found[-1].strip().lower() if found else ""
+        if guess == self.word:
+            return "Right.", 1.0, True, False, {{}}
+        shared = len(set(guess) & set(self.word)) / 5 * 0.3 if guess.isalpha() else 0.0
+        return "Shared letters score %.2f." % shared, round(shared, 4), True, False, {{}}
+
+    def solution(self):
+        return ["\\boxed{{%s}}" % self.word]
+'''
+PROGRAMS = [GAME.format(name=n, words=w) for n, w in (
+    ("Letters", ["solve", "train", "learn"]), ("Birds", ["crane", "finch", "robin"]),
+    ("Rivers", ["delta", "banks", "shore"]))]
+
+
+def designer_text(prompt: str) -> str:
+    """The scripted designer's answer to ``prompt``: a function of the prompt alone."""
+    if "You write privileged hints" in prompt:
+        return "HINT: the hidden word is one of three; try them in turn."
+    k = int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(PROGRAMS)
+    return f"Here it is.\n```python\n{PROGRAMS[k]}\n```\nHINT: common letters first."
+
+
+def run_config(rounds: int, extra: list[str] = ()):
+    from spadekit.selfplay.config import load_config
+
+    sets = ["model=tiny", f"rounds={rounds}", "envs_per_round=2", "num_generations=4",
+            "hint_generations=2", "regen_interval=2", "bootstrap=library",
+            "bootstrap_per_round=1", "memory_seed_library=false", "rollout.max_turns=2",
+            "rollout.max_new_tokens=10", "rollout.temperature=1.0", "designer.temperature=1.0",
+            "designer.max_new_tokens=2048", "train.learning_rate=0.01", "tensorboard=false",
+            "checkpoint.keep_last=2", "sandbox.step_timeout=5.0", "dedup_threshold=1.01"]
+    return load_config(preset=None, overrides=sets + list(extra))
+
+
+def child(run_dir: str, rounds: int, extra: list[str]) -> None:
+    """One process of the run: open (or resume) it and play its remaining rounds."""
+    from spadekit.policy.registry import load_policy
+    from spadekit.policy.scripted import ScriptedPolicy
+    from spadekit.selfplay.loop import SelfPlay
+
+    policy = load_policy("tiny", seed=0)
+    designer = ScriptedPolicy(policy.tokenizer, lambda _ids, text: designer_text(text))
+    resume = (Path(run_dir) / "run.sqlite").exists()
+    with SelfPlay(run_config(rounds, extra), run_dir, policy=policy, designer_policy=designer,
+                  resume=resume) as sp:
+        while sp.next_step < rounds:
+            sp.round(sp.next_step)
+            print(json.dumps({"done": sp.next_step}), flush=True)
+            sp.next_step += 1
+
+
+def start(run_dir: Path, rounds: int, fault: str | None = None, extra: list[str] = ()):
+    env = {**os.environ, "PYTHONPATH": SRC}
+    env.pop("SPADEKIT_FAULT", None)
+    if fault:
+        env["SPADEKIT_FAULT"] = fault
+    return subprocess.Popen([sys.executable, __file__, "--child", str(run_dir), "--rounds",
+                             str(rounds), *sum((["--set", s] for s in extra), [])], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_through(run_dir: Path, rounds: int, fault: str | None = None,
+                kill_after: float | None = None, extra: list[str] = ()) -> dict:
+    """One process; returns how it ended (``rc``, rounds it finished, whether it was killed)."""
+    proc = start(run_dir, rounds, fault, extra)
+    try:
+        out, err = proc.communicate(timeout=kill_after)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate()
+    done = [json.loads(x)["done"] for x in out.splitlines() if x.startswith("{")]
+    return {"rc": proc.returncode, "done": done, "killed": proc.returncode == -signal.SIGKILL,
+            "stderr": err[-2000:]}
+
+
+def completed(run_dir: Path) -> int:
+    from spadekit.runs.store import RunStore
+
+    if not (run_dir / "run.sqlite").exists():
+        return 0
+    with RunStore.open(run_dir) as store:
+        last = store.latest_complete_step()
+    return 0 if last is None else last + 1
+
+
+def killed_run(run_dir: Path, rounds: int, plan: list[tuple[str, object]],
+               extra: list[str] = ()) -> list[dict]:
+    """Run to ``rounds`` with the kills of ``plan`` (``("point", "2:update")`` or
+    ``("timer", seconds)``), resuming after each; returns what each process did."""
+    log = []
+    for kind, what in plan:
+        if completed(run_dir) >= rounds:
+            break
+        if kind == "point":
+            result = run_through(run_dir, rounds, fault=str(what), extra=extra)
+        else:
+            result = run_through(run_dir, rounds, kill_after=float(what), extra=extra)
+        result.update(kind=kind, what=what, committed=completed(run_dir))
+        if result["rc"] not in (0, -signal.SIGKILL):
+            raise RuntimeError(f"the run failed ({kind} {what}): {result['stderr']}")
+        log.append(result)
+    while completed(run_dir) < rounds:
+        result = run_through(run_dir, rounds, extra=extra)
+        if result["rc"] != 0:
+            raise RuntimeError(f"the final resume failed: {result['stderr']}")
+        log.append({**result, "kind": "finish", "committed": completed(run_dir)})
+    return log
+
+
+def kill_plan(rounds: int, kills: int, seed: int = 0) -> list[tuple[str, object]]:
+    """``kills`` kills: named points spread over the rounds first, then random timers."""
+    from spadekit.common.faults import ROUND_POINTS
+
+    rng = random.Random(seed)
+    points = [p for p in ROUND_POINTS if p not in ("begin", "evaluate")]
+    plan: list[tuple[str, object]] = []
+    for i in range(kills):
+        if i < len(points):
+            step = (i % max(1, rounds - 1)) + (1 if rounds > 1 else 0)
+            if points[i] in ("design", "validate", "hint"):
+                step = 0 if rounds <= 2 else 2  # rounds that design (regen_interval 2)
+            plan.append(("point", f"{step}:{points[i]}"))
+        else:
+            plan.append(("timer", round(rng.uniform(6.0, 25.0), 2)))
+    return plan
+
+
+def equivalence(out: Path, rounds: int, kills: int) -> dict:
+    from spadekit.runs.fingerprint import differences, fingerprint
+
+    t = time.perf_counter()
+    a, b, k = out / "reference-a", out / "reference-b", out / "killed"
+    for d in (a, b):
+        r = run_through(d, rounds)
+        if r["rc"] != 0:
+            raise RuntimeError(f"reference run failed: {r['stderr']}")
+    fa, fb = fingerprint(a), fingerprint(b)
+    same_twice = differences(fa, fb)
+    log = killed_run(k, rounds, kill_plan(rounds, kills))
+    fk = fingerprint(k)
+    diff = differences(fa, fk)
+    weights_equal = fa["weights"] == fk["weights"]
+    return {"rounds": rounds, "kills": sum(1 for x in log if x.get("killed")),
+            "kill_points": [f"{x['kind']}:{x['what']}" for x in log if x.get("killed")],
+            "references_equal": not same_twice, "reference_differences": same_twice,
+            "resumed_equal": not diff and not same_twice, "differences": diff,
+            "max_weight_diff": 0.0 if weights_equal else None,
+            "weights_bitwise_equal": weights_equal,
+            "minutes": round((time.perf_counter() - t) / 60, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--kills", type=int, default=12)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "chaos"))
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.rounds, args.set)
+        return
+    out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True)
+    result = equivalence(out, args.rounds, args.kills)
+    (out / "chaos.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
