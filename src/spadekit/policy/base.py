@@ -9,11 +9,20 @@ quantity a training forward pass computes), the decoded text and a finish reason
 Backends (``spadekit.policy.registry``): ``hf`` (transformers, CPU or GPU), ``tiny`` (a random
 model built in code for tests), ``smollm2-135m`` (bundled default), ``openai`` (any
 OpenAI-compatible server), ``vllm`` (in-process, GPU).
+
+Rendering and encoding (``render_text``, ``encode_text``) are shared by every backend and the
+rollout engine: a special-token string inside message content or a tool schema is encoded as
+ordinary text, and only the chat template's own markers become control tokens (the section
+"special-token strings in content" below).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -112,19 +121,28 @@ def render_text(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
                 tools: list[dict[str, Any]] | None = None,
                 chat_template_kwargs: dict[str, Any] | None = None) -> str:
     """The chat template's text for ``messages`` (shared by every backend);
-    ``chat_template_kwargs`` become template variables (``enable_thinking`` ...)."""
+    ``chat_template_kwargs`` become template variables (``enable_thinking`` ...).
+
+    Every string of ``messages`` and ``tools`` goes in through ``escape_content``, so a
+    special-token string written inside content comes back escaped, and ``encode_text`` reads
+    it as text, never as the control token; the template's own markers stay real
+    (``plain_text`` gives the text as the template would have written it)."""
     kwargs: dict[str, Any] = {**(chat_template_kwargs or {}), "tokenize": False,
                               "add_generation_prompt": add_generation_prompt}
     if tools:
-        kwargs["tools"] = tools
-    return tokenizer.apply_chat_template(messages, **kwargs)
+        kwargs["tools"] = escape_structure(tokenizer, tools)
+    return tokenizer.apply_chat_template(escape_structure(tokenizer, messages), **kwargs)
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
     """Token ids of already-rendered template text (no extra BOS/EOS: the template has them).
     Fast tokenizers go straight to their Rust backend (the same encoding, without the Python
-    wrapper's per-call overhead, which dominated multi-turn bookkeeping)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
+    wrapper's per-call overhead, which dominated multi-turn bookkeeping). Content escaped by
+    ``escape_content`` is encoded as text (module section "Special-token strings in
+    content")."""
+    if _BREAK in text or _QUOTE in text:
+        return _encode_escaped(tokenizer, text)
+    backend = _backend(tokenizer)
     if backend is not None:
         return backend.encode(text, add_special_tokens=False).ids
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -134,10 +152,203 @@ def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     """``encode_text`` for many texts in one call (the Rust backend encodes them in parallel)."""
     if not texts:
         return []
+    backend = _backend(tokenizer)
+    if backend is None:
+        return [encode_text(tokenizer, t) for t in texts]
+    plain = [i for i, t in enumerate(texts) if _BREAK not in t and _QUOTE not in t]
+    out: list[list[int]] = [[] for _ in texts]
+    for i, e in zip(plain, backend.encode_batch([texts[i] for i in plain],
+                                                add_special_tokens=False)):
+        out[i] = e.ids
+    for i in set(range(len(texts))) - set(plain):
+        out[i] = _encode_escaped(tokenizer, texts[i])
+    return out
+
+
+# -- special-token strings in content -----------------------------------------------------------
+#
+# Untrusted text (observations, tool descriptions, hints, programs, documents) may contain the
+# spelling of a control token (``<|im_end|>``). A tokenizer encodes rendered template text by
+# first cutting out every special-token string, wherever it came from, so such text would forge
+# turn boundaries. Content is therefore escaped before it meets the template: inside each
+# occurrence of a special token's string, right after its first character, goes ``_BREAK``
+# (U+FDD0, a Unicode noncharacter: reserved for a program's internal use), and the two
+# noncharacters themselves, where the content has them, are quoted with ``_QUOTE`` (U+FDD1). No
+# special string is left in escaped content, so the template's own markers are the only ones in
+# the rendered text. ``encode_text`` of text that holds these marks: the tokenizer itself finds
+# the template's markers (its own matching rules: ``lstrip``, ``rstrip``, normalisation), each
+# stretch between them is unescaped and encoded with special tokens read as text (a private
+# copy of the Rust tokenizer with ``encode_special_tokens``), the same split the tokenizer makes,
+# so text without special strings gets exactly the ids it got before. Added tokens that are not
+# special (Qwen3's ``<think>``, ``<tool_call>``) keep their ids: they open or close no turn,
+# and templates and the thinking split read them in content. A special token spelled by a single
+# character cannot be escaped and stays a token.
+
+_BREAK = "\ufdd0"
+_QUOTE = "\ufdd1"
+_UNESCAPE = re.compile("\ufdd1(.)|\ufdd0", re.DOTALL)
+
+
+def escape_content(tokenizer: Any, text: str) -> str:
+    """``text`` with every special-token string of ``tokenizer`` broken (see the section
+    above); ``plain_text`` gives ``text`` back. Text without them (nearly all) is returned
+    unchanged."""
+    if not isinstance(text, str):
+        return text
+    table = _specials(tokenizer)
+    quoted = _BREAK in text or _QUOTE in text
+    if not quoted and not any(s in text for s in table.strings):
+        return text
+    if quoted:
+        text = text.replace(_QUOTE, _QUOTE + _QUOTE).replace(_BREAK, _QUOTE + _BREAK)
+    if table.find is None:
+        return text
+    parts, last = [], 0
+    for m in table.find.finditer(text):  # every start, overlapping ones included
+        cut = m.start() + 1
+        parts += [text[last:cut], _BREAK]
+        last = cut
+    parts.append(text[last:])
+    return "".join(parts)
+
+
+def escape_structure(tokenizer: Any, value: Any) -> Any:
+    """``escape_content`` on every string inside ``value`` (messages, tool schemas: dict keys
+    and values, list items); other values as they are."""
+    if isinstance(value, str):
+        return escape_content(tokenizer, value)
+    if isinstance(value, dict):
+        return {escape_structure(tokenizer, k): escape_structure(tokenizer, v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [escape_structure(tokenizer, v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(escape_structure(tokenizer, v) for v in value)
+    return value
+
+
+def plain_text(text: str) -> str:
+    """Escaped text (``escape_content``, ``render_text``) as it reads: the marks removed."""
+    if _BREAK not in text and _QUOTE not in text:
+        return text
+    return _UNESCAPE.sub(lambda m: m.group(1) or "", text)
+
+
+class _Specials:
+    """What escaping and encoding need to know about one tokenizer's special tokens."""
+
+    def __init__(self, tokenizer: Any, size: int) -> None:
+        self.size = size
+        added = _added_tokens(tokenizer)
+        by_text = {str(getattr(t, "content", t)): int(i) for i, t in added.items()
+                   if getattr(t, "special", False)}
+        for s in getattr(tokenizer, "all_special_tokens", None) or []:
+            if isinstance(s, str) and s not in by_text:
+                tid = tokenizer.convert_tokens_to_ids(s)
+                if isinstance(tid, int):
+                    by_text[s] = tid
+        self.ids = frozenset(by_text.values())
+        self.strings = tuple(sorted((s for s in by_text if len(s) > 1 and _BREAK not in s
+                                     and _QUOTE not in s), key=len, reverse=True))
+        alternatives = "|".join(re.escape(s) for s in self.strings)
+        self.find = re.compile(f"(?=(?:{alternatives}))") if self.strings else None
+        self.split = re.compile(alternatives) if self.strings else None
+        self._plain: tuple[Any, Any] | None = None
+        self._lock = threading.Lock()
+
+    def plain_backends(self, backend: Any) -> tuple[Any, Any]:
+        """Private copies of the Rust tokenizer that read special-token strings as text: one
+        for a stretch at the start of the text, one for a stretch after a marker (differs only
+        for a Metaspace pre-tokenizer that prepends its space to the first stretch alone)."""
+        with self._lock:
+            if self._plain is None:
+                from tokenizers import Tokenizer
+
+                data = json.loads(backend.to_str())
+                first = Tokenizer.from_str(json.dumps(data))
+                first.encode_special_tokens = True
+                rest = first
+                if _never_prepend(data.get("pre_tokenizer")):
+                    rest = Tokenizer.from_str(json.dumps(data))
+                    rest.encode_special_tokens = True
+                self._plain = (first, rest)
+            return self._plain
+
+
+_TABLES: "weakref.WeakKeyDictionary[Any, _Specials]" = weakref.WeakKeyDictionary()
+
+
+def _specials(tokenizer: Any) -> _Specials:
     backend = getattr(tokenizer, "backend_tokenizer", None)
+    size = backend.get_vocab_size(with_added_tokens=True) if backend is not None \
+        else len(tokenizer)
+    try:
+        table = _TABLES.get(tokenizer)
+    except TypeError:  # not weakly referenceable: no cache
+        return _Specials(tokenizer, size)
+    if table is None or table.size != size:  # built, or tokens were added since
+        table = _Specials(tokenizer, size)
+        _TABLES[tokenizer] = table
+    return table
+
+
+def _added_tokens(tokenizer: Any) -> dict[int, Any]:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    get = getattr(backend, "get_added_tokens_decoder", None)
+    if callable(get):
+        return dict(get())
+    return dict(getattr(tokenizer, "added_tokens_decoder", None) or {})
+
+
+def _never_prepend(node: Any) -> bool:
+    """Turn a Metaspace ``prepend_scheme: first`` (inside ``node``) into ``never``; whether
+    there was one."""
+    if not isinstance(node, dict):
+        return False
+    found = False
+    if node.get("type") == "Metaspace" and node.get("prepend_scheme") == "first":
+        node["prepend_scheme"] = "never"
+        found = True
+    for sub in node.get("pretokenizers") or []:
+        found = _never_prepend(sub) or found
+    return found
+
+
+def _backend(tokenizer: Any) -> Any:
+    """The tokenizer's Rust backend with special tokens read as tokens: a call
+    ``tokenizer(..., split_special_tokens=True)`` leaves them read as text until the next call
+    without it, which would turn the template's markers into text."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and getattr(backend, "encode_special_tokens", False):
+        backend.encode_special_tokens = False
+    return backend
+
+
+def _encode_escaped(tokenizer: Any, text: str) -> list[int]:
+    """``encode_text`` of text holding escaped content (the section above)."""
+    table = _specials(tokenizer)
+    backend = _backend(tokenizer)
     if backend is not None:
-        return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
-    return [encode_text(tokenizer, t) for t in texts]
+        found = backend.encode(text, add_special_tokens=False)
+        markers = [(a, b, int(i)) for i, (a, b) in zip(found.ids, found.offsets)
+                   if i in table.ids]
+        first, rest = table.plain_backends(backend)
+        encode = lambda piece, start: (first if start == 0 else rest).encode(  # noqa: E731
+            piece, add_special_tokens=False).ids
+    else:
+        markers = [(m.start(), m.end(), int(tokenizer.convert_tokens_to_ids(m.group())))
+                   for m in (table.split.finditer(text) if table.split else ())]
+        encode = lambda piece, start: list(tokenizer(  # noqa: E731
+            piece, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    ids: list[int] = []
+    pos = 0
+    for a, b, tid in markers + [(len(text), len(text), None)]:
+        if a > pos:
+            ids += encode(plain_text(text[pos:a]), pos)
+        if tid is not None:
+            ids.append(tid)
+        pos = max(pos, b)
+    return ids
 
 
 def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:

@@ -12,13 +12,17 @@ probe conversations with sentinel strings), so each new observation costs one sm
 instead of a full template render. Templates that do not render turns independently (content
 rewriting, turn-dependent text) fall back to rendering the conversation, and the renderer says so
 (``regular`` is False), never silently.
+
+Every text here is the chat template's text with content escaped (``base.escape_content``): an
+observation's special-token strings (``<|im_end|>``) become text tokens, and an incremental turn
+encodes exactly as the full render of the conversation does.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from spadekit.policy.base import encode_text
+from spadekit.policy.base import encode_text, escape_content
 from spadekit.policy.base import render_text as _render_text
 
 _SENTINELS = ("\x00SPADEKIT-A\x00", "\x00SPADEKIT-B\x00")
@@ -90,7 +94,7 @@ class ChatRenderer:
         if shape is None:
             return self._render([{"role": "system", "content": system},
                                  {"role": "user", "content": observation}], True, tools)
-        return shape[0] + observation + shape[1]
+        return shape[0] + escape_content(self.tokenizer, observation) + shape[1]
 
     def _closing(self, closing: str, sampled_end: bool) -> str:
         if sampled_end:
@@ -114,10 +118,10 @@ class ChatRenderer:
         are exact (a full re-render of the conversation gives the same tokens around the
         sampled ones); inexact happens only for templates that rewrite earlier turns."""
         if self.regular:
-            return (self._closing(self.closing, sampled_end) + self.user_open + observation
-                    + self.user_close), True
+            return (self._closing(self.closing, sampled_end) + self.user_open
+                    + escape_content(self.tokenizer, observation) + self.user_close), True
         prompt = self._render(messages[:-1], True, tools)
-        content = messages[-1]["content"]
+        content = escape_content(self.tokenizer, messages[-1]["content"])
         before = self._render(messages, False, tools)
         after = self._render(messages + [{"role": "user", "content": observation}], True,
                              tools)

@@ -97,9 +97,10 @@ def designer_examples(policy: Any, config: Any, programs: Sequence[EnvProgram],
 
 
 def _example(tok: Any, prompt: list[int], text: str, kind: str) -> SFTExample:
-    from spadekit.policy.base import encode_text
+    from spadekit.policy.base import encode_text, escape_content
 
-    completion = encode_text(tok, text) + [_end_id(tok)]
+    # the completion's special-token strings are text, as in every prompt (policy.base)
+    completion = encode_text(tok, escape_content(tok, text)) + [_end_id(tok)]
     return SFTExample(prompt + completion, [0] * len(prompt) + [1] * len(completion), kind=kind)
 
 
