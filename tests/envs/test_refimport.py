@@ -60,7 +60,7 @@ def test_import_reference_reads_code_from_files_or_whole_snippets_with_lineage(t
     assert packing.meta["lineage"]["read_from"] == "code_snippet"
     lookup = by_class["WarehouseLookupEnv"]  # only in the games directory
     assert lookup.skill == "Data_Retrieval" and "reference_stats" not in lookup.meta
-    with pytest.raises(ConfigError, match="not JSON"):
+    with pytest.raises(ConfigError, match="not valid JSON"):
         (tmp_path / "bad.json").write_text("{")
         import_reference(tmp_path / "bad.json")
 

@@ -67,6 +67,10 @@ def import_reference(
                       f"memory record(s), {summary['game_files']} game file(s)): "
                       f"{summary['written']} written to {terminal_text(str(out))}, "
                       f"{summary['rejected']} invalid, {summary['duplicate']} already there")
+        if summary.get("nonfinite"):
+            console.print(f"  {summary['nonfinite']} NaN/Infinity number(s) in the memory file "
+                          "read as unknown")
         for item in summary["skipped"]:
-            console.print(f"  skipped {terminal_text(item['what'])}: {item['why']}")
+            console.print(f"  skipped {terminal_text(item['what'])}: "
+                          f"{terminal_text(item['why'])}")
     raise typer.Exit(0)

@@ -1,5 +1,6 @@
 """Shared plumbing with no SPADE knowledge: the typed errors of every boundary (``errors``),
-crash-safe JSONL appends (``jsonl``), safe rendering of untrusted text (``safe_text``) and
+crash-safe JSONL appends and bounded reads (``jsonl``), the one decoder of JSON spadekit did not
+write (``safe_json``), safe rendering of untrusted text (``safe_text``) and
 greedy grouping of padded rows under a budget (``packing``).
 
 Layer 0: common.

@@ -10,26 +10,52 @@ comes from a ``# skill: X`` header line (spadekit's pool files) or a reference g
 ``spadekit.selfplay.generate``): the memory file (``env_memory.json``: a JSON list of records with
 ``game_file``, ``skill``, ``code_snippet``, ``actor_win_rate``, ``regret``, ``rollout_id``,
 ``metadata``) and/or the games directory (``game_*.py``). The full code of a memory record is
-read from its ``game_file`` when that exists, else from the file of the same name in the games
-directory, else from ``code_snippet`` when the snippet is a complete program (the reference cuts
-snippets at ``code_snippet_max_chars``, 2000 by default, so longer ones are not). Every program
-carries ``meta["lineage"]`` saying where it came from (``spade-reference``, the memory file and
-record index, the game file, rollout id) and, from the memory, ``meta["reference_stats"]``
-(``win_rate``, ``regret``) which memory seeding uses. Records that cannot be recovered are
-listed in the returned summary, never silently dropped.
+read from its ``game_file`` inside the games directory, else from ``code_snippet`` when the
+snippet is a complete program (the reference cuts snippets at ``code_snippet_max_chars``, 2000
+by default, so longer ones are not). Every program carries ``meta["lineage"]`` saying where it
+came from (``spade-reference``, the memory file and record index, the game file, rollout id)
+and, from the memory, ``meta["reference_stats"]`` (``win_rate``, ``regret``) which memory
+seeding uses. Records that cannot be recovered are listed in the returned summary, never
+silently dropped.
+
+The memory file and game files come from elsewhere and are read as untrusted:
+
+- the memory file goes through ``spadekit.common.safe_json`` (at most 256 MiB, nesting bounded;
+  a file it refuses is an ``UntrustedJsonError`` naming the file and line). ``NaN`` and
+  ``Infinity``, which Python's ``json.dump`` writes, are read as unknown (``None``: a record's
+  statistic becomes ``None``) and counted in the summary's ``nonfinite``;
+- a ``game_file`` is only ever read inside the games directory: a relative name below it, or,
+  for an absolute path (the reference records where it wrote the file on its own machine), the
+  file of that base name in it. A name that leads outside (``..``, or a symlink, resolved) is
+  refused (:class:`UnsafeGameFile`; the record is skipped and listed with the reason), and so
+  is a game file of the directory's own listing that is a symlink out of it. Without a games
+  directory no game file is read, only the snippets. Game files over ``MAX_GAME_FILE_BYTES``
+  are not read.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from spadekit.envs.program import EnvProgram, ProgramSyntaxError, find_env_classes
 from spadekit.common.errors import ConfigError
+from spadekit.common.safe_json import load_file
 
-__all__ = ["import_reference", "program_from_file", "programs_from_dir", "skill_of"]
+__all__ = ["MAX_GAME_FILE_BYTES", "UnsafeGameFile", "import_reference", "program_from_file",
+           "programs_from_dir", "skill_of"]
+
+MAX_GAME_FILE_BYTES = 4 * 1024 * 1024
+"""The largest program file read (the sandbox runs programs of at most a million characters)."""
+
+
+class UnsafeGameFile(ConfigError):
+    """A reference record's ``game_file`` (or a games directory entry) that leads outside the
+    games directory."""
+
+    reason = "unsafe_game_file"
+
 
 _GAME_FILE = re.compile(r"^game_(\d+)_(\d+)_(.+)\.py$")
 _SKILL_LINE = re.compile(r"^#\s*skill:\s*([A-Za-z_ -]+?)\s*(?:\s{2,}|$)", re.MULTILINE)
@@ -65,14 +91,26 @@ def _env_program(code: str, name: str) -> bool:
 
 def program_from_file(path: Path, source: str = "file", **lineage: Any) -> EnvProgram | None:
     """The program in ``path``, or None when it defines no ``...Env`` class or does not parse."""
-    try:
-        code = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-    if not _env_program(code, str(path)):
+    code = _read_program(path)
+    if code is None or not _env_program(code, str(path)):
         return None
     return EnvProgram(code=code, skill=skill_of(path.name, code), source=source,
                       meta={"lineage": {"file": str(path), **lineage}})
+
+
+def _read_program(path: Path) -> str | None:
+    """The text of the program file ``path``; None when it is not a regular file (a FIFO would
+    block) or is larger than ``MAX_GAME_FILE_BYTES``."""
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_GAME_FILE_BYTES + 1)
+        if len(data) > MAX_GAME_FILE_BYTES:
+            return None
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
 
 
 def programs_from_dir(path: str | Path) -> list[EnvProgram]:
@@ -93,24 +131,45 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _memory_records(memory: Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(memory.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{memory}: cannot read the reference memory file: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{memory}: not JSON ({exc.msg} at line {exc.lineno})") from None
+def _memory_records(memory: Path) -> tuple[list[Any], int]:
+    """The records of a memory file and how many non-finite numbers were read as None."""
+    decoded = load_file(memory, nonfinite="null")
+    data = decoded.value
     if isinstance(data, dict) and isinstance(data.get("records"), list):
         data = data["records"]
     if not isinstance(data, list):
         raise ConfigError(f"{memory}: a reference memory file is a JSON list of records")
-    return data
+    return data, decoded.nonfinite
+
+
+def _inside(games_dir: Path, candidate: Path) -> Path:
+    """``candidate`` with its symlinks resolved, which must lie in ``games_dir`` (else
+    :class:`UnsafeGameFile`)."""
+    root = games_dir.resolve()
+    try:
+        resolved = candidate.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise UnsafeGameFile(f"{candidate}: cannot be resolved ({exc})") from None
+    if resolved != root and root not in resolved.parents:
+        raise UnsafeGameFile(f"{candidate} leads outside the games directory {games_dir}")
+    return resolved
+
+
+def _game_path(games_dir: Path, game_file: str) -> Path:
+    """Where a record's ``game_file`` is looked up (see the module docstring)."""
+    if "\0" in game_file:
+        raise UnsafeGameFile(f"{game_file!r} is not a file name")
+    name = Path(game_file)
+    if name.is_absolute():
+        return _inside(games_dir, games_dir / name.name)
+    return _inside(games_dir, games_dir / name)
 
 
 def import_reference(memory: str | Path | None = None, games: str | Path | None = None,
                      ) -> tuple[list[EnvProgram], dict[str, Any]]:
     """Programs of a reference memory file and/or games directory, and a summary
-    ``{"memory_records", "game_files", "imported", "skipped": [{"what", "why"}]}``."""
+    ``{"memory_records", "game_files", "imported", "nonfinite", "skipped": [{"what", "why"}]}``
+    (``nonfinite``: the NaN/Infinity numbers of the memory file, read as None)."""
     if memory is None and games is None:
         raise ConfigError("give a reference memory file, a games directory, or both")
     games_dir = Path(games) if games is not None else None
@@ -118,35 +177,40 @@ def import_reference(memory: str | Path | None = None, games: str | Path | None 
         raise ConfigError(f"{games_dir}: not a directory")
     programs: dict[str, EnvProgram] = {}
     skipped: list[dict[str, str]] = []
-    records = _memory_records(Path(memory)) if memory is not None else []
+    records, nonfinite = _memory_records(Path(memory)) if memory is not None else ([], 0)
     for index, record in enumerate(records):
         what = f"memory record {index}"
         if not isinstance(record, dict):
             skipped.append({"what": what, "why": "not a JSON object"})
             continue
         game_file = record.get("game_file") if isinstance(record.get("game_file"), str) else ""
+        shown = game_file if len(game_file) <= 200 else game_file[:199] + "\u2026"
         lineage = {"origin": "spade-reference", "memory_file": str(memory),
                    "memory_index": index, "game_file": game_file or None,
                    "rollout_id": record.get("rollout_id")}
-        candidates = [Path(game_file)] if game_file else []
-        if game_file and games_dir is not None:
-            candidates.append(games_dir / Path(game_file).name)
         code = None
-        for candidate in candidates:
-            if candidate.is_file():
-                try:
-                    code = candidate.read_text(encoding="utf-8")
-                    lineage["read_from"] = str(candidate)
-                    break
-                except (OSError, UnicodeDecodeError):
-                    continue
+        if game_file and games_dir is not None:
+            try:
+                candidate = _game_path(games_dir, game_file)
+            except UnsafeGameFile as exc:
+                skipped.append({"what": f"{what} ({shown})", "why": f"refused: {exc.message}"})
+                continue
+            try:
+                code = _read_program(candidate)
+            except ConfigError:  # unreadable or not UTF-8: the snippet may still do
+                code = None
+            if code is not None:
+                lineage["read_from"] = str(games_dir / candidate.relative_to(
+                    games_dir.resolve()))
         snippet = record.get("code_snippet")
         if code is None and isinstance(snippet, str) and _env_program(snippet, what):
             code, lineage["read_from"] = snippet, "code_snippet"
         if code is None or not _env_program(code, what):
-            skipped.append({"what": f"{what} ({game_file or 'no game_file'})",
-                            "why": "the game file is gone and the stored snippet is not a "
-                                   "complete program (the reference cuts snippets)"})
+            gone = ("the game file is gone" if games_dir is not None or not game_file else
+                    "no games directory was given to read the game file from")
+            skipped.append({"what": f"{what} ({shown or 'no game_file'})",
+                            "why": f"{gone} and the stored snippet is not a complete program "
+                                   "(the reference cuts snippets)"})
             continue
         stats = {"win_rate": _number(record.get("actor_win_rate")),
                  "regret": _number(record.get("regret"))}
@@ -160,13 +224,22 @@ def import_reference(memory: str | Path | None = None, games: str | Path | None 
     if games_dir is not None:
         for file in sorted(games_dir.glob("*.py")):
             n_files += 1
-            program = program_from_file(file, source="spade-reference",
-                                        origin="spade-reference", games_dir=str(games_dir))
+            try:
+                _inside(games_dir, file)
+            except UnsafeGameFile as exc:
+                skipped.append({"what": str(file), "why": f"refused: {exc.message}"})
+                continue
+            try:
+                program = program_from_file(file, source="spade-reference",
+                                            origin="spade-reference", games_dir=str(games_dir))
+            except ConfigError as exc:
+                skipped.append({"what": str(file), "why": exc.message})
+                continue
             if program is None:
-                skipped.append({"what": str(file), "why": "defines no ...Env class or does "
-                                "not parse"})
+                skipped.append({"what": str(file), "why": "defines no ...Env class, does "
+                                "not parse or is too large"})
             elif program.sha256 not in programs:
                 programs[program.sha256] = program
     summary = {"memory_records": len(records), "game_files": n_files,
-               "imported": len(programs), "skipped": skipped}
+               "imported": len(programs), "nonfinite": nonfinite, "skipped": skipped}
     return list(programs.values()), summary

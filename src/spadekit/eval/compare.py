@@ -9,10 +9,10 @@ head-to-head win rate of B is ``(B better + ties / 2) / items``, the paper-style
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from spadekit.common import safe_json
 from spadekit.eval.base import EvalError
 from spadekit.eval.runner import RESULT_FORMAT, aggregate
 
@@ -22,12 +22,12 @@ FILE_FORMAT = "spadekit-eval-file/1"
 def read_results(path: str | Path) -> dict[str, Any]:
     """A results file, checked; ``EvalError`` if it is missing, not JSON, or not ours."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise EvalError(f"{path}: no such results file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EvalError(f"{path}: not a readable JSON results file ({exc})") from None
+    if not path.exists():
+        raise EvalError(f"{path}: no such results file")
+    try:  # the hardened decoder: no NaN/Infinity, bounded size and nesting
+        data = safe_json.load_file(path).value
+    except safe_json.UntrustedJsonError as exc:
+        raise EvalError(f"{path}: not a readable JSON results file ({exc.detail})") from None
     if not isinstance(data, dict) or data.get("format") != FILE_FORMAT \
             or not isinstance(data.get("suites"), dict):
         raise EvalError(f"{path}: not a spadekit eval results file (format {FILE_FORMAT})")

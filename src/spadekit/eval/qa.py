@@ -34,12 +34,12 @@ Defaults follow the paper's AIME protocol, Avg@32 (``--k`` overrides it).
 from __future__ import annotations
 
 import functools
-import json
 import re
 import threading
 from pathlib import Path
 from typing import Any, NoReturn
 
+from spadekit.common import safe_json
 from spadekit.eval.base import EvalError, EvalItem, Suite, SuiteDefaults, final_answer, safe_score
 
 MAX_ANSWER_CHARS = 1000
@@ -119,10 +119,10 @@ class QASuite(Suite):
                         line=line_no)
 
     def _parse_line(self, line: str, line_no: int) -> EvalItem:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            self._fail(line_no, f"not valid JSON ({exc.msg})")
+        try:  # the hardened decoder: no NaN/Infinity, bounded nesting
+            row = safe_json.loads(line)
+        except safe_json.UntrustedJsonError as exc:
+            self._fail(line_no, exc.detail)
         if not isinstance(row, dict):
             self._fail(line_no, "each line must be a JSON object")
         question = row.get("question", row.get("problem"))

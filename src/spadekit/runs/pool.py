@@ -20,6 +20,13 @@ Pool directory
 
 Records are appended and flushed one at a time, a program file is written before its pool line,
 and summaries are replaced atomically (``_atomic_write``).
+
+A pool directory may come from elsewhere, so ``pool.jsonl`` is read as untrusted
+(``spadekit.common.jsonl.read_jsonl``: no NaN or Infinity, nesting and line length bounded).
+A line that cannot be read (not JSON, too deep, too long, not a valid program record) is
+skipped, the rest of the pool is loaded, and one warning on the ``spadekit.runs.pool`` logger
+(stderr when logging is not set up) counts the skipped lines and names the first few;
+``load_pool(..., strict=True)`` raises :class:`PoolError` at the first one instead.
 """
 
 from __future__ import annotations
@@ -27,24 +34,28 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import hashlib
-import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from spadekit.common.jsonl import JsonlAppender
+from spadekit.common.errors import ConfigError
+from spadekit.common.jsonl import JsonlAppender, read_jsonl
+from spadekit.common.safe_text import terminal_text
 from spadekit.envs.program import EnvProgram
 
 __all__ = ["POOL_FILE", "PROGRAMS_DIR", "PoolError", "REJECTED_FILE", "SUMMARY_FILE",
-           "load_pool", "write_pool"]
+           "load_pool", "read_pool", "write_pool"]
+
+log = logging.getLogger(__name__)
 
 POOL_FILE, REJECTED_FILE, SUMMARY_FILE, PROGRAMS_DIR = (
     "pool.jsonl", "rejected.jsonl", "summary.json", "programs")
 _EXTRA_KEYS = ("validation", "generation")
 
 
-class PoolError(ValueError):
-    """A pool file that cannot be read (names the file and line)."""
+class PoolError(ConfigError):
+    """A pool file that cannot be read (names the file and line); a ``ValueError`` too."""
 
 
 def _now() -> str:
@@ -64,54 +75,78 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _read_jsonl(path: Path, strict: bool) -> Iterable[tuple[int, dict[str, Any]]]:
+def _read_jsonl(path: Path, strict: bool, skipped: list[str] | None = None,
+                ) -> Iterable[tuple[int, dict[str, Any]]]:
+    """The JSON objects of ``path`` with their line numbers (nothing when it does not exist).
+    A line that is not one raises :class:`PoolError` when ``strict``, else its reason is added
+    to ``skipped`` (when given) and it is left out."""
     if not path.exists():
         return
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
+    try:
+        for line in read_jsonl(path):
+            if line.error is not None:
+                problem = line.error.message
+            elif not isinstance(line.value, dict):
+                problem = f"{path}: line {line.number}: not a JSON object"
+            else:
+                yield line.number, line.value
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                if strict:
-                    raise PoolError(f"{path}: line {lineno} is not valid JSON ({exc.msg}); "
-                                    "fix or delete that line") from None
-                continue
-            if not isinstance(record, dict):
-                if strict:
-                    raise PoolError(f"{path}: line {lineno} is not a JSON object")
-                continue
-            yield lineno, record
+            if strict:
+                raise PoolError(f"{problem}; fix or delete that line")
+            if skipped is not None:
+                skipped.append(problem)
+    except OSError as exc:
+        raise PoolError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def load_pool(path: str | Path) -> list[EnvProgram]:
-    """The programs of a pool directory (or a ``pool.jsonl`` path), in file order.
-
-    Every line must be a JSON object that ``EnvProgram.from_dict`` accepts once its
-    ``validation``/``generation`` entries are moved into ``meta`` (and whose ``sha256`` matches
-    the code); a bad line raises :class:`PoolError` naming its line number. A program repeated
-    on a later line is returned once.
-    """
+def read_pool(path: str | Path, strict: bool = False) -> tuple[list[EnvProgram], list[str]]:
+    """The programs of a pool directory (or a ``pool.jsonl`` path), in file order, and why each
+    line that was left out could not be read (see :func:`load_pool`)."""
     path = Path(path)
     file = path / POOL_FILE if path.is_dir() else path
     if not file.exists():
         raise PoolError(f"no pool at {file}")
-    programs, seen = [], set()
-    for lineno, record in _read_jsonl(file, strict=True):
+    programs, seen, skipped = [], set(), []
+    for lineno, record in _read_jsonl(file, strict, skipped):
         extra = {key: record.pop(key) for key in _EXTRA_KEYS if key in record}
         record.pop("pool_format", None)
         meta = record.get("meta") or {}
+        problem = None
         if not isinstance(meta, dict):
-            raise PoolError(f"{file}: line {lineno}: 'meta' must be an object")
-        record["meta"] = {**meta, **extra}
-        try:
-            program = EnvProgram.from_dict(record)
-        except (TypeError, ValueError) as exc:
-            raise PoolError(f"{file}: line {lineno}: not a valid program record: {exc}") from None
+            problem = f"{file}: line {lineno}: 'meta' must be an object"
+        else:
+            record["meta"] = {**meta, **extra}
+            try:
+                program = EnvProgram.from_dict(record)
+            except (TypeError, ValueError, RecursionError) as exc:
+                problem = f"{file}: line {lineno}: not a valid program record: {exc}"
+        if problem is not None:
+            if strict:
+                raise PoolError(problem)
+            skipped.append(problem)
+            continue
         if program.sha256 not in seen:
             seen.add(program.sha256)
             programs.append(program)
+    return programs, skipped
+
+
+def load_pool(path: str | Path, strict: bool = False) -> list[EnvProgram]:
+    """The programs of a pool directory (or a ``pool.jsonl`` path), in file order.
+
+    Every line should be a JSON object that ``EnvProgram.from_dict`` accepts once its
+    ``validation``/``generation`` entries are moved into ``meta`` (and whose ``sha256`` matches
+    the code). A line that is not is skipped with one warning for the file that counts them
+    (see the module docstring), or, when ``strict``, raises :class:`PoolError` naming its line
+    number. A program repeated on a later line is returned once. A missing pool raises
+    :class:`PoolError`.
+    """
+    programs, skipped = read_pool(path, strict)
+    if skipped:
+        shown = "; ".join(terminal_text(s, markup=False, limit=300) for s in skipped[:3])
+        log.warning("%d line(s) of the pool could not be read and were skipped (%d program(s) "
+                    "loaded): %s%s", len(skipped), len(programs), shown,
+                    "; ..." if len(skipped) > 3 else "")
     return programs
 
 

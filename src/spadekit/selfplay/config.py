@@ -497,7 +497,7 @@ def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
     if path:
         try:
             loaded = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, yaml.YAMLError, RecursionError) as exc:  # RecursionError: too deep
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path} must be a mapping")

@@ -38,6 +38,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from spadekit.common import safe_json
+
 __all__ = [
     "DEFAULT_MIN_WORDS",
     "DEFAULT_SCIENTIFIC_MODULES",
@@ -242,10 +244,10 @@ def _read_jsonl(path: Path, label: str) -> list[Document]:
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CorpusError(f"{where}: invalid JSON ({exc.msg})") from None
+            try:  # the hardened decoder, bounded nesting (NaN, in fields unused here: None)
+                record = safe_json.decode(line, nonfinite="null").value
+            except safe_json.UntrustedJsonError as exc:
+                raise CorpusError(f"{where}: invalid JSON ({exc.detail})") from None
             text = _text_of(record, where)
             if text is None:
                 continue
