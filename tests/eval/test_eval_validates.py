@@ -97,7 +97,7 @@ def test_cli_scores_only_the_validated_program_and_lists_the_others(tmp_path):
     assert "reset is broken" in invalid["reset_raises.py"]["message"]
     assert all(r["message"] and r["stage"] and r["reason"] for r in invalid.values())
     assert result["validation"] == {"trusted": False, "validated": True, "programs": 4,
-                                    "valid": 1, "invalid": 3}
+                                    "valid": 1, "invalid": 3, "unchecked": 0}
     assert "invalid programs (not scored)" in res.output
     assert "3 program(s) failed validation" in res.output
     for name, row in invalid.items():  # every refused program on the terminal, with its reason
@@ -127,6 +127,26 @@ def test_an_unscreened_suite_plays_nothing(tmp_path):
         suite.load_items()
     with pytest.raises(EvalError, match="SandboxPool"):
         run_suite(object(), suite, EvalSettings(k=1))
+
+
+def test_a_limit_validates_only_what_it_needs(tmp_path):
+    from spadekit.sandbox import SandboxConfig, SandboxPool
+
+    folder = tmp_path / "ordered"
+    folder.mkdir()
+    for name, code in (("a_pays.py", PAYS_GARBAGE), ("b_honest.py", GUESS),
+                       ("c_broken.py", RESET_RAISES)):
+        (folder / name).write_text(code)
+    suite = make_suite(f"envs:{folder}")
+    pool = SandboxPool(SandboxConfig(), warm=1)
+    try:  # one item per skill wanted: the pair validated first holds it; c is never run
+        invalid = suite.screen(pool, 12, limit=1)
+    finally:
+        pool.close()
+    assert [Path(r["program"]).name for r in invalid] == ["a_pays.py"]
+    assert [Path(i.prompt).name for i in suite.load_items(limit=1)] == ["b_honest.py"]
+    assert suite.validation() == {"trusted": False, "validated": True, "programs": 3,
+                                  "valid": 1, "invalid": 1, "unchecked": 1}
 
 
 def test_in_loop_evaluation_plays_only_validated_programs(tmp_path):

@@ -131,7 +131,8 @@ def _run_one(policy: Any, suite: Any, settings: Any, pool: Any, label: str,
     if callable(getattr(suite, "screen", None)) and not suite.ready:
         n = len(suite.programs)
         with err_console.status(f"{suite.name}: validating {n} program(s)"):
-            suite.screen(pool, settings.resolve(suite)["max_turns"], seed=settings.seed)
+            suite.screen(pool, settings.resolve(suite)["max_turns"], seed=settings.seed,
+                         limit=settings.limit)
     with err_console.status(f"{suite.name}: loading items"):
         items = suite.load_items(settings.limit)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

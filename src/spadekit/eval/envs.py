@@ -57,43 +57,61 @@ class EnvPoolSuite(Suite):
         return self.trusted or self.screened_with is not None
 
     def screen(self, pool: Any, max_turns: int, seed: int = 0, settings: Any = None,
-               workers: int = 2) -> list[dict[str, Any]]:
-        """Validate every program in ``pool`` (a ``SandboxPool``) with the validator self-play
+               limit: int | None = None, workers: int = 2) -> list[dict[str, Any]]:
+        """Validate the programs in ``pool`` (a ``SandboxPool``) with the validator self-play
         uses (``settings``: its ``ValidatorSettings``; default those of the turn cap
-        ``max_turns``) and keep only the valid ones as items; returns :attr:`invalid`. Each
-        program's validation seed comes from ``seed`` and its hash, so a rerun repeats every
-        verdict. A second call with the same cap and seed does nothing; trusted suites are
-        not validated."""
+        ``max_turns``) and keep only the valid ones as items; returns :attr:`invalid`. With
+        ``limit``, programs are validated in source order only until each skill has ``limit``
+        valid ones (the rest are neither played nor reported). Each program's validation seed
+        comes from ``seed`` and its hash, so a rerun repeats every verdict. A second call with
+        the same cap, seed and limit does nothing; trusted suites are not validated."""
         if self.trusted:
             return self.invalid
         if pool is None:
             raise EvalError(f"{self.name}: validating its programs needs a SandboxPool")
-        key = (max_turns, seed)
+        key = (max_turns, seed, limit)
         if self.screened_with == key:
             return self.invalid
         from spadekit.sandbox.validate import Validator, ValidatorSettings
 
         if settings is None:
             settings = ValidatorSettings(max_turns=max_turns)
-        programs = list(self.programs.values())
-        seeds = [validation_seed(seed, p.sha256) for p in programs]
+        self._valid, self.invalid = {}, []
+        valid_per_skill: dict[str, int] = {}
+        todo = list(self.programs.values())
         validator = Validator(pool, settings)
         try:
-            reports = validator.validate_many(programs, workers=workers, seeds=seeds)
+            while todo:
+                batch = [p for p in todo if limit is None or
+                         valid_per_skill.get(p.skill or "unknown", 0) < limit]
+                batch = batch if limit is None else batch[:max(1, workers)]
+                if not batch:
+                    break
+                chosen = {p.sha256 for p in batch}
+                todo = [p for p in todo if p.sha256 not in chosen]
+                reports = validator.validate_many(
+                    batch, workers=workers, seeds=[validation_seed(seed, p.sha256)
+                                                   for p in batch])
+                for program, report in zip(batch, reports):
+                    self._record(program, report, valid_per_skill)
         finally:
             validator.close()
-        self._valid, self.invalid = {}, []
-        for program, report in zip(programs, reports):
-            if report.ok:
-                self._valid[program.sha256] = program
-                continue
-            self.invalid.append({
-                "id": program.sha256[:16], "sha256": program.sha256,
-                "program": _label(program), "skill": program.skill or "unknown",
-                "stage": report.stage, "reason": report.reason,
-                "message": str(report.message)[:500]})
+        order = {sha: i for i, sha in enumerate(self.programs)}  # source order, whatever the
+        self._valid = dict(sorted(self._valid.items(), key=lambda kv: order[kv[0]]))  # batches
         self.screened_with = key
         return self.invalid
+
+    def _record(self, program: EnvProgram, report: Any, valid_per_skill: dict[str, int]
+                ) -> None:
+        skill = program.skill or "unknown"
+        if report.ok:
+            self._valid[program.sha256] = program
+            valid_per_skill[skill] = valid_per_skill.get(skill, 0) + 1
+            return
+        self.invalid.append({
+            "id": program.sha256[:16], "sha256": program.sha256, "program": _label(program),
+            "skill": skill, "stage": report.stage, "reason": report.reason,
+            "message": str(report.message)[:500]})
 
     def load_items(self, limit: int | None = None) -> list[EvalItem]:
         """The valid programs (all of them when trusted), at most ``limit`` per skill;
@@ -120,12 +138,12 @@ class EnvPoolSuite(Suite):
         return sha in (self.programs if self.trusted else self._valid)
 
     def validation(self) -> dict[str, Any]:
-        """What the result file says about validation: trusted or not, valid and invalid
-        counts."""
+        """What the result file says about validation: trusted or not, and how many programs
+        were valid, invalid and left unchecked (``limit`` reached for their skill)."""
+        valid = len(self.programs) if self.trusted else len(self._valid)
         return {"trusted": self.trusted, "validated": self.screened_with is not None,
-                "programs": len(self.programs),
-                "valid": len(self.programs) if self.trusted else len(self._valid),
-                "invalid": len(self.invalid)}
+                "programs": len(self.programs), "valid": valid, "invalid": len(self.invalid),
+                "unchecked": len(self.programs) - valid - len(self.invalid)}
 
     def program(self, item: EvalItem) -> EnvProgram:
         return self.programs[item.data["sha256"]]

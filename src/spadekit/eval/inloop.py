@@ -39,7 +39,7 @@ def evaluate_in_loop(policy: Any, pool: Any, config: Any, run_dir: Path, step: i
             if callable(getattr(suite, "screen", None)):  # untrusted programs: validated first
                 turns = settings.resolve(suite)["max_turns"]
                 validation = getattr(config, "validation", None)
-                suite.screen(pool, turns, seed=e.seed, settings=(
+                suite.screen(pool, turns, seed=e.seed, limit=e.limit, settings=(
                     validation.settings(turns) if validation is not None else None))
             cache[spec] = (suite, suite.load_items(e.limit))
         suite, items = cache[spec]

@@ -142,7 +142,7 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
     t0 = time.perf_counter()
     screened = callable(getattr(suite, "screen", None))
     if screened and not suite.ready:  # untrusted programs: only validated ones are played
-        suite.screen(pool, cfg["max_turns"], seed=settings.seed)
+        suite.screen(pool, cfg["max_turns"], seed=settings.seed, limit=settings.limit)
     if items is None:
         items = suite.load_items(settings.limit)
     if screened:
