@@ -235,7 +235,8 @@ def test_envs_suite_plays_programs_in_the_sandbox(tiny, pool, tmp_path):
             program = EnvProgram(code=code, skill=f"skill{i % 2}", domain="games")
             fh.write(json.dumps(program.to_dict()) + "\n")
     suite = make_suite(f"envs:{folder}")
-    assert isinstance(suite, EnvPoolSuite) and len(suite.load_items()) == 3
+    assert isinstance(suite, EnvPoolSuite) and suite.screen(pool, 25) == []  # all three valid
+    assert len(suite.load_items()) == 3
     assert len(suite.load_items(limit=1)) == 2  # one per skill
     def gold(_ids, text):
         return "\\boxed{solve}"

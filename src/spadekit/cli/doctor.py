@@ -1,7 +1,9 @@
 """``spadekit doctor``: what this machine offers spadekit, gathered without side effects.
 
 Sandbox isolation (tier, each layer, what a real worker applied), and per tier the limits a real
-worker at that tier was measured to have (scratch size, CPU quota and idle stopping, IPC denial);
+worker at that tier was measured to have (scratch size, CPU quota and idle stopping, IPC denial)
+and what it sees of the host (other host processes, the trainer's pid, its scratch directory's
+host path: the standard tier shows them unless the private view works here);
 dependency versions (read from package metadata, nothing is imported), system tools, and models
 available offline.
 """
@@ -113,12 +115,12 @@ def _render_tiers(tiers: dict, console) -> None:
         console.print(f"[red]per-tier limits: {escape(str(tiers['error']))}[/red]")
         return
     table = Table(title="limits per tier (measured in a worker)")
-    for col in ("tier", "scratch", "CPU", "IPC"):
+    for col in ("tier", "scratch", "CPU", "IPC", "host view"):
         table.add_column(col)
     for tier, info in tiers.items():
         if not info.get("available"):
             table.add_row(tier, "[dim]tier unavailable: " + escape(str(info.get("why"))) + "[/dim]",
-                          "", "")
+                          "", "", "")
             continue
         scr, cpu, ipc = info["scratch"], info["cpu"], info["ipc"]
         scratch = (f"{scr['limit_mb']} MiB ({scr['how']}; measured {scr['measured_mb']} MiB)"
@@ -132,5 +134,27 @@ def _render_tiers(tiers: dict, console) -> None:
                     f"; /dev/shm {ipc['dev_shm']}")
         table.add_row(tier, escape(scratch) if scr["limit_mb"] else scratch,
                       escape(quota + idle) if cpu["quota_cpus"] else quota + idle,
-                      escape(ipc_text))
+                      escape(ipc_text), _host_view_text(info.get("host_view") or {}))
     console.print(table)
+
+
+def _host_view_text(view: dict) -> str:
+    """What a worker at the tier saw of the host; yellow for each thing it exposes."""
+    from rich.markup import escape
+
+    if not view:
+        return "[dim]not measured[/dim]"
+    parts = []
+    if view.get("processes") == "hidden":
+        parts.append(escape(f"host processes hidden ({view.get('how')})"))
+    else:
+        parts.append("[yellow]" + escape(f"{view.get('visible_host_pids')} host process(es) "
+                                         f"visible: {view.get('how')}") + "[/yellow]")
+    if view.get("parent_pid") != "hidden":
+        parts.append("[yellow]the trainer's pid visible[/yellow]")
+    if view.get("paths") == "neutral":
+        parts.append(escape(f"scratch seen as {view.get('cwd')}"))
+    else:
+        parts.append("[yellow]" + escape(f"scratch at its host path {view.get('cwd')}") +
+                     "[/yellow]")
+    return "; ".join(parts)

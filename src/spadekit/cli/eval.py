@@ -1,6 +1,7 @@
 """``spadekit eval``: benchmark a model or a self-play checkpoint, and compare two result files.
 
     spadekit eval --model M --suite rg-hard [--suite bfcl-mt ...] [--limit N] [--out F.json]
+    spadekit eval --model M --suite envs:DIR [--trusted]   (validated first unless --trusted)
     spadekit eval compare A.json B.json [--datasets]
     spadekit eval suites
 """
@@ -52,9 +53,15 @@ def evaluate(
                                        "command resumes."),
     transcripts: bool = typer.Option(False, help="Keep whole conversations in --out."),
     unsafe: bool = typer.Option(False, "--unsafe", help="Allow a weak sandbox (envs: suites)."),
+    trusted: bool = typer.Option(
+        False, "--trusted", help="envs: suites: play every program without validating it "
+        "first (only for folders you wrote or checked yourself). By default each program "
+        "goes through self-play's validator and those that fail it are listed as invalid, "
+        "with their reasons, and never scored."),
 ) -> None:
     """Evaluate a model on benchmark suites: per-item scores, a table per suite, JSON output.
-    Wins count at score >= 1.0; `spadekit eval compare A.json B.json` shows deltas."""
+    Wins count at score >= 1.0; `spadekit eval compare A.json B.json` shows deltas.
+    Environment programs (`envs:`) are validated before they are played (see `--trusted`)."""
     if ctx.invoked_subcommand is not None:
         return
     if not model or not suites:
@@ -77,6 +84,8 @@ def evaluate(
         built = [make_suite(s) for s in suites]
         for suite in built:
             settings.resolve(suite)
+            if trusted and hasattr(suite, "trusted"):
+                suite.trusted = True
         with err_console.status(f"loading {model}"):
             policy, label = load_eval_policy(model, seed=seed)
     except SpadekitError as exc:
@@ -100,6 +109,8 @@ def evaluate(
                 journals.append(journal)
             results.append(_run_one(policy, suite, settings, pool, label, journal))
             console.print(suite_table(results[-1]))
+            if results[-1].get("invalid"):
+                console.print(invalid_table(results[-1]))
     finally:
         if pool is not None:
             pool.close()
@@ -117,6 +128,11 @@ def _run_one(policy: Any, suite: Any, settings: Any, pool: Any, label: str,
              journal: Path | None) -> dict:
     from spadekit.eval.runner import run_suite
 
+    if callable(getattr(suite, "screen", None)) and not suite.ready:
+        n = len(suite.programs)
+        with err_console.status(f"{suite.name}: validating {n} program(s)"):
+            suite.screen(pool, settings.resolve(suite)["max_turns"], seed=settings.seed,
+                         limit=settings.limit)
     with err_console.status(f"{suite.name}: loading items"):
         items = suite.load_items(settings.limit)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -149,8 +165,27 @@ def suite_table(result: dict) -> Table:
                       f"{m['mean_score']:.3f}",
                       f"{m['pass_rate']:.3f}", str(m["failures"]),
                       style="bold" if name == "overall" else None)
+    captions = []
     if result.get("skipped"):
-        table.caption = f"{len(result['skipped'])} item(s) skipped (could not be generated)"
+        captions.append(f"{len(result['skipped'])} item(s) skipped (could not be generated)")
+    if result.get("invalid"):
+        captions.append(f"{len(result['invalid'])} program(s) failed validation: not scored")
+    elif (result.get("validation") or {}).get("trusted"):
+        captions.append("programs trusted (--trusted): not validated")
+    if captions:
+        table.caption = "; ".join(captions)
+    return table
+
+
+def invalid_table(result: dict) -> Table:
+    """The programs of a suite that failed validation, with the validator's verdict; they
+    are not in the scores."""
+    table = Table(title=terminal_text(f"{result['suite']}: invalid programs (not scored)"))
+    for col in ("program", "skill", "stage", "reason", "message"):
+        table.add_column(col, overflow="fold")
+    for row in result.get("invalid", []):
+        table.add_row(*(terminal_text(str(row.get(k, ""))[:300]) for k in (
+            "program", "skill", "stage", "reason", "message")))
     return table
 
 

@@ -8,14 +8,24 @@ environment) in the sandbox, without hints. An item is one program; its score is
 return (the last reward if the episode terminated, else 0). The summary groups by skill; besides
 the shared ``win_rate`` (return >= 1.0, solved) it reports ``any_credit_rate`` (return > 0),
 which is the win rate SPADE's curriculum uses during training.
+
+Programs are untrusted (a pool file or a folder can hold anything), so before any is played
+:meth:`EnvPoolSuite.screen` runs the validator self-play uses
+(:class:`spadekit.sandbox.validate.Validator`) on each, with the evaluation's turn cap: only the
+valid ones become items. The others (a program that pays garbage, whose ``reset`` raises, whose
+``solution()`` does not win, ...) are listed in ``invalid`` with the validator's stage, reason
+and message, and are never scored. ``trusted=True`` skips that (a folder you wrote yourself).
+Items cannot be loaded before the suite is screened or trusted.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from spadekit.envs.program import EnvProgram
-from spadekit.eval.base import EvalItem, Suite, SuiteDefaults, safe_score
+from spadekit.eval.base import EvalError, EvalItem, Suite, SuiteDefaults, safe_score
 from spadekit.rollout.engine import EpisodeSpec
 
 
@@ -26,24 +36,114 @@ class EnvPoolSuite(Suite):
     (``\\boxed{}`` commands for games, ``<tool_call>`` for tool use), as during self-play."""
     sandboxed = True
 
-    def __init__(self, source: str, setting: str | None = None):
+    def __init__(self, source: str, setting: str | None = None, trusted: bool = False):
         from spadekit.runs.sources import load_programs
 
         self.source = source
         self.name = f"envs:{source}"
         self.programs = {p.sha256: p for p in load_programs(source, setting)}
+        self.trusted = trusted
+        """Play every program without validating it (only for folders you trust)."""
+        self.invalid: list[dict[str, Any]] = []
+        """The programs the validator refused: ``{id, sha256, program, skill, stage, reason,
+        message}`` each, in source order. Never items, never scored."""
+        self.screened_with: tuple | None = None
+        """The ``(max_turns, seed)`` of the last :meth:`screen` (None: not screened yet)."""
+        self._valid: dict[str, EnvProgram] = {}
+
+    @property
+    def ready(self) -> bool:
+        """Whether items may be loaded: screened, or trusted."""
+        return self.trusted or self.screened_with is not None
+
+    def screen(self, pool: Any, max_turns: int, seed: int = 0, settings: Any = None,
+               limit: int | None = None, workers: int = 2) -> list[dict[str, Any]]:
+        """Validate the programs in ``pool`` (a ``SandboxPool``) with the validator self-play
+        uses (``settings``: its ``ValidatorSettings``; default those of the turn cap
+        ``max_turns``) and keep only the valid ones as items; returns :attr:`invalid`. With
+        ``limit``, programs are validated in source order only until each skill has ``limit``
+        valid ones (the rest are neither played nor reported). Each program's validation seed
+        comes from ``seed`` and its hash, so a rerun repeats every verdict. A second call with
+        the same cap, seed and limit does nothing; trusted suites are not validated."""
+        if self.trusted:
+            return self.invalid
+        if pool is None:
+            raise EvalError(f"{self.name}: validating its programs needs a SandboxPool")
+        key = (max_turns, seed, limit)
+        if self.screened_with == key:
+            return self.invalid
+        from spadekit.sandbox.validate import Validator, ValidatorSettings
+
+        if settings is None:
+            settings = ValidatorSettings(max_turns=max_turns)
+        self._valid, self.invalid = {}, []
+        valid_per_skill: dict[str, int] = {}
+        todo = list(self.programs.values())
+        validator = Validator(pool, settings)
+        try:
+            while todo:
+                batch = [p for p in todo if limit is None or
+                         valid_per_skill.get(p.skill or "unknown", 0) < limit]
+                batch = batch if limit is None else batch[:max(1, workers)]
+                if not batch:
+                    break
+                chosen = {p.sha256 for p in batch}
+                todo = [p for p in todo if p.sha256 not in chosen]
+                reports = validator.validate_many(
+                    batch, workers=workers, seeds=[validation_seed(seed, p.sha256)
+                                                   for p in batch])
+                for program, report in zip(batch, reports):
+                    self._record(program, report, valid_per_skill)
+        finally:
+            validator.close()
+        order = {sha: i for i, sha in enumerate(self.programs)}  # source order, whatever the
+        self._valid = dict(sorted(self._valid.items(), key=lambda kv: order[kv[0]]))  # batches
+        self.screened_with = key
+        return self.invalid
+
+    def _record(self, program: EnvProgram, report: Any, valid_per_skill: dict[str, int]
+                ) -> None:
+        skill = program.skill or "unknown"
+        if report.ok:
+            self._valid[program.sha256] = program
+            valid_per_skill[skill] = valid_per_skill.get(skill, 0) + 1
+            return
+        self.invalid.append({
+            "id": program.sha256[:16], "sha256": program.sha256, "program": _label(program),
+            "skill": skill, "stage": report.stage, "reason": report.reason,
+            "message": str(report.message)[:500]})
 
     def load_items(self, limit: int | None = None) -> list[EvalItem]:
+        """The valid programs (all of them when trusted), at most ``limit`` per skill;
+        ``EvalError`` before :meth:`screen`."""
+        if not self.ready:
+            raise EvalError(f"{self.name}: its programs are untrusted and not validated yet "
+                            "(screen the suite with a SandboxPool first, or trust it)")
+        playable = self.programs if self.trusted else self._valid
         items, per_skill = [], {}
-        for sha, program in self.programs.items():
+        for sha, program in playable.items():
             skill = program.skill or "unknown"
             if limit is not None and per_skill.get(skill, 0) >= limit:
                 continue
             per_skill[skill] = per_skill.get(skill, 0) + 1
-            label = program.source or program.class_name or sha[:12]
-            items.append(EvalItem(id=sha[:16], dataset=skill, group=skill, prompt=label,
+            items.append(EvalItem(id=sha[:16], dataset=skill, group=skill,
+                                  prompt=_label(program),
                                   data={"sha256": sha, "domain": program.domain}))
         return items
+
+    def playable(self, item: EvalItem) -> bool:
+        """Whether ``item`` may be played: one of this suite's programs that passed the
+        validator (or any of them when trusted)."""
+        sha = item.data.get("sha256") if isinstance(item.data, dict) else None
+        return sha in (self.programs if self.trusted else self._valid)
+
+    def validation(self) -> dict[str, Any]:
+        """What the result file says about validation: trusted or not, and how many programs
+        were valid, invalid and left unchecked (``limit`` reached for their skill)."""
+        valid = len(self.programs) if self.trusted else len(self._valid)
+        return {"trusted": self.trusted, "validated": self.screened_with is not None,
+                "programs": len(self.programs), "valid": valid, "invalid": len(self.invalid),
+                "unchecked": len(self.programs) - valid - len(self.invalid)}
 
     def program(self, item: EvalItem) -> EnvProgram:
         return self.programs[item.data["sha256"]]
@@ -56,3 +156,20 @@ class EnvPoolSuite(Suite):
     def episode_spec(self, item: EvalItem, seed: int, max_turns: int, system: str | None,
                      tag: dict[str, Any]) -> EpisodeSpec:
         return EpisodeSpec(self.program(item), seed=seed, tag=tag, system=system or None)
+
+
+def validation_seed(seed: int, sha256: str) -> int:
+    """The validation seed of one program in an evaluation seeded with ``seed`` (63 bits)."""
+    digest = hashlib.sha256(f"spadekit-eval:{seed}:{sha256}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def _label(program: EnvProgram) -> str:
+    """What names a program in reports: its file when it came from one, else its class, its
+    source or its hash."""
+    meta = program.meta if isinstance(program.meta, Mapping) else {}
+    lineage = meta.get("lineage")
+    file = lineage.get("file") if isinstance(lineage, Mapping) else None
+    if isinstance(file, str) and file:
+        return file
+    return program.class_name or program.source or program.sha256[:12]

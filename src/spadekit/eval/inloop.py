@@ -6,6 +6,11 @@ results go to ``run_dir/evals/step-N.json`` (a file ``spadekit eval compare`` re
 headline numbers come back as flat metrics for the round: ``eval/<suite>/win_rate``,
 ``eval/<suite>/mean_score`` and the same per group (``eval/<suite>/<group>/win_rate``), where
 ``<suite>`` is :func:`spadekit.eval.suite_label` (no slashes).
+
+Suites of environment programs (``envs:``) are screened once, with the run's own validator
+settings (``config.validation`` at the evaluation's turn cap) on the run's sandbox pool, before
+their items are loaded: a program that fails validation is never played, and the result file
+lists it under ``invalid``; ``eval/<suite>/invalid`` counts them.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ def evaluate_in_loop(policy: Any, pool: Any, config: Any, run_dir: Path, step: i
     for spec in e.suites:
         if spec not in cache:  # items are fixed for the whole run
             suite = make_suite(spec)
+            if callable(getattr(suite, "screen", None)):  # untrusted programs: validated first
+                turns = settings.resolve(suite)["max_turns"]
+                validation = getattr(config, "validation", None)
+                suite.screen(pool, turns, seed=e.seed, limit=e.limit, settings=(
+                    validation.settings(turns) if validation is not None else None))
             cache[spec] = (suite, suite.load_items(e.limit))
         suite, items = cache[spec]
         result = run_suite(policy, suite, settings, pool=pool, items=items, model_label=label)
@@ -40,6 +50,8 @@ def evaluate_in_loop(policy: Any, pool: Any, config: Any, run_dir: Path, step: i
                 (f"{g}/", m) for g, m in summary["groups"].items()]:
             flat[f"eval/{name}/{group}win_rate"] = m["win_rate"]
             flat[f"eval/{name}/{group}mean_score"] = m["mean_score"]
+        if "invalid" in result:
+            flat[f"eval/{name}/invalid"] = len(result["invalid"])
     folder = Path(run_dir) / "evals"
     folder.mkdir(exist_ok=True)
     tmp = folder / f".step-{step}.json.tmp"

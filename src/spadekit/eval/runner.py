@@ -13,6 +13,12 @@ Metrics, for the whole suite and per group/dataset:
 
 An in-process model's generation calls are split by prompt length, so that their padded
 attention stays within ``EvalSettings.max_batch_cells`` (:mod:`spadekit.eval.batching`).
+
+A suite of untrusted programs (``envs:``, :class:`spadekit.eval.envs.EnvPoolSuite`) is screened
+by the validator before anything is played, unless the caller screened it already or trusts it:
+only the programs that passed are played, whatever ``items`` the caller passes, and the result
+lists the others under ``invalid`` (stage, reason, message each), apart from the scored
+``items`` and never in the summary; ``validation`` says whether the suite was validated.
 """
 
 from __future__ import annotations
@@ -126,15 +132,21 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
               model_label: str | None = None,
               journal: str | Path | None = None) -> dict[str, Any]:
     """Evaluate ``policy`` on ``suite``; returns the result dict (see the module docstring).
-    ``pool`` (a ``SandboxPool``) is needed only by sandboxed suites (``envs:``).
+    ``pool`` (a ``SandboxPool``) is needed only by sandboxed suites (``envs:``), which it also
+    validates (unless screened or trusted already).
     ``on_progress(done_samples, total_samples)`` is called after each batch. ``journal``: a
     file that keeps every scored sample (see :class:`Journal`); samples already in it are not
     played again."""
     settings = settings or EvalSettings()
     cfg = settings.resolve(suite)
     t0 = time.perf_counter()
+    screened = callable(getattr(suite, "screen", None))
+    if screened and not suite.ready:  # untrusted programs: only validated ones are played
+        suite.screen(pool, cfg["max_turns"], seed=settings.seed, limit=settings.limit)
     if items is None:
         items = suite.load_items(settings.limit)
+    if screened:
+        items = [item for item in items if suite.playable(item)]
     load_s = time.perf_counter() - t0
     system = suite.defaults.system_prompt
     engine = RolloutEngine(bounded(policy, settings.max_batch_cells), pool, RolloutConfig(
@@ -178,6 +190,8 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "settings": cfg, "summary": summarize(item_rows, suite.groups()),
         "items": item_rows, "skipped": [list(s) for s in getattr(suite, "skipped", [])],
+        **({"invalid": [dict(row) for row in suite.invalid],
+            "validation": suite.validation()} if screened else {}),
         "timing_s": {"load": round(load_s, 3), "play": round(time.perf_counter() - t1, 3)},
     }
 

@@ -9,7 +9,15 @@ Tiers (research/sandbox.md, section 4):
 - ``standard``: no namespaces, but seccomp (which also denies SysV and POSIX-mq IPC, host-wide
   here) + Landlock (no access to ``/dev/shm``) + rlimits (+ per-worker uid and a tmpfs scratch
   mount as root). Passed the whole attack matrix in the measurements; containment rests on
-  seccomp's no-fork.
+  seccomp's no-fork. What it shows of the host: Landlock denies listing and reading /proc but
+  not path lookups, so ``stat("/proc/PID")`` finds every host process, and the scratch
+  directory's host path is the working directory. As root where the kernel allows a mount
+  namespace (layer ``private_view``), each worker gets a private view instead
+  (``spadekit.sandbox.worker_view``): a /proc of its own in which its uid sees no other process,
+  and its scratch and runtime library at neutral paths (``/tmp/scratch``, ``/tmp/lib``).
+  seccomp refuses the syscalls that would name another process (``getppid``, pids other than
+  0) on every tier. ``spadekit doctor`` measures what a worker sees (``tier_limits``:
+  ``host_view``).
 
 On every tier a worker idle for ``idle_stop_ms`` is stopped until its next request.
 - ``weak``: rlimits and a new session only. Refused for untrusted code unless
@@ -32,10 +40,10 @@ import threading
 from dataclasses import asdict, dataclass, field
 
 from spadekit.common.errors import InsecureSandboxError, SandboxError, SandboxStartError
-from spadekit.sandbox import cgroup
+from spadekit.sandbox import cgroup, packages
 from spadekit.sandbox.config import TIERS, SandboxConfig
-from spadekit.sandbox.launch import (UIDS, Plan, mount_tmpfs, sweep_stale_dirs, uid_lock_dir,
-                                     unmount)
+from spadekit.sandbox.launch import (UIDS, VIEW_REL, VIEW_ROOT, Plan, mount_tmpfs, runtime_lib,
+                                     sweep_stale_dirs, uid_lock_dir, unmount)
 from spadekit.sandbox.seccomp_filter import IPC, SeccompUnavailable, compile_filter
 
 MINIMUM_SAFE_TIER = "standard"
@@ -177,6 +185,7 @@ def probe_layers(config: SandboxConfig) -> dict[str, Layer]:
                                 f"SIGSTOP after {config.idle_stop_ms:g} ms without a request"
                                 if config.idle_stop_ms > 0 else "disabled by config")
     layers["scratch_mount"] = Layer("scratch_mount", *_can_mount_tmpfs(root))
+    layers["private_view"] = Layer("private_view", *_private_view_works(root, config))
     layers["ipc"] = Layer("ipc", layers["seccomp"].available,
                           "seccomp denies SysV message queues, semaphores, shared memory and "
                           f"POSIX message queues ({len(IPC)} syscall names)"
@@ -205,6 +214,41 @@ def _can_mount_tmpfs(root: bool) -> tuple[bool, str]:
         os.rmdir(probe)
 
 
+def _private_view_works(root: bool, config: SandboxConfig) -> tuple[bool, str]:
+    """Whether a standard-tier worker can get a private view here (``worker_view.py --probe``
+    run as root: a mount namespace, a procfs mount of its own with ``hidepid=invisible``, binds
+    under a tmpfs on /tmp), and what it shows otherwise."""
+    exposed = ("standard tier shows host processes to stat(/proc/PID) and the scratch "
+               "directory's host path")
+    if not root:
+        return False, f"not root: {exposed}"
+    blocked = [p for p in _view_paths(config) if p == VIEW_ROOT or
+               p.startswith(VIEW_ROOT + "/")]
+    if blocked:
+        return False, f"{blocked[0]} lies under {VIEW_ROOT}, which the view replaces: {exposed}"
+    try:
+        out = subprocess.run([sys.executable, "-I", "-S", "-B",
+                              os.path.join(runtime_lib(), VIEW_REL), "--probe"],
+                             capture_output=True, text=True, timeout=20)
+        seen = json.loads(out.stdout.strip().splitlines()[-1])
+        ok, detail = seen["ok"] is True, str(seen["detail"])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError,
+            TypeError) as exc:
+        ok, detail = False, f"the probe failed: {exc}"
+    return (True, detail) if ok else (False, f"the kernel refuses it ({detail[:200]}): "
+                                             f"{exposed}")
+
+
+def _view_paths(config: SandboxConfig) -> list[str]:
+    """Host paths a worker reads by their own name (interpreter, prefix, allowlisted packages):
+    a private view must leave them where they are."""
+    found = _interpreter_for_uid(config)
+    python, prefix = found if found else (os.path.realpath(sys.executable),
+                                          os.path.realpath(sys.base_prefix))
+    return [os.path.dirname(python), prefix,
+            *packages.for_workers(tuple(config.packages)).paths]
+
+
 def plan_for(tier: str, layers: dict[str, Layer], config: SandboxConfig) -> Plan | str:
     """The plan for ``tier``, or a string saying why this machine cannot give it."""
     root = layers["uid"].available
@@ -231,9 +275,10 @@ def plan_for(tier: str, layers: dict[str, Layer], config: SandboxConfig) -> Plan
         missing = [n for n in ("seccomp", "landlock") if not layers[n].available]
         if missing:
             return "missing " + ", ".join(missing)
+        view = root and layers.get("private_view", Layer("private_view", False, "")).available
         return Plan("standard", per_worker_uid=root, landlock=True, seccomp_bpf=seccomp,
                     cgroup_mode=cg_mode, cgroup_cpu=cg_cpu, scratch_tmpfs=tmpfs, python=python,
-                    python_prefix=prefix)
+                    python_prefix=prefix, private_view=view)
     return Plan("weak", per_worker_uid=False, cgroup_mode=cg_mode, cgroup_cpu=cg_cpu,
                 scratch_tmpfs=tmpfs, python=python, python_prefix=prefix)
 
@@ -316,14 +361,57 @@ class LimitsProbeEnv:
             out["dev_shm"] = "not writable (%s)" % errno.errorcode.get(exc.errno, "?")
         st = os.statvfs(".")
         out["scratch_mb"] = st.f_blocks * st.f_frsize / 1048576
+        arg = json.loads(action) if action.startswith("{") else {}
+        seen = []
+        for pid in arg.get("pids", []):
+            try:
+                os.stat("/proc/%d" % pid)
+                seen.append(pid)
+            except OSError:
+                pass
+        out["pids_seen"] = seen
+        try:
+            out["cwd"] = os.getcwd()
+        except OSError as exc:
+            out["cwd"] = "unknown (%s)" % errno.errorcode.get(exc.errno, "?")
+        out["ppid"] = os.getppid()
+        out["home"] = os.environ.get("HOME", "")
         return json.dumps(out), 0.0, True, False, {}
 '''
 
 
+def _host_pids(exclude: set[int], cap: int = 400) -> list[int]:
+    """Up to ``cap`` live host pids (this process first) not in ``exclude``, all above 100 (a
+    pid namespace's own pids are small numbers)."""
+    pids = [os.getpid()]
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit() and int(entry.name) > 100 and len(pids) < cap:
+                pids.append(int(entry.name))
+    return [p for p in dict.fromkeys(pids) if p not in exclude]
+
+
+def host_view(seen: dict, sb, plan: Plan) -> dict:
+    """What a worker saw of the host (from ``LIMITS_PROBE``): other host processes, the
+    trainer's pid, the host path of its scratch directory."""
+    own = set(sb.worker.host_pids)
+    others = [p for p in seen.get("pids_seen", []) if p not in own]
+    host_path = sb.worker.scratch in (seen.get("cwd"), seen.get("home"))
+    how = ("own pid namespace" if plan.bwrap else "private /proc (hidepid=invisible)"
+           if plan.private_view else "stat(/proc/PID) finds them: Landlock denies listing and "
+           "reading /proc, not lookups")
+    return {"processes": "visible" if others else "hidden", "how": how,
+            "visible_host_pids": len(others),
+            "parent_pid": "visible" if seen.get("ppid") == os.getpid() else "hidden",
+            "paths": "host" if host_path else "neutral", "cwd": str(seen.get("cwd"))}
+
+
 def tier_limits(config: SandboxConfig | None = None) -> dict[str, dict]:
     """For each tier that can run untrusted code (``strong``, ``standard``): whether it works
-    here and, from a real worker at that tier, its scratch size limit, CPU controls and IPC
-    denial (each probed inside the worker, not inferred from the plan)."""
+    here and, from a real worker at that tier, its scratch size limit, CPU controls, IPC
+    denial and what it sees of the host (``host_view``: other host processes, the trainer's
+    pid, its scratch directory's host path), each probed inside the worker, not inferred from
+    the plan."""
     from spadekit.sandbox.sandbox import Sandbox
 
     config = config or SandboxConfig()
@@ -339,7 +427,9 @@ def tier_limits(config: SandboxConfig | None = None) -> dict[str, dict]:
                 sb.load(LIMITS_PROBE, "limits_probe.py")
                 env = sb.new_env()
                 env.reset()
-                seen = json.loads(env.step("probe")[0])
+                pids = _host_pids(set(sb.worker.host_pids))
+                seen = json.loads(env.step(json.dumps({"pids": pids}))[0])
+                view = host_view(seen, sb, plan)
         except (SandboxError, ValueError) as exc:
             out[tier] = {"available": False, "why": getattr(exc, "message", str(exc))}
             continue
@@ -362,5 +452,6 @@ def tier_limits(config: SandboxConfig | None = None) -> dict[str, dict]:
             "ipc": {"namespace": plan.bwrap is not None,
                     **{k: str(seen.get(k)) for k in ("msgget", "semget", "shmget", "mq_open",
                                                      "dev_shm")}},
+            "host_view": view,
         }
     return out

@@ -6,6 +6,9 @@ program. Nothing untrusted has run at that point, which is what makes warm pools
 
 Per-worker uids are allocated host-wide (lock files in a root-owned directory, plus a check that
 no process runs as the uid). Scratch space is a size-limited tmpfs where the tier allows one.
+A standard-tier worker with ``Plan.private_view`` starts as root in ``worker_view.py`` (a /proc
+of its own, scratch and runtime library at neutral paths under /tmp), which drops to the
+worker's uid before it executes the worker.
 A worker with no request for ``idle_stop_ms`` is stopped (SIGSTOP, through a pidfd) and
 continued when its next request comes, so threads a program left running cost no CPU between
 requests.
@@ -34,11 +37,13 @@ from spadekit.common.errors import SandboxStartError
 from spadekit.sandbox import cgroup as cg
 from spadekit.sandbox import packages
 from spadekit.sandbox.config import SandboxConfig
+from spadekit.sandbox.worker_view import VIEW_LIB, VIEW_ROOT, VIEW_SCRATCH  # noqa: F401
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # .../spadekit
 WORKER_REL = "spadekit/sandbox/worker.py"
 INNER_LIB = "/sbx/lib"
 INNER_SCRATCH = "/scratch"
+VIEW_REL = "spadekit/sandbox/worker_view.py"
 
 
 @dataclass(frozen=True)
@@ -53,12 +58,16 @@ class Plan:
     cgroup_mode: str | None = None
     cgroup_cpu: bool = False  # the cgroups carry a CPU quota
     scratch_tmpfs: bool = False  # outside bwrap: mount a tmpfs on the scratch dir (needs root)
+    private_view: bool = False
+    """Outside bwrap, as root where the kernel allows a mount namespace: the worker starts in
+    ``worker_view.py``, which gives it a /proc of its own (no other process visible to its uid)
+    and neutral paths for its scratch and runtime library, then drops to its uid."""
     python: str = field(default_factory=lambda: os.path.realpath(sys.executable))
     python_prefix: str = field(default_factory=lambda: os.path.realpath(sys.base_prefix))
 
 
 RUNTIME_PARTS = ("__init__.py", "common/__init__.py", "common/errors.py", "envs",
-                 "sandbox/worker.py", "sandbox/worker_replies.py")
+                 "sandbox/worker.py", "sandbox/worker_replies.py", "sandbox/worker_view.py")
 
 
 @functools.lru_cache(maxsize=1)
@@ -402,11 +411,13 @@ def _children_table() -> dict[int, list[int]]:
     return children
 
 
-def worker_config(config: SandboxConfig, plan: Plan, scratch: str) -> dict:
+def worker_config(config: SandboxConfig, plan: Plan, scratch: str,
+                  uid: int | None = None) -> dict:
     """The boot config line sent to the worker (paths as the worker sees them)."""
     inside = plan.bwrap is not None
-    lib_dir = INNER_LIB if inside else runtime_lib()
-    scratch = INNER_SCRATCH if inside else scratch
+    view = plan.private_view and not inside
+    lib_dir = INNER_LIB if inside else VIEW_LIB if view else runtime_lib()
+    scratch = INNER_SCRATCH if inside else VIEW_SCRATCH if view else scratch
     cfg: dict = {
         "rlimits": {
             "as": config.memory_mb * 1024 * 1024,
@@ -422,6 +433,8 @@ def worker_config(config: SandboxConfig, plan: Plan, scratch: str) -> dict:
         "max_observation_chars": config.max_observation_chars,
     }
     cfg["chdir"] = scratch
+    if view:
+        cfg["view"] = {"uid": uid, "proc": "private (hidepid=invisible)"}
     allowed = packages.for_workers(tuple(config.packages))
     if allowed.roots:
         cfg["packages"] = allowed.worker_config()
@@ -501,7 +514,10 @@ def spawn(config: SandboxConfig, plan: Plan) -> WorkerProcess:
     proc = None
     mounted = False
     inside = plan.bwrap is not None
+    view = plan.private_view and not inside
     try:
+        if view and uid is None:
+            raise SandboxStartError("a private view needs a per-worker uid (root)")
         if uid is not None:
             os.chown(scratch, uid, uid)
         os.chmod(scratch, 0o700)
@@ -517,11 +533,14 @@ def spawn(config: SandboxConfig, plan: Plan) -> WorkerProcess:
                               packages.for_workers(tuple(config.packages)).paths) + py + [
                 f"{INNER_LIB}/{WORKER_REL}"]
             env = {"PATH": "/usr/bin:/bin"}
+        elif view:  # starts as root in worker_view.py, which drops to ``uid`` itself
+            argv = py + [os.path.join(runtime_lib(), VIEW_REL)]
+            env = {"PATH": "/usr/bin:/bin"}
         else:
             argv = py + [os.path.join(runtime_lib(), WORKER_REL)]
             env = child_env(config, scratch)
         kwargs: dict = {}
-        if uid is not None:
+        if uid is not None and not view:
             kwargs.update(user=uid, group=uid, extra_groups=[])
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, env=env, cwd=scratch, close_fds=True,
@@ -538,7 +557,11 @@ def spawn(config: SandboxConfig, plan: Plan) -> WorkerProcess:
         shutil.rmtree(scratch, ignore_errors=True)
         UIDS.give(uid)
         raise SandboxStartError(f"could not start a sandbox worker: {exc}") from exc
-    boot = json.dumps(worker_config(config, plan, scratch)) + "\n"
+    boot = json.dumps(worker_config(config, plan, scratch, uid)) + "\n"
+    if view:  # worker_view.py's line first: host paths it binds at neutral ones
+        boot = json.dumps({"scratch": scratch, "lib": runtime_lib(), "uid": uid,
+                           "python": plan.python,
+                           "env": child_env(config, VIEW_SCRATCH)}) + "\n" + boot
     try:
         proc.stdin.write(boot.encode())
         proc.stdin.flush()

@@ -17,7 +17,18 @@ Policy (default allow, deny the dangerous classes measured in research/sandbox.m
   one program could read what another program's worker left, and they outlive both workers.
   POSIX shared memory is a file under ``/dev/shm``, which Landlock (and on the strong tier a
   read-only, private ``/dev``) keeps out of reach instead;
-- ``ioctl`` TIOCSTI/TIOCLINUX (terminal injection), with a masked compare.
+- ``ioctl`` TIOCSTI/TIOCLINUX (terminal injection), with a masked compare;
+- no question about another process: on the ``standard`` tier (no pid namespace) every syscall
+  that takes a pid would tell a program which host pids exist (ESRCH or not) or something about
+  them, whatever /proc shows. ``getppid`` is refused (the trainer's pid); the syscalls that name
+  a process (``getpgid``, ``getsid``, ``setpgid``, the ``sched_*`` family, ``prlimit64``,
+  ``get_robust_list``, ``migrate_pages``, ``move_pages``) are refused unless the pid is 0 (the
+  caller itself), and so are ``getpriority``/``setpriority``/``ioprio_*`` unless ``who`` is 0;
+  ``pidfd_open``, ``kcmp``, ``capget``/``capset``, ``process_madvise`` and
+  ``process_mrelease`` are refused outright, as are ``fcntl`` F_SETOWN/F_SETOWN_EX and
+  ``ioctl`` FIOSETOWN/SIOCSPGRP (they look the owner pid up) and the clock calls on a negative
+  clock id (the CPU clock of a pid or thread; the caller's own process and thread clocks, ids 2
+  and 3, keep working).
 """
 
 from __future__ import annotations
@@ -40,6 +51,18 @@ IPC = (
 )
 """SysV and POSIX-message-queue IPC (names an architecture lacks are skipped)."""
 
+PID_ARG0 = ("getpgid", "getsid", "setpgid", "sched_getaffinity", "sched_setaffinity",
+            "sched_getparam", "sched_setparam", "sched_getscheduler", "sched_setscheduler",
+            "sched_rr_get_interval", "sched_getattr", "sched_setattr", "prlimit64",
+            "get_robust_list", "migrate_pages", "move_pages")
+"""Syscalls whose first argument is a pid: refused unless it is 0 (the caller)."""
+WHO_ARG1 = ("getpriority", "setpriority", "ioprio_get", "ioprio_set")
+"""Syscalls whose second argument names a process, group or user: refused unless it is 0."""
+CLOCK_ARG0 = ("clock_gettime", "clock_getres", "clock_nanosleep", "timer_create")
+"""Clock calls: a negative clock id (the CPU clock of a pid or thread) is refused."""
+F_SETOWN, F_SETOWN_EX = 8, 15
+FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
+
 DENY_EPERM = (
     "fork", "vfork", "execve", "execveat",
     "socket", "socketpair",
@@ -55,6 +78,7 @@ DENY_EPERM = (
     "mknodat", "personality", "quotactl", "lookup_dcookie", "vhangup", "settimeofday",
     "clock_settime", "clock_adjtime", "adjtimex", "sethostname", "setdomainname", "iopl",
     "ioperm", "uselib", "nfsservctl", "fanotify_init",
+    "getppid", "pidfd_open", "kcmp", "capget", "capset", "process_madvise", "process_mrelease",
 ) + IPC
 
 
@@ -82,9 +106,18 @@ def compile_filter() -> bytes:
         _try_rule(flt, sc.ERRNO(errno.ENOSYS), "clone3")
         _try_rule(flt, sc.ERRNO(errno.EPERM), "clone",
                   sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
-        for req in (TIOCSTI, TIOCLINUX):
+        for req in (TIOCSTI, TIOCLINUX, FIOSETOWN, SIOCSPGRP):
             _try_rule(flt, sc.ERRNO(errno.EPERM), "ioctl",
                       sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, req))
+        for cmd in (F_SETOWN, F_SETOWN_EX):
+            _try_rule(flt, sc.ERRNO(errno.EPERM), "fcntl",
+                      sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, cmd))
+        for name in PID_ARG0:
+            _try_rule(flt, sc.ERRNO(errno.EPERM), name, sc.Arg(0, sc.NE, 0))
+        for name in WHO_ARG1:
+            _try_rule(flt, sc.ERRNO(errno.EPERM), name, sc.Arg(1, sc.NE, 0))
+        for name in CLOCK_ARG0:  # negative ids, sign- or zero-extended, are above 2**31 - 1
+            _try_rule(flt, sc.ERRNO(errno.EINVAL), name, sc.Arg(0, sc.GT, 0x7FFFFFFF))
         with tempfile.TemporaryFile() as fh:
             flt.export_bpf(fh)
             fh.seek(0)

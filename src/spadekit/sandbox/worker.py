@@ -8,6 +8,8 @@ Run as a script (``python -I -S -B worker.py``), standard library only. Bootstra
 2. Read one configuration line from the parent (trusted), then apply the isolation layers it asks
    for: rlimits, Landlock (filesystem, TCP, signal and abstract-socket scopes, by kernel ABI) and
    the seccomp BPF program compiled by the parent. Report what was applied in a ``hello`` line.
+   (On the standard tier as root, ``worker_view.py`` may have started this process in a private
+   view of the host first; the config's ``view`` says so and the uid it must run as.)
 3. Serve requests: ``load`` (exec the program, find its one ``...Env`` class), ``create``,
    ``reset``, ``step``, ``call`` (solution/tools/...), ``drop``. Every result is checked here and
    checked again by the parent; every exception becomes a structured error reply, and the worker
@@ -571,8 +573,16 @@ def main():
     reader = os.fdopen(PROTO_IN, "rb", buffering=1 << 16)
     cfg = json.loads(reader.readline())
     STATE["cfg"] = cfg
+    view = cfg.get("view")  # started by worker_view.py: it must have dropped to this uid
+    if view and (os.getuid() != view["uid"] or os.geteuid() != view["uid"] or not view["uid"]):
+        send({"id": 0, "ok": False, "error": {"type": "SandboxStartError", "message":
+                                              "isolation failed: the worker runs as uid %d, "
+                                              "not %r" % (os.geteuid(), view["uid"])}})
+        return
     layers = {"pid": os.getpid(), "uid": os.getuid(), "rlimits": apply_rlimits(cfg.get("rlimits",
                                                                                     {}))}
+    if view:
+        layers["view"] = {"proc": view["proc"], "scratch": cfg.get("chdir")}
     try:
         if cfg.get("landlock"):
             ll = cfg["landlock"]
