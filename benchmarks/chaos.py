@@ -173,25 +173,37 @@ def killed_run(run_dir: Path, rounds: int, plan: list[tuple[str, object]],
     return log
 
 
-def kill_plan(rounds: int, kills: int, seed: int = 0) -> list[tuple[str, object]]:
-    """``kills`` kills: named points spread over the rounds first, then random timers."""
+PRIORITY = ("play", "update", "save:weights", "commit", "design", "validate", "hint",
+            "reward", "sync", "retire", "save", "committed")
+"""The named points a plan uses first (the issue's list: design, play, update, checkpoint
+write, commit)."""
+
+
+def kill_plan(rounds: int, kills: int, timers: int = 0, seed: int = 0,
+              regen_interval: int = 2) -> list[tuple[str, object]]:
+    """``kills`` named points (:data:`PRIORITY` first) spread over rounds 1 to ``rounds - 1``
+    in the order the run reaches them (a resumed process passes through the next one), then
+    ``timers`` kills at random moments (seconds after a process starts: loading, resuming, or
+    inside whatever phase is running)."""
     from spadekit.common.faults import ROUND_POINTS
 
     rng = random.Random(seed)
-    points = [p for p in ROUND_POINTS if p not in ("begin", "evaluate")]
+    left = list(PRIORITY[:kills])
+    steps = list(range(1, rounds))
+    quota = -(-len(left) // max(1, len(steps)))
     plan: list[tuple[str, object]] = []
-    for i in range(kills):
-        if i < len(points):
-            step = (i % max(1, rounds - 1)) + (1 if rounds > 1 else 0)
-            if points[i] in ("design", "validate", "hint"):
-                step = 0 if rounds <= 2 else 2  # rounds that design (regen_interval 2)
-            plan.append(("point", f"{step}:{points[i]}"))
-        else:
-            plan.append(("timer", round(rng.uniform(6.0, 25.0), 2)))
+    for n, step in enumerate(steps):
+        valid = [p for p in left if p not in ("design", "validate", "hint")
+                 or step % regen_interval == 0]
+        take = valid[:quota] if n < len(steps) - 1 else valid
+        for point in sorted(take, key=ROUND_POINTS.index):
+            plan.append(("point", f"{step}:{point}"))
+            left.remove(point)
+    plan += [("timer", round(rng.uniform(8.0, 30.0), 2)) for _ in range(timers)]
     return plan
 
 
-def equivalence(out: Path, rounds: int, kills: int) -> dict:
+def equivalence(out: Path, rounds: int, kills: int, timers: int = 3) -> dict:
     from spadekit.runs.fingerprint import differences, fingerprint
 
     t = time.perf_counter()
@@ -202,7 +214,7 @@ def equivalence(out: Path, rounds: int, kills: int) -> dict:
             raise RuntimeError(f"reference run failed: {r['stderr']}")
     fa, fb = fingerprint(a), fingerprint(b)
     same_twice = differences(fa, fb)
-    log = killed_run(k, rounds, kill_plan(rounds, kills))
+    log = killed_run(k, rounds, kill_plan(rounds, kills, timers))
     fk = fingerprint(k)
     diff = differences(fa, fk)
     weights_equal = fa["weights"] == fk["weights"]
@@ -219,8 +231,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--kills", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--kills", type=int, default=12, help="kills at named points")
+    ap.add_argument("--timers", type=int, default=3, help="kills at random moments")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "chaos"))
     args = ap.parse_args()
     if args.child:
@@ -228,7 +241,7 @@ def main() -> None:
         return
     out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
-    result = equivalence(out, args.rounds, args.kills)
+    result = equivalence(out, args.rounds, args.kills, args.timers)
     (out / "chaos.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
 

@@ -27,14 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from spadekit.common.errors import ConfigError
+from spadekit.common.errors import ConfigError, SpadekitError
 
-__all__ = ["CheckpointConfig", "checkpoint_budget", "disk_use", "kept_steps",
+__all__ = ["CheckpointConfig", "CheckpointWriteError", "checkpoint_budget", "disk_use", "kept_steps",
            "forget_unkept", "load_latest_good", "max_kept", "sweep", "unkept_folders", "parameters_from_name", "prune_checkpoints"]
 
 log = logging.getLogger(__name__)
 
 _STEP = re.compile(r"^\.?step-(\d+)(?:$|\.)")
+
+
+class CheckpointWriteError(SpadekitError):
+    """A checkpoint could not be written (a full disk, a read-only or vanished folder); the
+    round is not committed and the previous checkpoint is untouched."""
+
+    reason = "checkpoint_write"
 
 
 @dataclass(frozen=True)

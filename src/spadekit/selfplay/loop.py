@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,8 @@ from typing import Any
 from spadekit.common.faults import fault_point, set_round
 from spadekit.envs.program import EnvProgram
 from spadekit.rollout.engine import EpisodeSpec, Trajectory
-from spadekit.selfplay.checkpoints import disk_use, forget_unkept, sweep, unkept_folders
+from spadekit.selfplay.checkpoints import (CheckpointWriteError, disk_use, forget_unkept, sweep,
+                                           unkept_folders)
 from spadekit.selfplay.config import SelfPlayConfig, schedule_values, scheduled_config
 from spadekit.selfplay.design import Drafts, active_skills
 from spadekit.selfplay.distributed import PeerFailed, control_group, join_launch, place_steps
@@ -356,7 +358,16 @@ class SelfPlay(SetupSteps):
         if path is None:
             return
         with self._phase(f"round {r.step}: checkpoint"):
-            self.trainer.save(Path(path))
+            try:
+                self.trainer.save(Path(path))
+            except Exception as exc:  # OSError, and safetensors' and torch's own errors
+                free = shutil.disk_usage(Path(path).parent).free if Path(path).parent.exists() \
+                    else None
+                raise CheckpointWriteError(
+                    f"could not write the checkpoint of round {r.step} to {path}: {exc}"
+                    + (f" ({free / 2**20:.0f} MB free)" if free is not None else "")
+                    + "; the round is not committed, the previous checkpoint is kept",
+                    step=r.step) from exc
 
     def evaluate(self, r: RoundState) -> None:
         """The in-loop evaluation suites, every ``eval.every`` rounds."""
