@@ -393,35 +393,82 @@ def generate(
     raise typer.Exit(0 if valid or not data.get("attempted") else 1)
 
 
+_ARGV_SECRET = ("a secret on the command line is visible to every user of this machine (ps, "
+                "/proc); put it in a file ({file}) or the {env} environment variable")
+
+
+def _secret(path: Optional[Path], env: str, what: str) -> Optional[str]:
+    """A secret from ``path`` (its text, stripped) or else the environment variable ``env``."""
+    if path is None:
+        import os
+
+        return os.environ.get(env) or None
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+        loose = path.stat().st_mode & 0o077
+    except (OSError, UnicodeDecodeError) as exc:
+        err_console.print(f"cannot read the {what} file {path}: {exc}", markup=False, style="red")
+        raise typer.Exit(2) from None
+    if not text:
+        err_console.print(f"the {what} file {path} is empty", markup=False, style="red")
+        raise typer.Exit(2)
+    if loose:
+        err_console.print(f"warning: the {what} file {path} is readable by other users "
+                          "(chmod 600 it)", markup=False)
+    return text
+
+
 @app.command()
 def serve(
     run: Optional[Path] = typer.Argument(None, help="A run directory: serve its dashboard."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of a run: serve "
                                         "this model (tiny, smollm2-135m, hf:PATH, ...) as an "
                                         "OpenAI-compatible server."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default; any "
+                             "other address needs an API key)."),
     port: Optional[int] = typer.Option(None, help="Port (0 picks a free one; default 8765 for "
                                        "a dashboard, 8000 for a model)."),
+    api_key_file: Optional[Path] = typer.Option(
+        None, help="A file holding the API key every request must carry (Authorization: "
+        "Bearer KEY; the dashboard also takes it as a Basic password); else env "
+        "SPADEKIT_API_KEY. Required to bind a non-loopback address."),
+    api_key: Optional[str] = typer.Option(None, hidden=True),
     allow_weight_updates: bool = typer.Option(
         False, help="Model server: accept trained weights pushed to POST /v1/spadekit/weights "
-        "(a run's --set generation_model=openai:NAME@URL); needs --weights-token."),
-    weights_token: Optional[str] = typer.Option(
-        None, envvar="SPADEKIT_WEIGHTS_TOKEN", help="The shared secret a weight push must carry "
-        "(or env SPADEKIT_WEIGHTS_TOKEN)."),
+        "(a run's --set generation_model=openai:NAME@URL); needs a weights token."),
+    weights_token_file: Optional[Path] = typer.Option(
+        None, help="Model server: a file holding the shared secret a weight push must carry; "
+        "else env SPADEKIT_WEIGHTS_TOKEN."),
+    weights_token: Optional[str] = typer.Option(None, hidden=True),
+    max_tokens_limit: int = typer.Option(16384, min=1, help="Model server: the largest "
+                                         "max_tokens a request may ask (400 above it)."),
+    slice_tokens: Optional[int] = typer.Option(
+        None, min=0, help="Model server: tokens a sequence generates before other requests get "
+        "their turn (default 256; 0: whole sequences, for models that cannot continue a "
+        "prompt)."),
 ) -> None:
     """Serve a run's dashboard (`spadekit serve RUN`) or a model (`spadekit serve --model NAME`).
 
     Dashboard: a read-only web UI of the run directory that follows it while it trains
     (curves, environments with code, hints and episodes, rejected programs, curriculum); it
     prints its URL. Model: an OpenAI-compatible server (/v1/completions with token ids and
-    logprobs, /v1/chat/completions, /v1/models, /health), batching concurrent requests.
-    No authentication for generation: keep them on loopback or a trusted network; weight pushes
-    need --allow-weight-updates and a token. Ctrl-C stops."""
+    logprobs, /v1/chat/completions, /v1/models, /health), batching concurrent requests fairly.
+    Both bind 127.0.0.1 unless --host says otherwise, and then refuse to start without an API
+    key (--api-key-file or SPADEKIT_API_KEY; never on the command line). Weight pushes need
+    --allow-weight-updates and a token. Ctrl-C stops."""
+    for given, file_opt, env in ((api_key, "--api-key-file", "SPADEKIT_API_KEY"),
+                                 (weights_token, "--weights-token-file",
+                                  "SPADEKIT_WEIGHTS_TOKEN")):
+        if given is not None:
+            err_console.print("refused: " + _ARGV_SECRET.format(file=file_opt, env=env),
+                              markup=False, style="red")
+            raise typer.Exit(2)
     if (run is None) == (model is None):
         err_console.print("[red]usage:[/red] spadekit serve RUN (a run's dashboard) or "
                           "spadekit serve --model NAME (a model server), not "
                           + ("both" if run is not None else "neither"), soft_wrap=True)
         raise typer.Exit(2)
+    key = _secret(api_key_file, "SPADEKIT_API_KEY", "API key")
     if run is not None:
         from spadekit.report.server import serve_run
 
@@ -430,7 +477,8 @@ def serve(
                           markup=False)
 
         try:
-            serve_run(run, host=host, port=8765 if port is None else port, ready=ready)
+            serve_run(run, host=host, port=8765 if port is None else port, ready=ready,
+                      api_key=key)
         except (SpadekitError, OSError) as exc:
             err_console.print(f"cannot serve {run}: {getattr(exc, 'message', exc)}",
                               markup=False, style="red")
@@ -438,9 +486,11 @@ def serve(
         return
     from spadekit.policy.serve import run_server
 
+    token = _secret(weights_token_file, "SPADEKIT_WEIGHTS_TOKEN", "weights token")
     try:
-        run_server(model, host=host, port=8000 if port is None else port,
-                   allow_weight_updates=allow_weight_updates, weights_token=weights_token)
+        run_server(model, host=host, port=8000 if port is None else port, api_key=key,
+                   allow_weight_updates=allow_weight_updates, weights_token=token,
+                   max_tokens_limit=max_tokens_limit, slice_tokens=slice_tokens)
     except SpadekitError as exc:
         err_console.print(f"[red]cannot serve {model}:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None

@@ -2,8 +2,20 @@
 
 ``serve(policy)`` starts it in the background (``.url`` is the OpenAI base URL,
 ``http://127.0.0.1:PORT/v1``; ``.close()`` stops it); ``run_server(model, host, port)`` is the
-blocking ``spadekit serve`` command. Standard library only (``http.server``); binds to
-127.0.0.1 unless told otherwise, with no authentication (but for weight pushes): do not expose it.
+blocking ``spadekit serve`` command. Standard library only (``http.server``).
+
+Exposure: it binds 127.0.0.1 unless told otherwise; any other address needs ``api_key``
+(``PolicyError`` at start without one; the command reads it from ``--api-key-file`` or
+``SPADEKIT_API_KEY``, never from argv), and then every request but ``/health`` and the weight
+route (guarded by its own token) must carry ``Authorization: Bearer KEY``, else 401. Plain
+HTTP: keys travel in clear, so expose it on a trusted network only.
+
+Client errors (``serve_request``): every malformed request is a 4xx with an OpenAI-style error
+body (``{"object": "error", "error": {"message", "type", "param", "code"}}``), never a 500:
+411 without ``Content-Length``, 400 for a negative or malformed one, 413 over ``max_body``
+(32 MiB), 400 for a body that is not a UTF-8 JSON object or a field of the wrong type or range,
+404 for a ``model`` other than the served one. ``max_tokens`` is at most ``max_tokens_limit``
+(default 16384; 400 above it) and ``n`` times the prompts at most ``max_choices`` (128).
 
 Endpoints:
 
@@ -28,11 +40,14 @@ Text follows the OpenAI convention: the stop string is left out unless
 ``include_stop_str_in_output``; ``finish_reason`` is ``stop`` or ``length``; ``stop_reason`` is
 the stop string that ended the text, or null.
 
-Batching: request handlers put their generation requests on a queue; one collector thread takes
-the first, keeps taking whatever arrives within ``batch_window`` seconds (default 5 ms) up to
-``max_batch``, and calls ``policy.generate`` once for the whole batch (if that batch fails, its
-requests are retried one by one, so one bad request does not fail its neighbours).
-``server.stats()`` counts requests and batches.
+Batching (``serve_batch``): one collector thread gathers what arrives within ``batch_window``
+seconds (default 5 ms) up to ``max_batch`` and calls ``policy.generate`` once for the batch
+(a failed batch is retried one by one, so one bad request does not fail its neighbours). It is
+fair between requests: batches are filled round-robin over requests, and a sequence generates at
+most ``slice_tokens`` tokens (256; 0, whole sequences, for scripted policies, which cannot
+continue a prompt) before it goes back in line, so a long request never holds the model for
+the others (a new request waits at most for the slice that is running).
+``server.stats()`` counts requests, batches and slices.
 
 Test switches: ``logprobs=False``, ``token_ids=False`` (tokens come back as text),
 ``token_prompts=False`` (refuse token-id prompts): to exercise a client's capability detection.
@@ -42,129 +57,26 @@ from __future__ import annotations
 
 import inspect
 import json
-import queue
+import socket
 import sys
 import threading
 import time
 import uuid
-from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from spadekit.policy.base import (Generation, GenerationRequest, Policy, PolicyError,
-                                  SamplingParams)
+from spadekit.policy.base import Generation, GenerationRequest, Policy, PolicyError, \
+    SamplingParams
+from spadekit.policy.serve_batch import DEFAULT_SLICE, FairBatcher, UpdateGate, wrap64
+from spadekit.policy.serve_request import (DEFAULT_MAX_TOKENS_LIMIT, MAX_BODY, MAX_CHOICES,
+                                           Limits, RequestError, authorized, check_exposure,
+                                           decode_chat, decode_completion, parse_json,
+                                           read_body)
 from spadekit.policy.serve_stream import EventStream, chat_events, completion_events, send_events
 from spadekit.policy.token_bytes import TokenBytes
 from spadekit.policy.weight_sync import MAX_REQUEST, MAX_TOTAL, WEIGHTS_PATH, WeightReceiver
 
-MAX_BODY = 32 * 1024 * 1024
-"""Largest request body accepted (bytes)."""
-
-_STOP = object()
-
-
-class _BadRequest(Exception):
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-# -- batching ---------------------------------------------------------------------------------
-
-class _Batcher:
-    """One collector thread: gathers requests arriving within ``window`` s, generates once."""
-
-    def __init__(self, policy: Policy, window: float, max_batch: int, gen_lock: Any) -> None:
-        self.policy = policy
-        self.window = window
-        self.max_batch = max_batch
-        self._queue: queue.Queue = queue.Queue()
-        self._lock = threading.Lock()
-        self.gen_lock = gen_lock
-        self.batches = 0
-        self.requests = 0
-        self.largest = 0
-        self.failed_batches = 0
-        self._thread = threading.Thread(target=self._run, name="spadekit-serve-batcher",
-                                        daemon=True)
-        self._thread.start()
-
-    def submit(self, requests: list[GenerationRequest]) -> list[Future]:
-        futures = []
-        for r in requests:
-            fut: Future = Future()
-            futures.append(fut)
-            self._queue.put((r, fut))
-        return futures
-
-    def stats(self) -> dict[str, Any]:
-        with self._lock:
-            return {"requests": self.requests, "batches": self.batches,
-                    "largest_batch": self.largest, "failed_batches": self.failed_batches,
-                    "queued": self._queue.qsize()}
-
-    def close(self) -> None:
-        self._queue.put(_STOP)
-        self._thread.join(timeout=30)
-        while True:  # anything still queued gets an error, not a hang
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not _STOP:
-                item[1].set_exception(PolicyError("the server is shutting down"))
-
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is _STOP:
-                return
-            batch = [first]
-            deadline = time.monotonic() + self.window
-            stop = False
-            while len(batch) < self.max_batch:
-                remaining = deadline - time.monotonic()
-                try:
-                    item = self._queue.get(timeout=remaining) if remaining > 0 \
-                        else self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)
-            with self.gen_lock:  # weight updates take it: they never land mid-batch
-                self._generate(batch)
-            if stop:
-                return
-
-    def _generate(self, batch: list[tuple[GenerationRequest, Future]]) -> None:
-        batch = [(r, f) for r, f in batch if f.set_running_or_notify_cancel()]
-        if not batch:
-            return
-        with self._lock:
-            self.batches += 1
-            self.requests += len(batch)
-            self.largest = max(self.largest, len(batch))
-        try:
-            out = self.policy.generate([r for r, _ in batch])
-            if len(out) != len(batch):
-                raise PolicyError(f"the policy returned {len(out)} generations for "
-                                  f"{len(batch)} requests")
-        except Exception as exc:  # isolate the failing request(s)
-            with self._lock:
-                self.failed_batches += 1
-            if len(batch) == 1:
-                batch[0][1].set_exception(exc)
-                return
-            for r, f in batch:
-                try:
-                    f.set_result(self.policy.generate([r])[0])
-                except Exception as one_exc:
-                    f.set_exception(one_exc)
-            return
-        for (_, f), g in zip(batch, out):
-            f.set_result(g)
+__all__ = ["MAX_BODY", "PolicyServer", "run_server", "serve"]
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -178,11 +90,18 @@ class PolicyServer:
                  token_prompts: bool = True, request_timeout: float = 600.0,
                  verbose: bool = False, allow_weight_updates: bool = False,
                  weights_token: str | None = None, max_weights_request: int = MAX_REQUEST,
-                 max_weights_total: int = MAX_TOTAL) -> None:
+                 max_weights_total: int = MAX_TOTAL, api_key: str | None = None,
+                 max_tokens_limit: int = DEFAULT_MAX_TOKENS_LIMIT,
+                 max_choices: int = MAX_CHOICES, max_body: int = MAX_BODY,
+                 slice_tokens: int | None = None) -> None:
         if getattr(policy, "tokenizer", None) is None:
             raise PolicyError("serving a policy needs its tokenizer (policy.tokenizer is None)")
-        if batch_window < 0 or max_batch < 1:
-            raise PolicyError("batch_window must be >= 0 and max_batch >= 1")
+        slice_tokens = _default_slice(policy) if slice_tokens is None else int(slice_tokens)
+        if batch_window < 0 or max_batch < 1 or slice_tokens < 0:
+            raise PolicyError("batch_window must be >= 0, max_batch >= 1, slice_tokens >= 0")
+        check_exposure(host, api_key)
+        self.api_key = api_key
+        self.limits = Limits(int(max_tokens_limit), int(max_choices), int(max_body))
         self.policy = policy
         self.model_name = model_name or getattr(policy, "name", "spadekit")
         self.logprobs = logprobs
@@ -191,12 +110,13 @@ class PolicyServer:
         self.created = int(time.time())
         self._vocab = _vocab_size(policy)
         self._bytes = TokenBytes(policy.tokenizer)
-        self.weights = WeightReceiver(policy, threading.Lock(), allow_weight_updates,
+        gate = UpdateGate()  # weight updates land between sequences, never inside one
+        self.weights = WeightReceiver(policy, gate, allow_weight_updates,
                                       weights_token, max_weights_request, max_weights_total)
-        self._batcher = _Batcher(policy, batch_window, max_batch, self.weights.lock)
+        self._batcher = FairBatcher(policy, batch_window, max_batch, gate, slice_tokens)
         handler = type("Handler", (_Handler,), {"server_ref": self})
         try:
-            self._httpd = _HTTPServer((host, port), handler)
+            self._httpd = _server_class(host)((host.strip("[]"), port), handler)
         except OSError as exc:
             self._batcher.close()
             raise PolicyError(f"cannot listen on {host}:{port}: {exc}") from exc
@@ -252,38 +172,42 @@ class PolicyServer:
     # -- request handling (called from handler threads) ---------------------------------------
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
-        futures = self._batcher.submit(requests)
+        ticket = self._batcher.submit(requests)
+        deadline = time.monotonic() + self.request_timeout
         try:
-            return [f.result(timeout=self.request_timeout) for f in futures]
+            return [f.result(timeout=max(0.0, deadline - time.monotonic()))
+                    for f in ticket.futures]
         except TimeoutError as exc:
-            for f in futures:
-                f.cancel()
+            ticket.cancel()
             raise PolicyError(f"generation took longer than {self.request_timeout:g} s") from exc
 
+    def _check_model(self, body: dict) -> None:
+        model = body.get("model")
+        if model is not None and model != self.model_name:
+            raise RequestError(f"the model {model!r} does not exist here (this server serves "
+                               f"{self.model_name!r})", 404, "model", "not_found_error")
+
     def completions(self, body: dict) -> dict | EventStream:
-        for unsupported in ("echo", "suffix"):
-            if body.get(unsupported):
-                raise _BadRequest(f"{unsupported!r} is not supported by this server")
-        if body.get("best_of") not in (None, 1):
-            raise _BadRequest("'best_of' is not supported by this server")
+        prompts, params, n = decode_completion(body, self.limits)
+        self._check_model(body)
         tok = self.policy.tokenizer
-        prompts = _prompts(body.get("prompt"))
-        add_special = bool(body.get("add_special_tokens", True))
+        add_special = body.get("add_special_tokens") is not False
         prompt_ids = []
         for p in prompts:
             if isinstance(p, str):
                 ids = list(tok(p, add_special_tokens=add_special)["input_ids"])
             else:
                 if not self.token_prompts:
-                    raise _BadRequest("this server does not accept token-id prompts")
+                    raise RequestError("this server does not accept token-id prompts",
+                                       param="prompt")
                 ids = p
             if not ids:
-                raise _BadRequest("empty prompt")
+                raise RequestError("empty prompt", param="prompt")
             bad = [t for t in ids if not 0 <= t < self._vocab]
             if bad:
-                raise _BadRequest(f"token ids out of range [0, {self._vocab}): {bad[:5]}")
+                raise RequestError(f"token ids out of range [0, {self._vocab}): {bad[:5]}",
+                                   param="prompt")
             prompt_ids.append(ids)
-        params, n = self._params(body, default_max_tokens=16)
         reqs = [GenerationRequest(prompt_ids=ids, params=_nth(params, k))
                 for ids in prompt_ids for k in range(n)]
         gens = self.generate(reqs)
@@ -305,22 +229,14 @@ class PolicyServer:
         return completion_events(out, gens, self, body) if body.get("stream") else out
 
     def chat(self, body: dict) -> dict | EventStream:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages \
-                or not all(isinstance(m, dict) for m in messages):
-            raise _BadRequest("'messages' must be a non-empty list of objects")
-        messages = [_plain_message(m) for m in messages]
-        tools = body.get("tools") or None
-        if tools is not None and not isinstance(tools, list):
-            raise _BadRequest("'tools' must be a list")
-        if body.get("max_completion_tokens") is not None and body.get("max_tokens") is None:
-            body = {**body, "max_tokens": body["max_completion_tokens"]}
-        params, n = self._params(body, default_max_tokens=SamplingParams().max_new_tokens)
+        messages, tools, params, n = decode_chat(body, self.limits,
+                                                 SamplingParams().max_new_tokens)
+        self._check_model(body)
         try:  # render here so that a template error is the client's 400, not a failed batch
             prompt = self.policy.render(messages, True, tools)
         except Exception as exc:
-            raise _BadRequest(f"cannot render the messages with the chat template: {exc}") \
-                from exc
+            raise RequestError(f"cannot render the messages with the chat template: {exc}",
+                               param="messages") from exc
         reqs = [GenerationRequest(prompt_ids=prompt, params=_nth(params, k)) for k in range(n)]
         gens = self.generate(reqs)
         choices = []
@@ -347,33 +263,6 @@ class PolicyServer:
                                             "created": self.created, "owned_by": "spadekit"}]}
 
     # -- helpers -----------------------------------------------------------------------------
-
-    def _params(self, body: dict, default_max_tokens: int) -> tuple[SamplingParams, int]:
-        stop = body.get("stop")
-        if stop is None:
-            stop = ()
-        elif isinstance(stop, str):
-            stop = (stop,)
-        elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-            stop = tuple(s for s in stop if s)
-        else:
-            raise _BadRequest("'stop' must be a string or a list of strings")
-        n = body.get("n", 1)
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 128:
-            raise _BadRequest("'n' must be an integer in [1, 128]")
-        try:
-            max_tokens = body.get("max_tokens")
-            temperature = body.get("temperature")
-            top_p = body.get("top_p")
-            seed = body.get("seed")
-            params = SamplingParams(
-                temperature=1.0 if temperature is None else float(temperature),
-                top_p=1.0 if top_p is None else float(top_p),
-                max_new_tokens=default_max_tokens if max_tokens is None else _int(max_tokens),
-                stop=stop, seed=None if seed is None else _int(seed))
-        except (TypeError, ValueError, PolicyError) as exc:
-            raise _BadRequest(f"bad sampling parameters: {exc}") from exc
-        return params, n
 
     def _visible_text(self, g: Generation, params: SamplingParams,
                       body: dict) -> tuple[str, str | None]:
@@ -422,14 +311,40 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+class _HTTPServer6(_HTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _server_class(host: str) -> type[_HTTPServer]:
+    return _HTTPServer6 if ":" in host else _HTTPServer
+
+
+_LINGER_BYTES = 1 << 20
+_OPEN_PATHS = ("/health", "/v1/health", WEIGHTS_PATH)
+"""Answered without the API key: liveness, and the weight route (its own token guards it)."""
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_ref: PolicyServer
     protocol_version = "HTTP/1.1"
-    timeout = 60  # idle keep-alive connections end after this
+    timeout = 60  # idle keep-alive connections (and a stalled body) end after this
     server_version = "spadekit-serve"
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+    def _route(self) -> str | None:
+        """The request's path, or None once a 401 was sent (an API key is set and missing)."""
         path = self.path.split("?", 1)[0].rstrip("/")
+        if path in _OPEN_PATHS or authorized(self.headers, self.server_ref.api_key):
+            return path
+        self._unread = True  # the body is not read
+        self._send(401, RequestError("a valid API key is required: send 'Authorization: "
+                                     "Bearer KEY'", 401).body(),
+                   {"WWW-Authenticate": 'Bearer realm="spadekit"'})
+        return None
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+        path = self._route()
+        if path is None:
+            return
         if path in ("/health", "/v1/health"):
             self._send(200, {"status": "ok", **self.server_ref.weights.health()})
         elif path in ("/v1/models", "/models"):
@@ -439,66 +354,78 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == WEIGHTS_PATH:
             self._send(200, self.server_ref.weights.info())
         else:
-            self._error(404, f"no route GET {path}")
+            self._send(404, RequestError(f"no route GET {path}", 404).body())
 
     def do_POST(self) -> None:  # noqa: N802
-        path = self.path.split("?", 1)[0].rstrip("/")
+        path = self._route()
+        if path is None:
+            return
         if path == WEIGHTS_PATH:
             return self.server_ref.weights.post(self)
         routes = {"/v1/completions": self.server_ref.completions,
                   "/v1/chat/completions": self.server_ref.chat}
         route = routes.get(path)
         try:
-            body = self._read_json()
+            try:
+                raw = read_body(self.headers, self.rfile, self.server_ref.limits.max_body)
+            except RequestError:
+                self._unread = True  # the unread body must not be taken for a request
+                raise
             if route is None:
-                raise _BadRequest(f"no route POST {path}", 404)
-            answer = route(body)
+                raise RequestError(f"no route POST {path}", 404)
+            answer = route(parse_json(raw))
             send_events(self, answer) if isinstance(answer, EventStream) else \
                 self._send(200, answer)
-        except _BadRequest as exc:
-            self._error(exc.status, str(exc))
+        except RequestError as exc:
+            self._send(exc.status, exc.body())
         except PolicyError as exc:
-            self._error(500, f"generation failed: {exc}", "server_error")
+            self._error(500, f"generation failed: {exc}")
         except Exception as exc:  # a bug must not kill the handler thread silently
-            self._error(500, f"internal error: {type(exc).__name__}: {exc}", "server_error")
+            self._error(500, f"internal error: {type(exc).__name__}: {exc}")
 
-    def _read_json(self) -> dict:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            self.close_connection = True  # the unread body must not be taken for a request
-            raise _BadRequest("chunked request bodies are not supported", 411)
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            self.close_connection = True
-            raise _BadRequest("bad Content-Length") from None
-        if length > MAX_BODY:
-            self.close_connection = True
-            raise _BadRequest(f"request body over {MAX_BODY} bytes", 413)
-        raw = self.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            raise _BadRequest("the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise _BadRequest("the request body must be a JSON object")
-        return body
+    _unread = False
 
-    def _send(self, status: int, obj: dict) -> None:
+    def _send(self, status: int, obj: dict, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(obj).encode()
+        if self._unread:
+            self.close_connection = True
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
             if self.close_connection:
                 self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
+            if self._unread:
+                self._linger()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
-    def _error(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    def _linger(self) -> None:
+        """After an answer sent without reading the body: end our side and discard what the
+        client still sends (at most ``_LINGER_BYTES``, for at most a second), so that closing
+        does not reset the connection before the client has read the answer."""
+        sock = self.connection
+        left = _LINGER_BYTES
+        try:
+            self.wfile.flush()
+            sock.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + 1.0
+            while left > 0 and time.monotonic() < deadline:
+                sock.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = sock.recv(min(65536, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+
+    def _error(self, status: int, message: str, kind: str = "server_error") -> None:
         self._send(status, {"object": "error", "error": {"message": message, "type": kind,
-                                                         "code": status}})
+                                                         "param": None, "code": status}})
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         if self.server_ref.verbose:
@@ -507,48 +434,13 @@ class _Handler(BaseHTTPRequestHandler):
 
 # -- small helpers ----------------------------------------------------------------------------
 
-def _int(x: Any) -> int:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or int(x) != x:
-        raise ValueError(f"not an integer: {x!r}")
-    return int(x)
-
-
-def _is_ids(x: Any) -> bool:
-    return isinstance(x, list) and bool(x) and all(
-        isinstance(t, int) and not isinstance(t, bool) for t in x)
-
-
-def _prompts(prompt: Any) -> list[str | list[int]]:
-    if isinstance(prompt, str):
-        return [prompt]
-    if _is_ids(prompt):
-        return [list(prompt)]
-    if isinstance(prompt, list) and prompt and all(isinstance(p, str) or _is_ids(p)
-                                                   for p in prompt):
-        return list(prompt)
-    raise _BadRequest("'prompt' must be a string, a list of token ids, or a list of either")
-
-
 def _nth(params: SamplingParams, k: int) -> SamplingParams:
     """The k-th of n samples: a distinct seed when one is given."""
     if k == 0 or params.seed is None:
         return params
     return SamplingParams(temperature=params.temperature, top_p=params.top_p,
                           max_new_tokens=params.max_new_tokens, stop=params.stop,
-                          seed=params.seed + k)
-
-
-def _plain_message(m: dict) -> dict:
-    """Content parts joined into one string (the chat templates here expect strings)."""
-    content = m.get("content")
-    if isinstance(content, list):
-        parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
-        m = {**m, "content": "".join(parts)}
-    elif content is None:
-        m = {**m, "content": ""}
-    if not isinstance(m.get("role"), str):
-        raise _BadRequest("every message needs a string 'role'")
-    return m
+                          seed=wrap64(params.seed + k))
 
 
 def _usage(gens: list[Generation]) -> dict[str, int]:
@@ -556,6 +448,16 @@ def _usage(gens: list[Generation]) -> dict[str, int]:
     completion = sum(len(g.token_ids) for g in gens)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}
+
+
+def _default_slice(policy: Policy) -> int:
+    """``DEFAULT_SLICE``, or 0 (no slicing) for a policy that does not continue a prompt: a
+    scripted one, or one with ``continues_prompts = False``."""
+    from spadekit.policy.scripted import ScriptedPolicy
+
+    if isinstance(policy, ScriptedPolicy) or not getattr(policy, "continues_prompts", True):
+        return 0
+    return DEFAULT_SLICE
 
 
 def _vocab_size(policy: Policy) -> int:
@@ -588,11 +490,13 @@ def run_server(model: str, host: str = "127.0.0.1", port: int = 8000, **options:
 
     server_opts = {k: options.pop(k) for k in _SERVER_OPTIONS if k in options}
     server_opts.setdefault("model_name", model)
+    check_exposure(host, server_opts.get("api_key"))  # before the (slow) load
     policy = load_policy(model, **options)
     server = PolicyServer(policy, host=host, port=port, **server_opts)
     try:
-        print(f"spadekit: serving {model} at {server.url} (OpenAI-compatible; Ctrl-C to stop)",
-              file=sys.stderr, flush=True)
+        key = "API key required" if server.api_key else "no API key: loopback only"
+        print(f"spadekit: serving {model} at {server.url} (OpenAI-compatible; {key}; Ctrl-C "
+              "to stop)", file=sys.stderr, flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         print("spadekit: stopped", file=sys.stderr)

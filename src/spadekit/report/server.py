@@ -16,7 +16,10 @@ as JSON ``{"error": ...}``; an unexpected exception is a 500 that names only the
 path. There are no file routes: nothing outside the run's database can be reached. Every
 response carries the page's Content-Security-Policy, ``X-Content-Type-Options: nosniff`` and
 ``Cache-Control: no-store``. Bound to loopback (the default), requests must name a loopback
-``Host`` (a guard against DNS rebinding).
+``Host`` (a guard against DNS rebinding). Bound to any other address the server needs an API
+key (``api_key``; it refuses to start without one, ``ConfigError``), and then every request must
+carry it, as ``Authorization: Bearer KEY`` or HTTP Basic with the key as the password (a
+browser asks for it once: any user name, the key as the password); 401 otherwise.
 
 :func:`serve_run` blocks (``ready(server)`` is called once it listens; ``server.shutdown()``
 from another thread stops it); :func:`make_server` returns the server without serving.
@@ -24,6 +27,9 @@ from another thread stops it); :func:`make_server` returns the server without se
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import ipaddress
 import json
 import os
@@ -39,6 +45,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from spadekit.common.errors import ConfigError
 from spadekit.report import data
 from spadekit.report.page import content_security_policy, live_page
 
@@ -69,7 +76,15 @@ class DashboardServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, run_dir: Path, host: str, port: int, poll_ms: int = 3000,
-                 quiet: bool = True) -> None:
+                 quiet: bool = True, api_key: str | None = None) -> None:
+        if api_key is not None and not api_key.strip():
+            raise ConfigError("the API key is empty")
+        if not is_loopback(host) and not api_key:
+            raise ConfigError(f"the dashboard would listen on {host or 'every address'}, "
+                              "reachable from other machines, without an API key: give one "
+                              "with --api-key-file PATH or the SPADEKIT_API_KEY environment "
+                              "variable, or bind 127.0.0.1")
+        self.api_key = api_key
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host.strip("[]"), port), _Handler)
         self.run_dir = run_dir
@@ -186,9 +201,31 @@ class _Handler(BaseHTTPRequestHandler):
             name = host[:host.index("]") + 1]
         return bool(name) and is_loopback(name)
 
+    def _key_ok(self) -> bool:
+        """Whether the request carries the API key (always true without one)."""
+        key = self.server.api_key
+        if not key:
+            return True
+        scheme, _, value = (self.headers.get("Authorization") or "").strip().partition(" ")
+        value = value.strip()
+        if scheme.lower() == "basic":
+            try:
+                value = base64.b64decode(value, validate=True).decode("utf-8").partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                return False
+        elif scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(value.encode("utf-8"), key.encode("utf-8"))
+
     def _dispatch(self, head: bool) -> None:
         if not self._host_ok():
             return self._json(HTTPStatus.BAD_REQUEST, {"error": "unexpected Host header"}, head)
+        if not self._key_ok():
+            return self._send(HTTPStatus.UNAUTHORIZED, _dumps({"error": "the API key is "
+                                                               "required"}),
+                              "application/json; charset=utf-8", head,
+                              {"WWW-Authenticate": 'Basic realm="spadekit dashboard", '
+                                                   'charset="UTF-8"'})
         parts = urlsplit(self.path)
         path = parts.path
         try:
@@ -236,27 +273,27 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def make_server(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8765,
-                poll_ms: int = 3000, quiet: bool = True) -> DashboardServer:
+                poll_ms: int = 3000, quiet: bool = True,
+                api_key: str | None = None) -> DashboardServer:
     """A listening (not yet serving) dashboard server; checks the run directory first
-    (:class:`~spadekit.report.data.ReportError` when it is not a readable run)."""
+    (:class:`~spadekit.report.data.ReportError` when it is not a readable run) and that a
+    non-loopback ``host`` comes with an ``api_key`` (``ConfigError``)."""
     run_dir = Path(run_dir)
     with data.RunReader(run_dir):
         pass
-    return DashboardServer(run_dir, host, int(port), poll_ms=poll_ms, quiet=quiet)
+    return DashboardServer(run_dir, host, int(port), poll_ms=poll_ms, quiet=quiet,
+                           api_key=api_key)
 
 
 def serve_run(run_dir: str | Path, host: str = "127.0.0.1", port: int = 8765, *,
               ready: Callable[[DashboardServer], Any] | None = None, poll_ms: int = 3000,
-              quiet: bool = True) -> None:
+              quiet: bool = True, api_key: str | None = None) -> None:
     """Serve the dashboard of ``run_dir`` until ``server.shutdown()`` or Ctrl-C.
 
-    ``ready(server)`` runs once the socket listens (default: print the URL); binding a
-    non-loopback ``host`` prints a warning (there is no authentication).
+    ``ready(server)`` runs once the socket listens (default: print the URL); a non-loopback
+    ``host`` needs ``api_key`` (module docstring).
     """
-    server = make_server(run_dir, host, port, poll_ms=poll_ms, quiet=quiet)
-    if not server.loopback:
-        print(f"warning: serving {run_dir} on {host}, reachable from other machines; the "
-              "dashboard has no authentication", file=sys.stderr)
+    server = make_server(run_dir, host, port, poll_ms=poll_ms, quiet=quiet, api_key=api_key)
     try:
         if ready is None:
             print(f"spadekit dashboard of {run_dir}: {server.url}", flush=True)
