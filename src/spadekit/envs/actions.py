@@ -7,6 +7,11 @@ Tool use: the agent emits one or more ``<tool_call>{"name": ..., "arguments": {.
 blocks (:func:`parse_tool_calls`) and finishes with ``<answer>...</answer>``
 (:func:`extract_answer`). Prose around the tags is ignored.
 
+Every parser here is linear in its input: boxes are matched in one pass, a fenced tool-call
+body is unwrapped without a regular expression, and a tool call nested deeper than
+:data:`MAX_JSON_DEPTH` levels (or holding an integer too long for Python to convert) is a
+malformed call (:class:`ActionParseError`), never a ``RecursionError`` or a bare ``ValueError``.
+
 Standard library only: sandbox workers import this module with site-packages disabled.
 """
 
@@ -34,7 +39,13 @@ _TOOL_CALL = re.compile(
 )
 _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
-_FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.DOTALL)
+_BRACES = re.compile(r"[{}]")
+_INFO = re.compile(r"[A-Za-z]*")
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKETS = {c: None for c in range(128) if chr(c) not in "[]{}"}
+
+MAX_JSON_DEPTH = 64
+"""A tool call whose JSON nests arrays/objects deeper than this is malformed."""
 
 
 class ActionParseError(ValueError):
@@ -80,19 +91,16 @@ def extract_boxed(text: str) -> str | None:
         match = _BOX_OPEN.search(text, pos)
         if match is None:
             return result
-        depth, start = 1, match.end()
-        i = start
-        while i < len(text) and depth:
-            ch = text[i]
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-            i += 1
-        if depth:
+        start, depth, end = match.end(), 1, None
+        for brace in _BRACES.finditer(text, start):  # one pass: the braces only
+            depth += 1 if brace.group() == "{" else -1
+            if not depth:
+                end = brace.start()
+                break
+        if end is None:
             return None  # unclosed box: the turn's command cannot be trusted
-        result = text[start : i - 1].strip()
-        pos = i
+        result = text[start:end].strip()
+        pos = end + 1
 
 
 def boxed(command: str) -> str:
@@ -130,20 +138,55 @@ def format_tool_call(name: str, arguments: dict[str, Any] | None = None) -> str:
     return "<tool_call>" + body + "</tool_call>"
 
 
+def _unfenced(text: str) -> str:
+    """The content of a ```` ```json ... ``` ```` fence around the whole of ``text`` (which is
+    stripped), else ``text``: an info string of letters after the opening, whitespace around
+    the content dropped (no regular expression: a fence of spaces costs one pass)."""
+    if len(text) < 6 or not (text.startswith("```") and text.endswith("```")):
+        return text
+    info = _INFO.match(text, 3)
+    start = info.end() if info else 3
+    return text[start:len(text) - 3].strip()
+
+
+def _too_deep(text: str) -> bool:
+    """Whether the JSON ``text`` nests arrays/objects deeper than ``MAX_JSON_DEPTH`` (strings
+    skipped; one pass, before the recursive parser sees it)."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False
+    depth = 0
+    for ch in _JSON_STRING.sub("", text).translate(_NOT_BRACKETS):
+        depth += 1 if ch in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            return True
+    return False
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` that raises only ``ValueError``: too deep (checked first), an integer
+    too long to convert, any other malformed JSON."""
+    if _too_deep(text):
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at char {exc.pos}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise ValueError(type(exc).__name__ if isinstance(exc, (RecursionError, MemoryError))
+                         else str(exc)) from None
+
+
 def _parse_one(body: str, index: int) -> ToolCall:
     """Parse the JSON body of one ``<tool_call>`` block; raise ActionParseError if malformed."""
     snippet = body.strip()[:120]
-    text = body.strip()
-    fenced = _FENCE.match(text)
-    if fenced:  # tolerate a ```json ... ``` fence inside the tag
-        text = fenced.group(1)
+    text = _unfenced(body.strip())  # tolerate a ```json ... ``` fence inside the tag
     if not text:
         raise ActionParseError(f"tool call #{index + 1} is empty", index=index, snippet=snippet)
     try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as exc:
+        payload = _loads(text)
+    except ValueError as exc:
         raise ActionParseError(
-            f"tool call #{index + 1} is not valid JSON ({exc.msg} at char {exc.pos})",
+            f"tool call #{index + 1} is not valid JSON ({exc})",
             index=index,
             snippet=snippet,
         ) from None
@@ -161,8 +204,8 @@ def _parse_one(body: str, index: int) -> ToolCall:
     arguments = payload.get("arguments", {})
     if isinstance(arguments, str):  # OpenAI style: arguments serialised as a JSON string
         try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
+            arguments = _loads(arguments) if arguments.strip() else {}
+        except ValueError:
             pass
     if arguments is None:
         arguments = {}

@@ -41,6 +41,9 @@ _HINT_CONST = "HINT"
 _MAX_HINT_CHARS = 4000
 _MAX_HINT_LINES = 40
 _MAX_HINT_CANDIDATES = 100  # per piece of text; more only happens in degenerate output
+#: A hint with more backticks than this has no code spans (its backticks are dropped): the
+#: code-span pattern backtracks over every run of backticks, cubic in their number.
+_MAX_CODE_TICKS = 64
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,6 +65,8 @@ def _strip_markdown(text: str) -> str:
     text = _MD_LINK.sub(r"\1", text)
     pieces = []
     pos = 0
+    if text.count("`") > _MAX_CODE_TICKS:  # degenerate: no code spans, no backticks
+        text = text.replace("`", "")
     for m in _CODE_SPAN.finditer(text):  # keep code spans verbatim (minus the backticks)
         pieces.append(_strip_emphasis(text[pos : m.start()]))
         pieces.append(m.group(2).strip())

@@ -17,7 +17,13 @@ replay it, when the string is made of tool calls and an answer: ``<tool_call>`` 
 calls written as ``name(key="value", ...)`` with a listed tool's name and literal arguments,
 ``<answer>...</answer>`` or a trailing ``ANSWER: ...``, and ``\\boxed{...}`` commands, in the
 order they appear (prose between them is ignored). It returns ``None`` for anything else (a
-description, a bare value): such a solution is "not replayable".
+description, a bare value): such a solution is "not replayable". The string is the program's,
+read by the trusted parent, so the reading is linear in its length (every bracket is scanned
+from once, closing tags are found with one forward cursor) and capped: a string over
+:data:`MAX_SOLUTION_CHARS`, more than :data:`MAX_SOLUTION_ACTIONS` actions or a tool call nested
+deeper than :data:`MAX_JSON_DEPTH` raise ``InvalidResult(reason="oversized")``, a reading past
+its work or time budget ``InvalidResult(reason="parent_budget")`` (see
+:mod:`spadekit.envs.scan_limits`); neither is a hang of the program.
 
 Standard library only (sandbox workers import ``spadekit.envs``).
 """
@@ -25,7 +31,10 @@ Standard library only (sandbox workers import ``spadekit.envs``).
 import json
 import re
 
-__all__ = ["SchemaError", "normalize_tools", "shape_of", "solution_actions", "tool_names"]
+from spadekit.envs.scan_limits import Deadline, oversized, parent_work
+
+__all__ = ["MAX_JSON_DEPTH", "MAX_SOLUTION_ACTIONS", "MAX_SOLUTION_CHARS", "SchemaError",
+           "normalize_tools", "shape_of", "solution_actions", "tool_names"]
 
 _EMPTY = {"type": "object", "properties": {}}
 
@@ -143,31 +152,100 @@ def tool_names(value):
 # ---------------------------------------------------------------------------------------------
 # string solutions
 
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>|<answer>(.*?)</answer>|\\boxed\{"
-                    r"|\bANSWER\s*:\s*([^\n]*)|\b([A-Za-z_][A-Za-z0-9_]*)\s*\(",
-                    re.DOTALL)
+#: A string solution longer than this is refused (``oversized``) before it is read.
+MAX_SOLUTION_CHARS = 100_000
+#: At most this many actions in one string solution (more: ``oversized``).
+MAX_SOLUTION_ACTIONS = 1_000
+#: A ``<tool_call>`` body nested deeper than this (arrays and objects) is ``oversized``.
+MAX_JSON_DEPTH = 64
+#: Bracket scanning and parsing may cover this many characters per character of the solution
+#: (an honest one needs about one); past it the read stops with ``parent_budget``.
+SCAN_WORK_FACTOR = 8
+
+_OPENING = re.compile(r"<tool_call>|<answer>|\\boxed\{|\bANSWER\s*:\s*([^\n]*)"
+                      r"|\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_PAREN_TOKENS = re.compile(r"[()'\"\\]")
+_BRACE_TOKENS = re.compile(r"[{}]")
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKETS = {ord(c): None for c in map(chr, range(128)) if c not in "[]{}"}
+_CHECK_EVERY = 4096  # bracket tokens between two looks at the deadline
 
 
-def _balanced(text, start, opening, closing):
-    """Index just past the bracket closing the one before ``start`` (quotes respected)."""
-    depth, i, quote = 1, start, None
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = None
-        elif ch in "'\"" and opening == "(":
-            quote = ch
-        elif ch == opening:
-            depth += 1
-        elif ch == closing:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return None
+class _Reader:
+    """The bracket scans of one solution string: each scan is recorded for every bracket it
+    passes, so a bracket is scanned from at most once for all the openings that need it, and
+    all of them share one work budget and one deadline."""
+
+    def __init__(self, text, deadline):
+        self.text = text
+        self.deadline = deadline
+        self.closes = {}  # index of a "(" -> index past its ")", or None (never closes)
+        self.work = 0
+        self.limit = SCAN_WORK_FACTOR * len(text) + 4096
+
+    def charge(self, chars):
+        self.work += chars
+        if self.work > self.limit:
+            raise self.deadline.exhausted("work")
+        self.deadline.check()
+
+    def brace_end(self, start):
+        """Index just past the ``}`` closing the ``{`` before ``start``, or None."""
+        depth = 0
+        for count, match in enumerate(_BRACE_TOKENS.finditer(self.text, start)):
+            depth += 1 if match.group() == "{" else -1
+            if depth < 0:
+                self.charge(match.end() - start)
+                return match.end()
+            if count % _CHECK_EVERY == _CHECK_EVERY - 1:
+                self.deadline.check()
+        self.charge(len(self.text) - start)
+        return None
+
+    def paren_end(self, opening):
+        """Index just past the ``)`` closing the ``(`` at ``opening``, quotes respected (a
+        backslash inside quotes escapes the next character), or None."""
+        if opening in self.closes:
+            return self.closes[opening]
+        stack, quote, skip = [opening], None, -1
+        for count, match in enumerate(_PAREN_TOKENS.finditer(self.text, opening + 1)):
+            at, ch = match.start(), match.group()
+            if count % _CHECK_EVERY == _CHECK_EVERY - 1:
+                self.deadline.check()
+            if at < skip:
+                continue
+            if quote:
+                if ch == "\\":
+                    skip = at + 2
+                elif ch == quote:
+                    quote = None
+            elif ch == "'" or ch == '"':
+                quote = ch
+            elif ch == "(":
+                stack.append(at)
+            elif ch == ")":
+                self.closes[stack.pop()] = at + 1
+                if not stack:
+                    self.charge(at + 1 - opening)
+                    return at + 1
+        for at in stack:
+            self.closes[at] = None
+        self.charge(len(self.text) - opening)
+        return None
+
+
+def _too_deep(body, limit=MAX_JSON_DEPTH):
+    """Whether the JSON text ``body`` nests arrays/objects deeper than ``limit`` (strings
+    skipped; one pass)."""
+    brackets = _JSON_STRING.sub("", body).translate(_NOT_BRACKETS)
+    if len(brackets) <= 2 * limit:
+        return False
+    depth = 0
+    for ch in brackets:
+        depth += 1 if ch in "[{" else -1
+        if depth > limit:
+            return True
+    return False
 
 
 def _call_action(source, name, params):
@@ -191,54 +269,98 @@ def _call_action(source, name, params):
         return None
     try:
         return "<tool_call>%s</tool_call>" % json.dumps({"name": name, "arguments": arguments})
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
 
 
-def solution_actions(text, tools=()):
+def _tool_call(body):
+    """The parsed ``<tool_call>`` body, None when it is no call; ``oversized`` when too deep."""
+    if _too_deep(body):
+        raise oversized("solution() has a <tool_call> nested deeper than %d levels"
+                        % MAX_JSON_DEPTH)
+    try:
+        parsed = json.loads(body)
+    except RecursionError:
+        raise oversized("solution() has a <tool_call> nested too deep to read") from None
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) and isinstance(parsed.get("name"), str) else None
+
+
+def solution_actions(text, tools=(), budget_s=None):
     """The actions that replay a string solution, or ``None`` (see the module docstring).
-    ``tools`` are the program's nested schemas (for call notation and positional arguments)."""
-    if not isinstance(text, str) or len(text) > 100_000:
+    ``tools`` are the program's nested schemas (for call notation and positional arguments).
+
+    Linear in ``text``: a string over :data:`MAX_SOLUTION_CHARS`, with more than
+    :data:`MAX_SOLUTION_ACTIONS` actions or a tool call nested deeper than
+    :data:`MAX_JSON_DEPTH` raises ``InvalidResult(reason="oversized")``; one whose reading
+    needs more than :data:`SCAN_WORK_FACTOR` times its length in scanning, or more than
+    ``budget_s`` seconds (``spadekit.envs.scan_limits.SCAN_BUDGET_S``), raises
+    ``InvalidResult(reason="parent_budget")``."""
+    if not isinstance(text, str):
         return None
+    if len(text) > MAX_SOLUTION_CHARS:
+        raise oversized("solution() returned a string of %d characters (limit %d)"
+                        % (len(text), MAX_SOLUTION_CHARS))
+    with parent_work():
+        return _read_solution(text, tools, Deadline("solution()", budget_s))
+
+
+def _read_solution(text, tools, deadline):
     params = {}
     for schema in tools or ():
         fn = schema.get("function", {}) if isinstance(schema, dict) else {}
         props = (fn.get("parameters") or {}).get("properties") or {}
         if isinstance(fn.get("name"), str):
             params[fn["name"]] = list(props)
+    reader = _Reader(text, deadline)
+    closing = {"<tool_call>": ["</tool_call>", -2], "<answer>": ["</answer>", -2]}
     actions, pos, answered = [], 0, False
     while True:
-        match = _BLOCK.search(text, pos)
+        match = _OPENING.search(text, pos)
         if match is None:
             break
+        deadline.check()
+        if len(actions) > MAX_SOLUTION_ACTIONS:
+            raise oversized("solution() holds more than %d actions" % MAX_SOLUTION_ACTIONS)
         pos = match.end()
-        call, answer, tail, name = match.group(1), match.group(2), match.group(3), \
-            match.group(4)
-        if call is not None:
-            try:
-                parsed = json.loads(call)
-            except ValueError:
+        opening, tail, name = match.group(0), match.group(1), match.group(2)
+        if opening in closing:
+            tag, found = closing[opening]  # the first closing tag at or after pos (cached)
+            if found != -1 and found < pos:
+                found = closing[opening][1] = text.find(tag, pos)
+            if found == -1:  # unclosed: prose, as a regex search would skip it
+                pos = match.start() + 1
+                continue
+            body = text[pos:found]
+            pos = found + len(tag)
+            if opening == "<answer>":
+                actions.append("<answer>%s</answer>" % body.strip())
+                answered = True
+                continue
+            reader.charge(len(body))
+            if _tool_call(body) is None:
                 return None
-            if not isinstance(parsed, dict) or not isinstance(parsed.get("name"), str):
-                return None
-            actions.append(match.group(0))
-        elif answer is not None or tail is not None:
-            value = (answer if answer is not None else tail).strip()
-            actions.append("<answer>%s</answer>" % value)
+            actions.append(text[match.start():pos])
+        elif tail is not None:
+            actions.append("<answer>%s</answer>" % tail.strip())
             answered = True
         elif name is None:  # \boxed{
-            end = _balanced(text, pos, "{", "}")
+            end = reader.brace_end(pos)
             if end is None:
                 return None
             actions.append(text[match.start():end])
             pos = end
         elif name in params:
-            end = _balanced(text, pos, "(", ")")
-            action = None if end is None else _call_action(
-                text[match.start(4):end], name, params[name])
-            if action is not None:
-                actions.append(action)
-                pos = end
+            end = reader.paren_end(pos - 1)
+            if end is not None:
+                reader.charge(end - match.start(2))
+                action = _call_action(text[match.start(2):end], name, params[name])
+                if action is not None:
+                    actions.append(action)
+                    pos = end
+    if len(actions) > MAX_SOLUTION_ACTIONS:
+        raise oversized("solution() holds more than %d actions" % MAX_SOLUTION_ACTIONS)
     if not actions:
         return None
     if params and not answered:

@@ -7,8 +7,14 @@ human ``message``; ``details`` holds what each stage found (timings, class name,
 solution's and the baselines' returns, how episodes end).
 
 A program that hangs gets reason ``timeout`` (the designer reward turns that into -0.5 and a
-blacklist entry); anything else invalid gets its own code and is never played. The codes of the
-episode stages:
+blacklist entry); anything else invalid gets its own code and is never played. The time the
+parent spends reading what the program returns (extracting it from the designer's text, the
+string ``solution()``, the actions its observations advertise: ``spadekit.envs.scan_limits``)
+is metered apart and never counted in ``total_timeout``: each such read is linear, capped and
+under its own deadline, and a value over a cap fails with reason ``oversized``, a read past its
+budget (or more than :data:`PARENT_BUDGET_S` of them in one validation) with ``parent_budget``;
+neither is a hang (no penalty, no blacklist), both are invalid. The codes of the episode
+stages:
 
 - ``nondeterministic``: the same seed and actions gave another trace on a new instance, played
   alone (stage ``determinism``) or interleaved with other instances of the program in one worker,
@@ -68,6 +74,7 @@ from spadekit.sandbox.validate_episodes import BASELINE_EPISODES, EpisodeChecks,
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
 from spadekit.envs import pyparse, refstyle
+from spadekit.envs.scan_limits import PARENT_BUDGET, ParentMeter, parent_work
 
 __all__ = ["ANSWER", "BASELINE_EPISODES", "DEFAULT_SEEDS", "GAME_PROBES", "STAGES", "TOOL_PROBES", "ValidationReport",
            "Validator", "ValidatorSettings", "garbage_actions", "to_program", "turn_cap"]
@@ -83,6 +90,9 @@ TOOL_PROBES = TOOL_EDGE_PROBES
 DEFAULT_SEEDS = (0, 1, 2)
 SEED_SPACE = 2 ** 31
 """Drawn reset seeds are in ``range(SEED_SPACE)``; validation seeds are 63-bit."""
+PARENT_BUDGET_S = 30.0
+"""Seconds of parent-side reading (``scan_limits.parent_work``) one validation may spend, on
+top of ``total_timeout`` (which counts the rest); past it the program fails ``parent_budget``."""
 
 
 @dataclass
@@ -243,6 +253,11 @@ class Validator:
             return list(ex.map(lambda pair: self.validate(*pair), zip(sources, seeds)))
 
     def validate(self, source: str | EnvProgram, seed: int | None = None) -> ValidationReport:
+        with ParentMeter() as meter:  # the parent's reading time, kept out of the program's
+            return self._validate(source, seed, meter)
+
+    def _validate(self, source: str | EnvProgram, seed: int | None,
+                  meter: ParentMeter) -> ValidationReport:
         validation_seed = self.draw_seed() if seed is None else seed
         details: dict[str, Any] = {"validation_seed": validation_seed, "timings_ms": {}}
         program: EnvProgram | None = None
@@ -252,13 +267,15 @@ class Validator:
         clock = time.monotonic()
         try:
             try:
-                program = to_program(source)
+                with parent_work():
+                    program = to_program(source)
             except ExtractionError as exc:
                 raise _Fail("extract", exc.reason, str(exc)) from None
             details["timings_ms"]["extract"] = _ms(clock)
             stage = "syntax"
             try:
-                pyparse.parse(program.code)
+                with parent_work():
+                    pyparse.parse(program.code)
             except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
                 raise _Fail("syntax", "syntax", f"{type(exc).__name__}: {exc}",
                             line=getattr(exc, "lineno", None)) from None
@@ -276,7 +293,7 @@ class Validator:
             tooluse = program.domain == "tooluse" or (program.domain is None
                                                       and sb.program["has_tools"])
             run = _Runner(self.settings, sb, random.Random(validation_seed), clock, tooluse,
-                          details, hint=program.hint)
+                          details, hint=program.hint, meter=meter)
             env, cap = run.fresh("load")
             details["max_turns"] = cap
             details["timings_ms"]["load"] = _ms(t)
@@ -299,6 +316,7 @@ class Validator:
             return ValidationReport(False, fail.stage, fail.reason, fail.message, details,
                                     program)
         finally:
+            details["timings_ms"]["parent"] = round(meter.seconds * 1000, 2)
             if run is not None:
                 details["step_ms"] = run.timing()
             compat = getattr(getattr(self.pool, "config", None), "compat", False)
@@ -338,8 +356,9 @@ class _Runner(EpisodeChecks):
 
     def __init__(self, settings: ValidatorSettings, sb: Sandbox, rng: random.Random,
                  clock: float, tooluse: bool, details: dict[str, Any], *,
-                 hint: str | None = None) -> None:
+                 hint: str | None = None, meter: ParentMeter | None = None) -> None:
         self.settings, self.sb, self.rng, self.clock = settings, sb, rng, clock
+        self.meter = meter if meter is not None else ParentMeter()
         self.tooluse, self.details = tooluse, details
         self.hint = hint
         """The program's hint: some garbage replies repeat its words."""
@@ -371,9 +390,17 @@ class _Runner(EpisodeChecks):
         return env, cap
 
     def _budget(self, stage: str) -> None:
-        if time.monotonic() - self.clock > self.settings.total_timeout:
+        """``parent_budget`` once the parent's reading passed :data:`PARENT_BUDGET_S`;
+        ``timeout`` once the rest of the validation's time passed ``total_timeout``."""
+        parent = self.meter.seconds
+        if parent > PARENT_BUDGET_S:
+            raise _Fail(stage, PARENT_BUDGET, f"the parent spent {parent:.1f}s reading what the "
+                        f"program returned, more than its budget of {PARENT_BUDGET_S:g}s",
+                        parent_s=round(parent, 3))
+        if time.monotonic() - self.clock - parent > self.settings.total_timeout:
             raise _Fail(stage, "timeout", f"validation exceeded its total budget of "
-                        f"{self.settings.total_timeout:g}s")
+                        f"{self.settings.total_timeout:g}s (not counting {parent:.2f}s of the "
+                        "parent reading the program's results)")
 
     def _timed(self, stage: str, what: str, fn):
         self._budget(stage)
@@ -455,8 +482,10 @@ class _Runner(EpisodeChecks):
         todo += [garbage_action(self.rng, self.tooluse) for _ in range(self.rng.randint(2, 5))]
         seed, seen, live, sent = first, [obs], True, set(todo)
         for _round in range(2):  # the second round: actions advertised by step observations
+            with parent_work():  # reading the observations is the parent's time
+                found = [a for o in seen for a in advertised_actions(o, self.tooluse)]
             added = merge_advertised(self.advertised, (  # (not echoes of what was sent)
-                a for o in seen for a in advertised_actions(o, self.tooluse) if a not in sent))
+                a for a in found if a not in sent))
             todo += added + [m for m in (mutate(a, self.rng) for a in added) if m]
             if not todo:
                 break

@@ -13,6 +13,7 @@ import statistics
 from typing import Any
 
 from spadekit.common.errors import EnvRaised, InvalidResult, SandboxError
+from spadekit.envs.scan_limits import PARENT_REASONS
 from spadekit.sandbox.lockstep import LockstepError, play_lockstep
 from spadekit.sandbox.play import episode_return
 from spadekit.sandbox.probes import garbage_action, garbage_actions, random_policy_actions
@@ -83,6 +84,9 @@ class EpisodeChecks:
             except InvalidResult as exc:
                 if exc.reason == "not_replayable":  # a reference-style prose solution
                     return self._without("not_replayable", exc.message)
+                if exc.reason in PARENT_REASONS:  # the parent could not read it: no hang
+                    raise _Fail("solution", exc.reason, exc.message, seed=seed,
+                                **_err(exc)) from None
                 raise _Fail("solution", "solution_fails", exc.message) from None
             except EnvRaised as exc:
                 if exc.exc_type == "NotImplementedError":

@@ -163,7 +163,9 @@ HANG_REASONS = frozenset({"timeout", "slow"})
 hang: ``timeout`` (a deadline passed) and ``slow`` (the validator saw repeated resets or steps
 over its slow limit: the same program retired from play, ``spadekit.selfplay.watch``'s ``slow_in_play``,
 also costs -0.5). A kill by a resource limit arrives as ``resource_limit`` and counts as
-plainly invalid."""
+plainly invalid, and so do ``oversized`` and ``parent_budget`` (the parent could not read what
+the program returned within its caps and budget, ``spadekit.envs.scan_limits``): that time is
+the parent's, not a hang of the program."""
 
 
 class FailureReward(NamedTuple):
