@@ -189,7 +189,8 @@ def kill_plan(rounds: int, kills: int, timers: int = 0, seed: int = 0,
 
     rng = random.Random(seed)
     left = list(PRIORITY[:kills])
-    steps = list(range(1, rounds))
+    # named points over rounds 1 .. rounds-2 when timers follow, so rounds remain for them
+    steps = list(range(1, max(2, rounds - 1 if timers else rounds)))
     quota = -(-len(left) // max(1, len(steps)))
     plan: list[tuple[str, object]] = []
     for n, step in enumerate(steps):
@@ -231,7 +232,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--kills", type=int, default=12, help="kills at named points")
     ap.add_argument("--timers", type=int, default=3, help="kills at random moments")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "chaos"))

@@ -156,3 +156,29 @@ def test_a_full_disk_is_a_typed_error_and_the_previous_round_is_intact(tmp_path)
     assert committed >= 1  # the rounds before it are intact and readable
     after = (tmp_path / "after.txt").read_text()
     assert "rc=" not in after and '{"done": 3}' in after, after[-2000:]
+
+
+def test_a_run_killed_ten_times_equals_the_run_never_killed(tmp_path):
+    """Resume equivalence (issue 25, item 2): two uninterrupted runs of the seeded config
+    compare equal first (else "equal" would prove nothing); then the same run is killed with
+    SIGKILL at ten named points over rounds 1-3 (play, update, inside the checkpoint write,
+    before the commit, before design, validation and hints, reward, weight sync, retirement)
+    and resumed after each: weights bitwise, every metric per round but the wall-clock ones,
+    environments, plays, episodes with their tokens, memory, delay buffer, blacklist, hint
+    cache and the loop's random stream are the same."""
+    from spadekit.runs.fingerprint import differences, fingerprint
+
+    rounds = 4
+    for name in ("a", "b"):
+        assert chaos.run_through(tmp_path / name, rounds)["rc"] == 0
+    ref = fingerprint(tmp_path / "a")
+    assert differences(ref, fingerprint(tmp_path / "b")) == []
+    assert ref["weights"] and len(ref["rounds"]) == rounds and ref["delay_buffer"]
+    plan = chaos.kill_plan(rounds, 10)
+    assert len(plan) == 10
+    log = chaos.killed_run(tmp_path / "killed", rounds, plan)
+    killed = [x["what"] for x in log if x.get("killed")]
+    assert killed == [what for _kind, what in plan], log  # every point was reached and killed
+    got = fingerprint(tmp_path / "killed")
+    assert differences(ref, got) == []
+    assert got["weights"] == ref["weights"]
