@@ -404,10 +404,11 @@ def serve(
                                        "a dashboard, 8000 for a model)."),
     allow_weight_updates: bool = typer.Option(
         False, help="Model server: accept trained weights pushed to POST /v1/spadekit/weights "
-        "(a run's --set generation_model=openai:NAME@URL); needs --weights-token."),
-    weights_token: Optional[str] = typer.Option(
-        None, envvar="SPADEKIT_WEIGHTS_TOKEN", help="The shared secret a weight push must carry "
-        "(or env SPADEKIT_WEIGHTS_TOKEN)."),
+        "(a run's --set generation_model=openai:NAME@URL); needs a token."),
+    weights_token_file: Optional[Path] = typer.Option(
+        None, "--weights-token-file", help="A file (chmod 600) holding the shared secret a "
+        "weight push must carry; or env SPADEKIT_WEIGHTS_TOKEN / SPADEKIT_WEIGHTS_TOKEN_FILE."),
+    weights_token: Optional[str] = typer.Option(None, "--weights-token", hidden=True),
 ) -> None:
     """Serve a run's dashboard (`spadekit serve RUN`) or a model (`spadekit serve --model NAME`).
 
@@ -437,10 +438,18 @@ def serve(
             raise typer.Exit(2) from None
         return
     from spadekit.policy.serve import run_server
+    from spadekit.policy.weight_sync import read_token_file
 
+    if weights_token is not None:
+        err_console.print("[red]--weights-token is no longer accepted:[/red] a secret on the "
+                          "command line is visible to every user of the machine (ps). Put it "
+                          "in a file (chmod 600) and pass --weights-token-file FILE, or set "
+                          "SPADEKIT_WEIGHTS_TOKEN.", soft_wrap=True)
+        raise typer.Exit(2)
     try:
+        token = read_token_file(weights_token_file) if weights_token_file else None
         run_server(model, host=host, port=8000 if port is None else port,
-                   allow_weight_updates=allow_weight_updates, weights_token=weights_token)
+                   allow_weight_updates=allow_weight_updates, weights_token=token)
     except SpadekitError as exc:
         err_console.print(f"[red]cannot serve {model}:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None
