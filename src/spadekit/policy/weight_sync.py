@@ -36,14 +36,19 @@ the same Hugging Face names (``spadekit.policy.vllm_weights``: checked, then vLL
 ``reload_weights``; tested on vLLM's CPU build, ``tests/policy/test_vllm_engine.py``).
 
 Every push from a trainer or model is checked (``verify``, ``spadekit.policy.weight_probe``):
-the engine's logprobs of a fixed probe must equal the trainer's, else the engine is restored
-to its previous weights where it can be and ``WeightSyncError`` is raised.
+the engine's logprobs of a fixed probe must be measurably closer to the trainer's new ones than
+to its old ones (or the update is reported ``indistinct``, counted, when it is under the
+engine's noise), else the engine is restored to its previous weights and ``WeightSyncError`` is
+raised. An engine that could not be restored is refused before the push (``verify=False``
+pushes unchecked).
 
 Servers: a real ``vllm serve`` in dev mode takes pushes through ``/collective_rpc``
 (``spadekit.policy.vllm_server``: how to start it, and the route). ``spadekit serve --model
-vllm:PATH --allow-weight-updates --weights-token SECRET`` (our server wrapping any backend)
-takes them as below. The client is ``OpenAIPolicy`` (``openai:MODEL@URL``, ``weights_token=`` or
-env ``SPADEKIT_WEIGHTS_TOKEN``), whose ``load_weights`` recognises a vLLM server by its
+vllm:PATH --allow-weight-updates --weights-token-file FILE`` (our server wrapping any backend;
+or env ``SPADEKIT_WEIGHTS_TOKEN`` / ``SPADEKIT_WEIGHTS_TOKEN_FILE``: a secret is never a
+command-line argument, which ``ps`` shows every user; a token file must be ``chmod 600``) takes
+them as below. The client is ``OpenAIPolicy`` (``openai:MODEL@URL``; ``weights_token=`` or the
+same environment, ``weights_token``), whose ``load_weights`` recognises a vLLM server by its
 ``GET /version`` and otherwise posts safetensors payloads:
 
 ``POST /v1/spadekit/weights`` -- body: the bytes of ``safetensors.torch.save({name: tensor})``
@@ -53,16 +58,21 @@ optionally ``X-Spadekit-Weights-Upload: ID`` (1-64 of ``[A-Za-z0-9_-]``) with
 ``X-Spadekit-Weights-Final: 0`` to stage a chunk, the last chunk with ``Final: 1``: the staged
 chunks are applied together, atomically, at the end (at most ``max_weights_total`` bytes staged;
 a new upload ID discards an unfinished one); ``X-Spadekit-Weights-Version: N`` sets the version
-(else it counts up). The policy's ``load_weights`` runs under the server's batching lock, so
+(else it counts up); ``X-Spadekit-Weights-Action: restore`` (no body) undoes the last push
+not confirmed since (hf: from a CPU copy taken before it; vLLM: its own undo) and
+``...: confirm`` makes it stand (the client's check after the push sends one of them). The
+policy's ``load_weights`` runs under the server's batching lock, so
 never in the middle of a generation batch. Answers: 200 ``{"loaded", "version", "bytes",
 "seconds"}`` (staged chunk: ``{"staged", "upload", "final": false}``); 403 when the server was
 not started with ``--allow-weight-updates`` or the token is wrong or missing; 400 for a payload
 that is not safetensors, a duplicate, unknown or wrongly shaped name (nothing applied: ``hf``
 checks every name first; vLLM checks names itself as it loads); 411 chunked transfer encoding;
 413 over a size cap. ``GET /v1/spadekit/weights`` (no token) gives ``{"weight_updates",
-"version", "updates", "max_request_bytes", "last_update"}``; when pushes are enabled,
+"version", "updates", "max_request_bytes", "last_update", "restore"}``; when pushes are
+enabled,
 ``/health`` reports ``weight_updates: true`` and ``weights_version`` too. Plain HTTP: the token
-travels in clear, so keep the server on a trusted network (it binds 127.0.0.1 by default).
+travels in clear, so keep the server on loopback (its default) and reach it from another machine
+through an SSH tunnel (``docs/scaling.md``).
 """
 
 from __future__ import annotations
@@ -159,10 +169,12 @@ def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
     through ``trainer_weights``) to ``policy.load_weights`` in chunks of about ``chunk_mb``
     (``None``: all in one call). ``version`` (e.g. the trainer's step) is passed on to backends
     that record one. ``verify``: the model to check the engine against after the push
-    (``weight_probe.probe_push``: a failed check restores the engine's previous weights where it
-    can and raises ``WeightSyncError``); None checks against ``weights`` itself when it is a
-    trainer or model, False never checks. Returns ``{"tensors", "loaded", "bytes", "chunks",
-    "seconds", "mb_per_s"}`` (plus ``probe_max_abs_diff``, ``probe_tokens``, ``verify_s``
+    (``weight_probe.probe_push``: a failed check restores the engine's previous weights and
+    raises ``WeightSyncError``; an engine that could not be restored, or FSDP-sharded weights
+    outside ``gathered_for_generation()``, are refused before anything is sent); None checks
+    against ``weights`` itself when it is a trainer or model, False never checks. Returns
+    ``{"tensors", "loaded", "bytes", "chunks", "seconds", "mb_per_s"}`` (plus the probe's
+    ``probe_*`` fields, ``probe_verdict`` "pass" or "indistinct" among them, and ``verify_s``
     when checked)."""
     from spadekit.policy import weight_probe
 
