@@ -93,6 +93,25 @@ def test_a_real_push_at_a_paper_learning_rate_passes():
     assert same(state(gen), state(trainer.policy))
 
 
+def test_bfloat16_smollm2_at_a_paper_learning_rate_tells_a_dropped_push_from_a_real_one():
+    """In bfloat16 one step at lr 1e-6 moves the bundled model's probe by ~0.1, under the old
+    half-precision tolerance (0.15): the dropped push is caught because the engine's reading did
+    not move at all, the real one passes."""
+    from test_vllm_engine import one_update
+
+    trained = load_policy("smollm2-135m", dtype="bfloat16")
+    gen = load_policy("smollm2-135m", dtype="bfloat16")
+    push_weights(gen, trained.model)
+    trainer = one_update(trained, learning_rate=1e-6)
+    real = gen.load_weights
+    drop_pushes(gen)
+    with pytest.raises(WeightSyncError, match="bit for bit.*did not arrive"):
+        push_weights(gen, trainer)
+    gen.load_weights = real
+    stats = push_weights(gen, trainer)
+    assert stats["probe_verdict"] == "pass" and 1e-2 < stats["probe_change"] < 0.15, stats
+
+
 def test_an_update_below_the_noise_is_indistinct_and_counted():
     trainer, gen = paper_trainer(), engine()
     first = push_weights(gen, trainer)

@@ -2,7 +2,7 @@
 
 A push can "succeed" and change nothing (a dropped push, a CPU vLLM whose ``param.data`` was
 written, a server that reloaded the wrong directory, a stale prefix cache). One optimizer step
-at a paper learning rate (1e-6) moves a probe's logprobs by about 2e-3 on SmolLM2 and 1e-5 on
+at a paper learning rate (1e-6) moves a probe's logprobs by about 2e-3 on SmolLM2 and 4e-5 on
 the tiny model, less than any fixed tolerance that also absorbs the engine's numeric noise, so
 agreement with the trainer alone cannot tell a stale engine from a fresh one. The probe compares
 the engine with the trainer's logprobs under both the new and the old weights.
@@ -30,6 +30,15 @@ old ones of the same tokens, all distances the largest over the contexts:
   the old reading; a half-applied push in between). A fresh engine with noise ``n`` has
   ``dist_old - dist_new >= change - 2n``, so it passes while ``n <= change / 4``, which the
   separation guarantees up to twice the previous check's noise.
+- first of all, whatever the noise, an engine whose reading is bit for bit its previous one
+  while the trainer's moved by ``MOVE`` (float32 1e-4, half precision 1e-2) **fails**: it did
+  not get the push. One step at lr 1e-6 in bfloat16 moves SmolLM2's probe by ~0.1 (which bf16
+  weights round differently), about what a bfloat16 engine with other kernels differs from the
+  trainer by: a dropped push is caught there even when a real one can only be indistinct.
+
+Measured (CPU): SmolLM2 float32 hf and vLLM engines and bfloat16 hf engines, one step at lr 1e-6:
+dropped push fails, real push passes; the tiny model in bfloat16 (its step moves the probe 4e-5):
+indistinct either way.
 
 A failed check puts the engine back with ``restore_previous(policy)`` and raises
 ``WeightSyncError``. Every engine a push goes to can do that, or ``check_before_push`` refuses the
@@ -56,14 +65,14 @@ PROBE_TEXT = ("Her notebook listed, in no particular order: lantern, orbit, velv
 PROBE_CONTEXTS = 8
 TOLERANCE = {"float32": 2e-3, "float64": 2e-3, "bfloat16": 0.15, "float16": 0.15}
 FLOOR = {"float32": 1e-6, "float64": 1e-9, "bfloat16": 1e-4, "float16": 1e-4}
-"""The least noise assumed, whatever the previous check measured (float32 hf engine: ~5e-7;
-float32 vLLM on CPU: 1.4e-5 to 2e-5; bfloat16 hf: 2.4e-5)."""
+"""The least noise assumed, whatever the previous check measured (float32 hf engine: 0 to 5e-7;
+float32 vLLM on CPU: 1.4e-5 to 2e-5; bfloat16 hf: 0 to 3e-5)."""
 SEPARATION = 4.0
 """How many noise levels the change must span for a pass or a fail."""
 MOVE = {"float32": 1e-4, "float64": 1e-4, "bfloat16": 1e-2, "float16": 1e-2}
 """A change of the trainer's reading this large always moves an engine of the dtype: an engine
-whose reading stayed bit for bit the same did not get the push (also where the noise hides
-the change: bfloat16 SmolLM2 at lr 1e-6 moves the probe ~0.06, its hf engine's noise 0.08)."""
+whose reading stayed bit for bit the same did not get the push, even where its noise hides the
+size of the change."""
 
 
 # -- readings ----------------------------------------------------------------------------------
@@ -76,10 +85,12 @@ def probe_contexts(tokenizer: Any, count: int = PROBE_CONTEXTS) -> list[list[int
 
 
 def read_engine(policy: Any, contexts: list[list[int]]) -> tuple[list[int], list[float]]:
-    """The engine's greedy next token after each context and its logprob (one ``generate``
-    call); ``-1`` and NaN where it returned none. Raises what ``generate`` raises."""
-    gens = policy.generate([GenerationRequest(prompt_ids=list(c), params=SamplingParams(
-        temperature=0.0, max_new_tokens=1)) for c in contexts])
+    """The engine's greedy next token after each context and its logprob; ``-1`` and NaN where
+    it returned none. One ``generate`` call per context: a batch's padding alone moves an hf
+    engine's bfloat16 logprobs by 0.11 (alone they equal the trainer's exactly), and a batch
+    of one is the same computation every time. Raises what ``generate`` raises."""
+    gens = [policy.generate([GenerationRequest(prompt_ids=list(c), params=SamplingParams(
+        temperature=0.0, max_new_tokens=1))])[0] for c in contexts]
     tokens, lps = [], []
     for g in gens:
         ok = bool(g.token_ids) and g.logprobs is not None and len(g.logprobs) >= 1
@@ -116,8 +127,9 @@ def judge(tokens: list[int], engine: list[float], new: Any, old: Any | None, *,
     """The verdict on one reading (module docstring): ``tokens``/``engine`` from
     ``read_engine``, ``new``/``old`` full distributions from ``read_model`` (``old`` None: no
     old reading), ``previous`` the engine's own reading at the old weights, ``move`` the change
-    that always shows in the engine (``MOVE``). Returns ``{"verdict": "pass" | "indistinct" | "fail", "reason", "dist_new",
-    "dist_old", "change", "noise", "contexts"}`` (NaN where a distance is undefined)."""
+    that always shows in the engine (``MOVE``). Returns ``{"verdict": "pass" | "indistinct" |
+    "fail", "reason", "dist_new", "dist_old", "change", "noise", "contexts"}`` (NaN where a
+    distance is undefined)."""
     vocab = int(new.shape[-1])
     usable = [j for j, t in enumerate(tokens) if 0 <= t < vocab and math.isfinite(engine[j])]
     out: dict[str, Any] = {"contexts": len(usable), "dist_old": math.nan, "change": math.nan,
@@ -248,9 +260,10 @@ def probe_push(policy: Any, model: Any, *, tolerance: float | None = None,
                contexts: int = PROBE_CONTEXTS) -> dict[str, Any]:
     """Check ``policy`` against ``model`` after a push (module docstring). Returns
     ``probe_max_abs_diff`` (the engine's distance from the new weights), ``probe_dist_old``,
-    ``probe_change``, ``probe_noise``, ``probe_tokens`` (contexts read), ``probe_indistinct``
-    (1 or 0), ``probe_indistinct_total`` (this engine's count so far), ``probe_verdict`` and
-    ``probe_reason``; ``WeightSyncError`` (after ``restore_previous``) on a fail."""
+    ``probe_change``, ``probe_noise`` (those defined), ``probe_tokens`` (contexts read),
+    ``probe_indistinct`` (1 or 0), ``probe_indistinct_total`` (this engine's count so far),
+    ``probe_verdict`` and ``probe_reason``; ``WeightSyncError`` (after ``restore_previous``)
+    on a fail."""
     name = getattr(policy, "name", type(policy).__name__)
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     tol = TOLERANCE.get(dtype, 0.15) if tolerance is None else float(tolerance)
@@ -269,19 +282,20 @@ def probe_push(policy: Any, model: Any, *, tolerance: float | None = None,
         noise = max(FLOOR.get(dtype, 1e-4), 2 * record["noise"])
     result = judge(tokens, lps, new, old, noise=noise, tolerance=tol, previous=previous,
                    move=MOVE.get(dtype, 1e-2))
-    stats = {"probe_max_abs_diff": result["dist_new"], "probe_dist_old": result["dist_old"],
-             "probe_change": result["change"], "probe_noise": result["noise"],
-             "probe_tokens": result["contexts"], "probe_verdict": result["verdict"],
-             "probe_reason": result["reason"]}
+    stats = {k: v for k, v in (("probe_max_abs_diff", result["dist_new"]),
+                               ("probe_dist_old", result["dist_old"]),
+                               ("probe_change", result["change"]),
+                               ("probe_noise", result["noise"])) if math.isfinite(v)}
+    stats.update(probe_tokens=result["contexts"], probe_verdict=result["verdict"],
+                 probe_reason=result["reason"])  # (undefined distances are left out)
     if result["verdict"] == "fail":
         restored = restore_previous(policy)
         if not restored.startswith("the previous weights were restored"):
             forget(policy)  # the engine's state is unknown now
         raise WeightSyncError(
             f"{name}: after the weight push the engine does not serve the trainer's weights: "
-            f"{result['reason']}; {restored}", probe_max_abs_diff=result["dist_new"],
-            probe_verdict="fail", probe_change=result["change"],
-            probe_dist_old=result["dist_old"])
+            f"{result['reason']}; {restored}", probe_verdict="fail",
+            **{k: v for k, v in stats.items() if isinstance(v, float)})
     confirm(policy)  # what a later failed push goes back to
     count = int(getattr(policy, "_weight_probe_indistinct", 0)) + \
         (result["verdict"] == "indistinct")
