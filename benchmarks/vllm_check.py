@@ -135,6 +135,7 @@ def main() -> int:
                   push_mb=round(stats["bytes"] / 2**20, 1),
                   push_probe_max_abs_diff=stats["probe_max_abs_diff"],
                   push_back_s=round(back["seconds"], 2), push_change=changed,
+                  push_back_verdict=back.get("probe_verdict"),
                   push_restore_diff=restored,
                   push_changes_output=bool(changed > 1e-3 and restored <= 1e-5))
     report["tolerance"] = args.tolerance

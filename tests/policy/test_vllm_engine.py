@@ -112,7 +112,7 @@ def fingerprint_of(gens) -> list[float]:
     return gens[(0.0, 1.0)][0].logprobs[:8]
 
 
-def one_update(hf):
+def one_update(hf, learning_rate: float = 3e-4):
     """A trainer that took one real optimizer step on the bundled model."""
     from spadekit.train.config import TrainConfig
     from spadekit.train.trainer import PolicyTrainer
@@ -122,7 +122,7 @@ def one_update(hf):
                       token_ids=torch.randint(10, 5000, (24,), generator=g).tolist(),
                       loss_mask=[0] * 8 + [1] * 16, behaviour_logprobs=None,
                       advantage=1.0 if i % 2 else -1.0) for i in range(4)]
-    trainer = PolicyTrainer(hf, TrainConfig(learning_rate=3e-4))
+    trainer = PolicyTrainer(hf, TrainConfig(learning_rate=learning_rate))
     assert trainer.train_step(samples)["optimizer_steps"] == 1
     return trainer
 
@@ -187,6 +187,25 @@ def test_refused_pushes_change_nothing(engine, hf, original):
         push_weights(engine, wrong, verify=hf.model)
     assert fingerprint(engine) == pytest.approx(before, abs=1e-5)
     assert engine.weights_version == version  # the undone push is not counted
+
+
+def test_a_paper_sized_step_is_told_from_a_dropped_push(engine, hf, original, monkeypatch):
+    """One step at lr 1e-6 moves the probe by about the old fixed tolerance (2e-3 in float32;
+    the old probe's text moved 1.9e-3 and passed): a push that never reached vLLM is caught,
+    a real one passes, because the check compares with the old weights too."""
+    push_weights(engine, original, verify=hf.model)  # the reading the next check compares with
+    try:
+        trainer = one_update(hf, learning_rate=1e-6)
+        with monkeypatch.context() as m:
+            m.setattr(engine, "load_weights", lambda weights, **kw: len(list(weights)))
+            with pytest.raises(WeightSyncError, match="does not serve the trainer's weights"):
+                push_weights(engine, trainer)
+        stats = push_weights(engine, trainer)  # the same step, really pushed
+        assert stats["probe_verdict"] == "pass", stats
+        assert stats["probe_change"] < 2e-2 and stats["probe_max_abs_diff"] <= TOL
+    finally:
+        hf.model.load_state_dict(original)
+    push_weights(engine, original, verify=hf.model)
 
 
 def test_a_selfplay_round_generates_through_vllm(engine, hf, original, tmp_path, monkeypatch):

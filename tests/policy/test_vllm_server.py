@@ -1,6 +1,9 @@
 """Weight pushes to a real ``vllm serve`` (vLLM's CPU build here), through ``openai:MODEL@URL``:
 its logprobs equal the trainer's, a verified push changes what it serves and pushing the old
 weights brings them back, refused pushes change nothing, and a killed server gives typed errors.
+The server is the documented command (``vllm_server.serve_command``: loopback, ``RequireKey``,
+the key in ``VLLM_API_KEY``): it answers 401 on every route without the key, dev-mode routes
+included, and cannot be reached on this machine's other addresses.
 
 One server for the module (SmolLM2-135M, float32, eager, ``VLLM_SERVER_DEV_MODE=1`` and
 spadekit's worker extension; about 30 s to start), started in the background as soon as
@@ -22,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -41,6 +45,7 @@ from test_vllm_engine import (TOL, diffs_of, fingerprint, fingerprint_of,  # noq
                                generations, max_diffs, one_update)
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
+KEY = "test-vllm-key-" + os.urandom(8).hex()
 
 
 def free_port() -> int:
@@ -75,20 +80,18 @@ _EARLY: dict = {}
 
 def launch() -> dict:
     """``vllm serve`` of the bundled model in the background (not waited for)."""
-    from spadekit.policy import bundled
+    from spadekit.policy import bundled, vllm_server
 
     port = free_port()
     work = Path(tempfile.mkdtemp(prefix="spadekit-vllm-server-"))
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
            "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
-           "SPADEKIT_VLLM_PUSH_DIR": str(work / "pushes")}
+           "SPADEKIT_VLLM_PUSH_DIR": str(work / "pushes"), vllm_server.KEY_ENV: KEY}
     (work / "pushes").mkdir()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-           "--model", str(bundled.ensure_smollm2_cache()), "--served-model-name", "smollm2-135m",
-           "--worker-extension-cls", "spadekit.policy.vllm_server.WorkerExtension",
-           "--logprobs-mode", "processed_logprobs", "--enforce-eager", "--dtype", "float32",
-           "--kv-cache-memory-bytes", str(1 << 30), "--max-model-len", "2048",
-           "--host", "127.0.0.1", "--port", str(port)]
+    cmd = vllm_server.serve_command(  # the documented command, with the CPU settings
+        bundled.ensure_smollm2_cache(), port=port, python=sys.executable, extra=[
+            "--served-model-name", "smollm2-135m", "--enforce-eager", "--dtype", "float32",
+            "--kv-cache-memory-bytes", str(1 << 30), "--max-model-len", "2048"])
     log = work / "server.log"
     with open(log, "wb") as out:
         # its own process group: the server's engine process goes with it (killing only the
@@ -134,7 +137,8 @@ def server(hf):
     try:
         while True:
             try:
-                with urllib.request.urlopen(url + "/version", timeout=5):
+                with urllib.request.urlopen(urllib.request.Request(
+                        url + "/version", headers={"Authorization": f"Bearer {KEY}"}), timeout=5):
                     break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -156,7 +160,8 @@ def _kill_group(proc, sig) -> None:
 
 @pytest.fixture(scope="module")
 def remote(server, hf):
-    policy = load_policy(f"openai:smollm2-135m@{server[1]}", tokenizer=hf.tokenizer, retries=0)
+    policy = load_policy(f"openai:smollm2-135m@{server[1]}", tokenizer=hf.tokenizer, retries=0,
+                         api_key=KEY)
     yield policy
     policy.close()
 
@@ -165,6 +170,59 @@ def remote(server, hf):
 def original(bundled_original):
     """The weights as loaded; the module must leave ``hf`` on them (checked after it)."""
     return bundled_original
+
+
+def _status(url: str, method: str, path: str, key: str | None) -> int:
+    body = b'{"method": "spadekit_restore", "kwargs": {}}' if method == "POST" else None
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url + path, data=body, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_every_route_needs_the_key(server):
+    root = server[1][:-3]
+    for method, path in [("POST", "/collective_rpc"), ("POST", "/reset_prefix_cache"),
+                         ("GET", "/v1/models"), ("GET", "/version"), ("GET", "/health"),
+                         ("POST", "/v1/completions")]:
+        assert _status(root, method, path, None) == 401, path
+        assert _status(root, method, path, "wrong") == 401, path
+    assert _status(root, "GET", "/v1/models", KEY) == 200
+
+
+def non_loopback_addresses() -> list[str]:
+    """This machine's IPv4 addresses other than loopback (``hostname -I``, then a UDP socket's
+    source address towards a documentation-range peer: nothing is sent)."""
+    found = set()
+    try:
+        out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10)
+        found.update(a for a in out.stdout.split() if a.count(".") == 3)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("198.51.100.1", 9))
+            found.add(s.getsockname()[0])
+    except OSError:
+        pass
+    return sorted(a for a in found if not a.startswith("127.") and a != "0.0.0.0")
+
+
+def test_the_server_is_not_reachable_off_loopback(server):
+    addresses = non_loopback_addresses()
+    if not addresses:
+        pytest.skip("this machine has no non-loopback IPv4 address to try")
+    port = int(server[1].rsplit(":", 1)[1].split("/")[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=10):
+        pass  # the server is up on loopback
+    for addr in addresses:
+        with pytest.raises(OSError):
+            socket.create_connection((addr, port), timeout=5).close()
 
 
 def test_server_logprobs_equal_the_trainers(remote, hf):

@@ -393,7 +393,7 @@ def generate(
     raise typer.Exit(0 if valid or not data.get("attempted") else 1)
 
 
-_ARGV_SECRET = ("a secret on the command line is visible to every user of this machine (ps, "
+_ARGV_SECRET = ("{flag} is no longer accepted: a secret on the command line is visible to every user of this machine (ps, "
                 "/proc); put it in a file ({file}) or the {env} environment variable")
 
 
@@ -437,9 +437,10 @@ def serve(
         False, help="Model server: accept trained weights pushed to POST /v1/spadekit/weights "
         "(a run's --set generation_model=openai:NAME@URL); needs a weights token."),
     weights_token_file: Optional[Path] = typer.Option(
-        None, help="Model server: a file holding the shared secret a weight push must carry; "
-        "else env SPADEKIT_WEIGHTS_TOKEN."),
-    weights_token: Optional[str] = typer.Option(None, hidden=True),
+        None, "--weights-token-file", help="Model server: a file (chmod 600) holding the shared "
+        "secret a weight push must carry; or env SPADEKIT_WEIGHTS_TOKEN / "
+        "SPADEKIT_WEIGHTS_TOKEN_FILE."),
+    weights_token: Optional[str] = typer.Option(None, "--weights-token", hidden=True),
     max_tokens_limit: int = typer.Option(16384, min=1, help="Model server: the largest "
                                          "max_tokens a request may ask (400 above it)."),
     slice_tokens: Optional[int] = typer.Option(
@@ -460,7 +461,9 @@ def serve(
                                  (weights_token, "--weights-token-file",
                                   "SPADEKIT_WEIGHTS_TOKEN")):
         if given is not None:
-            err_console.print("refused: " + _ARGV_SECRET.format(file=file_opt, env=env),
+            flag = "--api-key" if file_opt == "--api-key-file" else "--weights-token"
+            err_console.print("refused: " + _ARGV_SECRET.format(flag=flag, file=file_opt,
+                                                                env=env),
                               markup=False, style="red")
             raise typer.Exit(2)
     if (run is None) == (model is None):
@@ -485,9 +488,12 @@ def serve(
             raise typer.Exit(2) from None
         return
     from spadekit.policy.serve import run_server
+    from spadekit.policy.weight_sync import read_token_file
+    from spadekit.policy.weight_sync import weights_token as weights_token_from_env
 
-    token = _secret(weights_token_file, "SPADEKIT_WEIGHTS_TOKEN", "weights token")
     try:
+        token = (read_token_file(weights_token_file) if weights_token_file
+                 else weights_token_from_env() or None)
         run_server(model, host=host, port=8000 if port is None else port, api_key=key,
                    allow_weight_updates=allow_weight_updates, weights_token=token,
                    max_tokens_limit=max_tokens_limit, slice_tokens=slice_tokens)

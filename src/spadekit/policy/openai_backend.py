@@ -124,7 +124,9 @@ class OpenAIPolicy:
         self.retries = int(retries)
         self.backoff = float(backoff)
         self.max_concurrency = int(max_concurrency)
-        self.weights_token = weights_token  # for load_weights; else env SPADEKIT_WEIGHTS_TOKEN
+        self.weights_token = weights_token
+        """For ``load_weights``; else env ``SPADEKIT_WEIGHTS_TOKEN`` or the file named by
+        ``SPADEKIT_WEIGHTS_TOKEN_FILE`` (``weight_sync.weights_token``)."""
         self.tokenizer = _load_tokenizer(tokenizer)
         self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency,
                                         thread_name_prefix="spadekit-openai")
@@ -176,6 +178,35 @@ class OpenAIPolicy:
         from spadekit.policy.weight_sync import push_to_server
 
         return push_to_server(self, weights, final=final, version=version)
+
+    def cannot_restore_weights(self) -> str | None:
+        """Why this server could not undo a push whose check failed (None: it can): a
+        ``vllm serve`` always can (``vllm_server.restore``), a ``spadekit serve`` when it
+        advertises ``restore``. ``push_weights`` refuses a checked push up front otherwise."""
+        from spadekit.policy import vllm_server
+        from spadekit.policy.weight_sync import server_cannot_restore
+
+        return None if vllm_server.is_vllm(self) else server_cannot_restore(self)
+
+    def restore_weights(self) -> None:
+        """Undo the last push not confirmed since (its check failed)."""
+        from spadekit.policy import vllm_server
+        from spadekit.policy.weight_sync import server_action
+
+        if vllm_server.is_vllm(self):
+            vllm_server.restore(self)
+        else:
+            server_action(self, "restore")
+
+    def confirm_weights(self) -> None:
+        """The last push was checked and stands."""
+        from spadekit.policy import vllm_server
+        from spadekit.policy.weight_sync import server_action
+
+        if vllm_server.is_vllm(self):
+            vllm_server.confirm(self)
+        elif getattr(self, "weights_version", None) is not None:  # something was pushed
+            server_action(self, "confirm")
 
     def explain_capabilities(self) -> str:
         """What this server and tokenizer allow, in words."""

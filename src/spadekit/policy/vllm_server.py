@@ -1,18 +1,32 @@
 """Weight pushes to a real ``vllm serve``, for ``openai:MODEL@URL`` generation engines.
 
-Start the server on the same machine (or with a filesystem both sides see) in vLLM's dev mode,
-with spadekit's worker extension and the logprobs the trainer recomputes::
+Start the server on the same machine (or with a filesystem both sides see, as the same user) in
+vLLM's dev mode, on loopback, behind a key, with spadekit's worker extension and the logprobs the
+trainer recomputes::
 
+    export VLLM_API_KEY="$(cat ~/.config/spadekit/vllm.key)"   # a secret file (chmod 600)
     VLLM_SERVER_DEV_MODE=1 python -m vllm.entrypoints.openai.api_server --model PATH \\
+        --host 127.0.0.1 --port 8000 --middleware spadekit.policy.vllm_server.RequireKey \\
         --worker-extension-cls spadekit.policy.vllm_server.WorkerExtension \\
         --logprobs-mode processed_logprobs [--enforce-eager --dtype float32 on CPU]
 
-(``python -m``: the ``vllm`` console script of the CPU build does not start). A push
-(``OpenAIPolicy.load_weights``, through ``push_weights``) is recognised by the server's
-``GET /version``; chunks are staged here, and the final one writes one safetensors file under
-``$SPADEKIT_VLLM_PUSH_DIR`` (default: the system temp directory) and asks every worker to load it:
-``POST /collective_rpc {"method": "spadekit_reload", "kwargs": {"path": FILE}}`` (the extension:
-the in-place ``reload_weights``, then the tied output layer tied again, ``vllm_weights``), then
+and give the client the same key in env ``OPENAI_API_KEY`` (``OpenAIPolicy`` sends it on every
+call, the push routes too). Why each part: without ``--host`` vLLM listens on every interface,
+and dev mode adds ``/collective_rpc`` (any worker method, with any argument) and
+``/reset_prefix_cache``, which vLLM's own ``--api-key`` does not guard (it guards ``/v1`` only);
+``RequireKey`` refuses every route without ``Authorization: Bearer $VLLM_API_KEY`` (401), and a
+server started without the variable does not start. The key stays out of the command line
+(``--api-key`` is visible to every user in ``ps``). Another machine reaches the server through an
+SSH tunnel (``ssh -N -L 8000:127.0.0.1:8000 gen-host``), never by binding 0.0.0.0. ``serve_command``
+builds this command. (``python -m``: the ``vllm`` console script of the CPU build does not start.)
+
+A push (``OpenAIPolicy.load_weights``, through ``push_weights``) is recognised by the server's
+``GET /version``; chunks are staged here, and the final one writes one safetensors file in a
+private folder (0700, the file 0600, never readable by other users: ``vllm_weights.save_private``)
+under ``$SPADEKIT_VLLM_PUSH_DIR`` (default: the system temp directory) and asks every worker to
+load it: ``POST /collective_rpc {"method": "spadekit_reload", "kwargs": {"path": FILE}}`` (the
+extension, which loads only such private files of its own user: the in-place
+``reload_weights``, then the tied output layer tied again, ``vllm_weights``), then
 ``POST /reset_prefix_cache``. A server without the extension gets vLLM's own
 ``reload_weights`` with ``weights_path`` (a directory holding the file); the check after the push
 (``weight_probe``) then catches what that reload misses (a tied ``lm_head`` keeps the old
@@ -32,13 +46,66 @@ import json
 import os
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from spadekit.policy.weight_items import WeightSyncError, as_items
 
 PUSH_DIR_ENV = "SPADEKIT_VLLM_PUSH_DIR"
+KEY_ENV = "VLLM_API_KEY"
+PUSH_PREFIX = "spadekit-vllm-push-"
+
+
+def serve_command(model: str, *, port: int = 8000, host: str = "127.0.0.1",
+                  python: str = "python", extra: list[str] | None = None) -> list[str]:
+    """The documented ``vllm serve`` command (module docstring) as an argv list; run it with
+    ``VLLM_SERVER_DEV_MODE=1`` and ``VLLM_API_KEY`` in the environment (never in argv)."""
+    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--host", host, "--port", str(int(port)),
+            "--middleware", "spadekit.policy.vllm_server.RequireKey",
+            "--worker-extension-cls", "spadekit.policy.vllm_server.WorkerExtension",
+            "--logprobs-mode", "processed_logprobs", *(extra or [])]
+
+
+class RequireKey:
+    """ASGI middleware for ``vllm serve --middleware``: every HTTP request (every route, dev-mode
+    ones included) needs ``Authorization: Bearer $VLLM_API_KEY``, else 401; WebSockets without
+    it are closed. Refuses to build (the server does not start) without the variable."""
+
+    def __init__(self, app: Any) -> None:
+        import hashlib
+
+        key = os.environ.get(KEY_ENV, "")
+        if not key.strip():
+            raise RuntimeError(f"spadekit RequireKey: set {KEY_ENV} (a secret; read it from a "
+                               "private file) before starting the server")
+        self.app = app
+        self._digest = hashlib.sha256(key.encode()).digest()
+
+    def _allowed(self, scope: dict) -> bool:
+        import hashlib
+        import hmac
+
+        for name, value in scope.get("headers") or ():
+            if name.lower() == b"authorization":
+                scheme, _, given = value.decode("latin-1").partition(" ")
+                return scheme.lower() == "bearer" and hmac.compare_digest(
+                    hashlib.sha256(given.strip().encode()).digest(), self._digest)
+        return False
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") not in ("http", "websocket") or self._allowed(scope):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+        else:
+            body = json.dumps({"error": {"message": "missing or wrong API key (Authorization: "
+                                                    "Bearer ...)", "code": 401}}).encode()
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": body})
 
 
 class WorkerExtension:
@@ -48,8 +115,9 @@ class WorkerExtension:
     def spadekit_reload(self, path: str) -> int:
         from safetensors.torch import load_file
 
-        from spadekit.policy.vllm_weights import _reload
+        from spadekit.policy.vllm_weights import _reload, check_private
 
+        check_private(path)  # a push file of this user, nothing else on the server's disk
         items = list(load_file(path).items())
         _reload(self, items)
         return len(items)
@@ -73,8 +141,10 @@ def _call(policy: Any, method: str, path: str, body: dict | None = None,
             http.client.HTTPConnection)(parts[1], parts[2], timeout=timeout)
     prefix = policy._path[:-3] if policy._path.endswith("/v1") else policy._path
     try:
+        key = getattr(policy, "api_key", None)
         conn.request(method, prefix + path, body=json.dumps(body).encode() if body else None,
-                     headers={"Content-Type": "application/json", "Connection": "close"})
+                     headers={"Content-Type": "application/json", "Connection": "close",
+                              **({"Authorization": f"Bearer {key}"} if key else {})})
         resp = conn.getresponse()
         raw = resp.read()
     except OSError as exc:
@@ -150,9 +220,7 @@ def _apply(policy: Any, state: dict, path: Path) -> None:
 def push(policy: Any, weights: Any, *, final: bool = True, version: int | None = None) -> int:
     """``OpenAIPolicy.load_weights`` for a vLLM server (module docstring); returns how many
     tensors were loaded (0 for a staged chunk)."""
-    from safetensors.torch import save_file
-
-    from spadekit.policy.vllm_weights import check_items
+    from spadekit.policy.vllm_weights import check_items, save_private
 
     state = _state(policy)
     state["staged"] += as_items(weights)
@@ -168,11 +236,11 @@ def push(policy: Any, weights: Any, *, final: bool = True, version: int | None =
         items = [(n, t) for n, t in items if n != "lm_head.weight"]  # tied: follows the embed
     check_items(items, state["shapes"] or {}, policy.name)
     confirm(policy)  # the previous push was not undone: it stands
-    folder = Path(os.environ.get(PUSH_DIR_ENV) or tempfile.gettempdir()) / \
-        f"spadekit-vllm-push-{uuid.uuid4().hex[:12]}"
-    folder.mkdir(parents=True)
+    root = os.environ.get(PUSH_DIR_ENV) or tempfile.gettempdir()
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=PUSH_PREFIX, dir=root))  # 0700 from the start
     path = folder / "model.safetensors"
-    save_file({n: t.detach().to("cpu").contiguous() for n, t in items}, str(path))
+    save_private({n: t.detach().to("cpu").contiguous() for n, t in items}, path)
     state["pending"] = (path, set(n for n, _ in items), getattr(policy, "weights_version", 0))
     t0 = time.perf_counter()
     try:

@@ -21,7 +21,9 @@ Route by capability: in one process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the b
 default) a callable runs on the worker directly, the tensors passed by reference; with the engine
 in other processes the backend builds it with spadekit's worker extension
 (``vllm_server.WorkerExtension``) and a push is a safetensors file in a temporary directory that
-``collective_rpc("spadekit_reload", path)`` loads (no pickled callables, so no
+``collective_rpc("spadekit_reload", path)`` loads (``save_private``: a 0700 folder, the file
+0600, created so, never readable by other users; the worker loads only such files of its own
+user, ``check_private``; no pickled callables, so no
 ``VLLM_ALLOW_INSECURE_SERIALIZATION``). vLLM's CUDA-only RL weight-transfer API (NCCL broadcast)
 is not used: on a GPU the routes above work too, through host memory; ``route`` says which.
 """
@@ -102,6 +104,37 @@ def check_items(items: list[tuple[str, Any]], shapes: dict[str, tuple[int, ...]]
     if problems:
         raise WeightSyncError(f"{what}: the engine cannot take these weights (nothing was "
                               "loaded): " + "; ".join(problems))
+
+
+def save_private(tensors: dict[str, Any], path: str | os.PathLike) -> None:
+    """Write ``tensors`` as a safetensors file at ``path`` (in a private folder, e.g. from
+    ``tempfile.mkdtemp``) that is created 0600: no other user can read the weights, not even
+    while they are being written (whatever the umask)."""
+    from safetensors.torch import save_file
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(fd)  # safetensors truncates and fills the file; its mode stays 0600
+    os.chmod(path, 0o600)
+    save_file(tensors, str(path))
+
+
+def check_private(path: str | os.PathLike) -> None:
+    """Refuse (``WeightSyncError``) to load a push file that is not a regular 0600 file of this
+    user in a 0700 folder of this user (what ``save_private`` writes): the reload route then
+    cannot be pointed at any other file on the engine's machine."""
+    import stat
+
+    p = Path(path)
+    try:
+        folder, file = os.stat(p.parent), os.lstat(p)
+    except OSError as exc:
+        raise WeightSyncError(f"{path}: cannot load the pushed weights: {exc}") from None
+    me = os.getuid()
+    if not (stat.S_ISREG(file.st_mode) and file.st_uid == me and folder.st_uid == me
+            and not stat.S_IMODE(file.st_mode) & 0o077
+            and not stat.S_IMODE(folder.st_mode) & 0o077):
+        raise WeightSyncError(f"{path}: not a private push file of this user (a 0600 file in a "
+                              "0700 folder, as spadekit writes them): refused")
 
 
 def _reload(worker: Any, items: list[tuple[str, Any]] | None) -> None:
@@ -208,6 +241,11 @@ class EngineWeights:
         if self._copy:
             self._rpc(list(self._copy.items()))
 
+    def cannot_restore(self) -> str | None:
+        """Why ``restore`` could not undo a push (None: it can)."""
+        return None if self.keep_copy else ("the vLLM engine keeps no copy of its weights "
+                                             "(keep_weights_copy=False)")
+
     def _try_restore(self) -> bool:
         try:
             self.restore()
@@ -221,11 +259,9 @@ class EngineWeights:
         elif items is None:
             self.llm.collective_rpc("spadekit_restore")
         else:  # through a file: no pickled callables or tensors cross to the engine process
-            from safetensors.torch import save_file
-
-            with tempfile.TemporaryDirectory(prefix="spadekit-vllm-push-") as folder:
+            with tempfile.TemporaryDirectory(prefix="spadekit-vllm-push-") as folder:  # 0700
                 path = os.path.join(folder, "model.safetensors")
-                save_file({n: t.detach().to("cpu").contiguous() for n, t in items}, path)
+                save_private({n: t.detach().to("cpu").contiguous() for n, t in items}, path)
                 self.llm.collective_rpc("spadekit_reload", args=(path,))
         reset = getattr(self.llm, "reset_prefix_cache", None)
         if callable(reset):

@@ -36,14 +36,19 @@ the same Hugging Face names (``spadekit.policy.vllm_weights``: checked, then vLL
 ``reload_weights``; tested on vLLM's CPU build, ``tests/policy/test_vllm_engine.py``).
 
 Every push from a trainer or model is checked (``verify``, ``spadekit.policy.weight_probe``):
-the engine's logprobs of a fixed probe must equal the trainer's, else the engine is restored
-to its previous weights where it can be and ``WeightSyncError`` is raised.
+the engine's logprobs of a fixed probe must be measurably closer to the trainer's new ones than
+to its old ones (or the update is reported ``indistinct``, counted, when it is under the
+engine's noise), else the engine is restored to its previous weights and ``WeightSyncError`` is
+raised. An engine that could not be restored is refused before the push (``verify=False``
+pushes unchecked).
 
 Servers: a real ``vllm serve`` in dev mode takes pushes through ``/collective_rpc``
 (``spadekit.policy.vllm_server``: how to start it, and the route). ``spadekit serve --model
-vllm:PATH --allow-weight-updates --weights-token SECRET`` (our server wrapping any backend)
-takes them as below. The client is ``OpenAIPolicy`` (``openai:MODEL@URL``, ``weights_token=`` or
-env ``SPADEKIT_WEIGHTS_TOKEN``), whose ``load_weights`` recognises a vLLM server by its
+vllm:PATH --allow-weight-updates --weights-token-file FILE`` (our server wrapping any backend;
+or env ``SPADEKIT_WEIGHTS_TOKEN`` / ``SPADEKIT_WEIGHTS_TOKEN_FILE``: a secret is never a
+command-line argument, which ``ps`` shows every user; a token file must be ``chmod 600``) takes
+them as below. The client is ``OpenAIPolicy`` (``openai:MODEL@URL``; ``weights_token=`` or the
+same environment, ``weights_token``), whose ``load_weights`` recognises a vLLM server by its
 ``GET /version`` and otherwise posts safetensors payloads:
 
 ``POST /v1/spadekit/weights`` -- body: the bytes of ``safetensors.torch.save({name: tensor})``
@@ -53,16 +58,21 @@ optionally ``X-Spadekit-Weights-Upload: ID`` (1-64 of ``[A-Za-z0-9_-]``) with
 ``X-Spadekit-Weights-Final: 0`` to stage a chunk, the last chunk with ``Final: 1``: the staged
 chunks are applied together, atomically, at the end (at most ``max_weights_total`` bytes staged;
 a new upload ID discards an unfinished one); ``X-Spadekit-Weights-Version: N`` sets the version
-(else it counts up). The policy's ``load_weights`` runs under the server's batching lock, so
+(else it counts up); ``X-Spadekit-Weights-Action: restore`` (no body) undoes the last push
+not confirmed since (hf: from a CPU copy taken before it; vLLM: its own undo) and
+``...: confirm`` makes it stand (the client's check after the push sends one of them). The
+policy's ``load_weights`` runs under the server's batching lock, so
 never in the middle of a generation batch. Answers: 200 ``{"loaded", "version", "bytes",
 "seconds"}`` (staged chunk: ``{"staged", "upload", "final": false}``); 403 when the server was
 not started with ``--allow-weight-updates`` or the token is wrong or missing; 400 for a payload
 that is not safetensors, a duplicate, unknown or wrongly shaped name (nothing applied: ``hf``
 checks every name first; vLLM checks names itself as it loads); 411 chunked transfer encoding;
 413 over a size cap. ``GET /v1/spadekit/weights`` (no token) gives ``{"weight_updates",
-"version", "updates", "max_request_bytes", "last_update"}``; when pushes are enabled,
+"version", "updates", "max_request_bytes", "last_update", "restore"}``; when pushes are
+enabled,
 ``/health`` reports ``weight_updates: true`` and ``weights_version`` too. Plain HTTP: the token
-travels in clear, so keep the server on a trusted network (it binds 127.0.0.1 by default).
+travels in clear, so keep the server on loopback (its default) and reach it from another machine
+through an SSH tunnel (``docs/scaling.md``).
 """
 
 from __future__ import annotations
@@ -86,10 +96,44 @@ TOKEN_HEADER = "X-Spadekit-Weights-Token"
 UPLOAD_HEADER = "X-Spadekit-Weights-Upload"
 FINAL_HEADER = "X-Spadekit-Weights-Final"
 VERSION_HEADER = "X-Spadekit-Weights-Version"
+ACTION_HEADER = "X-Spadekit-Weights-Action"
 TOKEN_ENV = "SPADEKIT_WEIGHTS_TOKEN"
+TOKEN_FILE_ENV = "SPADEKIT_WEIGHTS_TOKEN_FILE"
 MAX_REQUEST = 1 << 30
 MAX_TOTAL = 64 << 30
 _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def read_token_file(path: str | os.PathLike) -> str:
+    """The secret in ``path`` (surrounding whitespace stripped). ``ConfigError`` when it is
+    missing, empty, or readable by other users (``chmod 600``: a shared secret is private)."""
+    import stat
+
+    try:
+        info = os.stat(path)
+        with open(path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the weights token file {str(path)!r}: "
+                          f"{type(exc).__name__}: {exc}") from None
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        raise ConfigError(f"the weights token file {str(path)!r} is readable by other users "
+                          f"(mode {stat.S_IMODE(info.st_mode):o}): chmod 600 it")
+    if not token:
+        raise ConfigError(f"the weights token file {str(path)!r} is empty")
+    return token
+
+
+def weights_token(given: str | None = None) -> str:
+    """The shared secret of weight pushes: ``given``, else env ``SPADEKIT_WEIGHTS_TOKEN``, else
+    the file named by env ``SPADEKIT_WEIGHTS_TOKEN_FILE`` (``read_token_file``), else ``""``.
+    Never a command-line argument: every user of the machine sees those (``ps``)."""
+    if given:
+        return given
+    if os.environ.get(TOKEN_ENV):
+        return os.environ[TOKEN_ENV]
+    path = os.environ.get(TOKEN_FILE_ENV)
+    return read_token_file(path) if path else ""
 
 
 def generation_policy(spec: str, trained: Any, *, seed: int = 0) -> Any:
@@ -125,11 +169,15 @@ def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
     through ``trainer_weights``) to ``policy.load_weights`` in chunks of about ``chunk_mb``
     (``None``: all in one call). ``version`` (e.g. the trainer's step) is passed on to backends
     that record one. ``verify``: the model to check the engine against after the push
-    (``weight_probe.probe_push``: a failed check restores the engine's previous weights where it
-    can and raises ``WeightSyncError``); None checks against ``weights`` itself when it is a
-    trainer or model, False never checks. Returns ``{"tensors", "loaded", "bytes", "chunks",
-    "seconds", "mb_per_s"}`` (plus ``probe_max_abs_diff``, ``probe_tokens``, ``verify_s``
+    (``weight_probe.probe_push``: a failed check restores the engine's previous weights and
+    raises ``WeightSyncError``; an engine that could not be restored, or FSDP-sharded weights
+    outside ``gathered_for_generation()``, are refused before anything is sent); None checks
+    against ``weights`` itself when it is a trainer or model, False never checks. Returns
+    ``{"tensors", "loaded", "bytes", "chunks", "seconds", "mb_per_s"}`` (plus the probe's
+    ``probe_*`` fields, ``probe_verdict`` "pass" or "indistinct" among them, and ``verify_s``
     when checked)."""
+    from spadekit.policy import weight_probe
+
     load = getattr(policy, "load_weights", None)
     name = getattr(policy, "name", type(policy).__name__)
     if not callable(load):
@@ -142,32 +190,39 @@ def push_weights(policy: Any, weights: Any, *, chunk_mb: float | None = 512,
         if verify is None:
             verify = weights
         weights = trainer_weights(weights)
+    weight_probe.valid_record(policy)  # an unchecked change since the last check voids it
+    model = weight_probe.check_before_push(policy, verify)  # refusals come before any send
     accepts = inspect.signature(load).parameters
     t0 = time.perf_counter()
     stats = {"tensors": 0, "loaded": 0, "bytes": 0, "chunks": 0}
     limit = None if chunk_mb is None else max(1, int(chunk_mb * 2**20))
-    for chunk, final in _chunks(weights, limit):
-        kwargs: dict[str, Any] = {}
-        if "final" in accepts:  # staged backends apply everything at the final chunk
-            kwargs["final"] = final
-        if "version" in accepts and final:
-            kwargs["version"] = version
-        n = load(chunk, **kwargs)
-        stats["loaded"] += int(n) if isinstance(n, int) else len(chunk)
-        stats["tensors"] += len(chunk)
-        stats["bytes"] += sum(_nbytes(t) for _, t in chunk)
-        stats["chunks"] += 1
+    try:
+        for chunk, final in _chunks(weights, limit):
+            kwargs: dict[str, Any] = {}
+            if "final" in accepts:  # staged backends apply everything at the final chunk
+                kwargs["final"] = final
+            if "version" in accepts and final:
+                kwargs["version"] = version
+            n = load(chunk, **kwargs)
+            stats["loaded"] += int(n) if isinstance(n, int) else len(chunk)
+            stats["tensors"] += len(chunk)
+            stats["bytes"] += sum(_nbytes(t) for _, t in chunk)
+            stats["chunks"] += 1
+    except Exception as exc:
+        if getattr(policy, "_weights_undo", None) is None:
+            raise  # nothing was applied, or the backend restored itself (vLLM)
+        note = weight_probe.restore_previous(policy)  # chunks already copied in: undone
+        raise WeightSyncError(f"{name}: the push failed after {stats['chunks']} chunks "
+                              f"({type(exc).__name__}: {getattr(exc, 'message', exc)}); "
+                              f"{note}") from exc
     stats["seconds"] = time.perf_counter() - t0
     stats["mb_per_s"] = stats["bytes"] / 2**20 / max(stats["seconds"], 1e-9)
-    if verify is not None and verify is not False and "logprobs" in getattr(
-            policy, "capabilities", ()):
-        from spadekit.policy.weight_probe import probe_push, reference_model
-
-        model = reference_model(verify)
-        if model is not None:
-            t1 = time.perf_counter()
-            stats.update(probe_push(policy, model))
-            stats["verify_s"] = time.perf_counter() - t1
+    if model is None:
+        weight_probe.forget(policy)  # changed unchecked: the next check has no old reading
+        return stats
+    t1 = time.perf_counter()
+    stats.update(weight_probe.probe_push(policy, model))
+    stats["verify_s"] = time.perf_counter() - t1
     return stats
 
 
@@ -212,11 +267,12 @@ def push_to_server(policy: Any, weights: Any, *, final: bool = True,
     items = as_items(weights)
     if not items and final and getattr(policy, "_weights_upload", None) is None:
         return 0
-    token = getattr(policy, "weights_token", None) or os.environ.get(TOKEN_ENV, "")
+    token = weights_token(getattr(policy, "weights_token", None))
     info = _call(policy, "GET", b"", {})
     if not info.get("weight_updates"):
         raise WeightSyncError(f"{policy.base_url} does not accept weight pushes (start it with "
-                              "spadekit serve --allow-weight-updates --weights-token ...)")
+                              "spadekit serve --allow-weight-updates and a token: "
+                              "--weights-token-file FILE or env SPADEKIT_WEIGHTS_TOKEN)")
     cap = int(info.get("max_request_bytes") or MAX_REQUEST) - (1 << 20)
     upload = getattr(policy, "_weights_upload", None) or uuid.uuid4().hex
     policy._weights_upload = upload
@@ -239,6 +295,30 @@ def push_to_server(policy: Any, weights: Any, *, final: bool = True,
     return loaded if final else 0  # a staged chunk loads nothing yet
 
 
+def server_cannot_restore(policy: Any) -> str | None:
+    """Why the ``spadekit serve`` behind ``policy`` could not undo a push (None: it can)."""
+    try:
+        info = _call(policy, "GET", b"", {})
+    except WeightSyncError as exc:
+        return f"its weights route does not answer ({exc.message})"
+    if not info.get("weight_updates"):
+        return f"{policy.base_url} does not accept weight pushes"
+    if not info.get("restore"):
+        return f"{policy.base_url} cannot undo a push (a spadekit serve older than the restore " \
+               "action)"
+    return None
+
+
+def server_action(policy: Any, action: str) -> dict:
+    """``restore`` (undo the last unconfirmed push) or ``confirm`` (it stands) on the
+    ``spadekit serve`` behind ``policy``; its answer (``version`` after the action)."""
+    token = weights_token(getattr(policy, "weights_token", None))
+    answer = _call(policy, "POST", b"", {TOKEN_HEADER: token, ACTION_HEADER: action})
+    if "version" in answer:
+        policy.weights_version = answer["version"]
+    return answer
+
+
 def _call(policy: Any, method: str, body: bytes, headers: dict[str, str]) -> dict:
     import http.client
     import json
@@ -252,7 +332,7 @@ def _call(policy: Any, method: str, body: bytes, headers: dict[str, str]) -> dic
     try:
         conn.request(method, policy._path + WEIGHTS_PATH[3:], body=body or None,
                      headers={"Content-Type": "application/octet-stream", "Connection": "close",
-                              **headers})
+                              **_auth(policy), **headers})
         resp = conn.getresponse()
         raw = resp.read()
     except OSError as exc:
@@ -271,6 +351,11 @@ def _call(policy: Any, method: str, body: bytes, headers: dict[str, str]) -> dic
     return data
 
 
+def _auth(policy: Any) -> dict[str, str]:
+    key = getattr(policy, "api_key", None)
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 # -- server: receive pushes in ``spadekit serve`` ---------------------------------------------
 
 class WeightReceiver:
@@ -278,10 +363,15 @@ class WeightReceiver:
 
     def __init__(self, policy: Any, lock: Any, enabled: bool = False, token: str | None = None,
                  max_request: int = MAX_REQUEST, max_total: int = MAX_TOTAL) -> None:
-        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        if token is None and enabled:
+            try:
+                token = weights_token()
+            except ConfigError as exc:
+                raise PolicyError(exc.message) from None
         if enabled and not token:
-            raise PolicyError("--allow-weight-updates needs a shared secret: --weights-token or "
-                              f"the {TOKEN_ENV} environment variable")
+            raise PolicyError("--allow-weight-updates needs a shared secret: "
+                              f"--weights-token-file FILE, or env {TOKEN_ENV} or "
+                              f"{TOKEN_FILE_ENV}")
         if enabled and not callable(getattr(policy, "load_weights", None)):
             raise PolicyError(f"{type(policy).__name__} cannot load weights: weight updates "
                               "need an hf, tiny or vllm model")
@@ -294,6 +384,7 @@ class WeightReceiver:
         self._upload: str | None = None
         self._staged: dict[str, Any] = {}
         self._staged_bytes = 0
+        self._undo_version: int | None = None  # the version an undo goes back to
 
     def health(self) -> dict[str, Any]:
         """Fields ``/health`` adds when pushes are enabled (none otherwise)."""
@@ -302,7 +393,8 @@ class WeightReceiver:
     def info(self) -> dict[str, Any]:
         return {"object": "spadekit.weights", "weight_updates": self.enabled,
                 "version": self.version, "updates": self.updates,
-                "max_request_bytes": self.max_request, "last_update": self.last_update}
+                "max_request_bytes": self.max_request, "last_update": self.last_update,
+                "restore": self.enabled}
 
     def post(self, handler: Any) -> None:
         """Answer one POST on ``handler`` (a ``BaseHTTPRequestHandler`` with ``_send``)."""
@@ -322,10 +414,14 @@ class WeightReceiver:
 
         if not self.enabled:
             return refuse(403, "weight updates are disabled (start the server with "
-                               "--allow-weight-updates and --weights-token)")
+                               "--allow-weight-updates and --weights-token-file)")
         given = (h.headers.get(TOKEN_HEADER) or "").encode()
         if not hmac.compare_digest(given, self._token):
             return refuse(403, f"missing or wrong {TOKEN_HEADER}")
+        action = h.headers.get(ACTION_HEADER)
+        if action is not None:
+            h.close_connection = True  # an action has no body to read
+            return self._action(action.strip().lower())
         if "chunked" in (h.headers.get("Transfer-Encoding") or "").lower():
             return refuse(411, "chunked request bodies are not supported; send Content-Length")
         try:
@@ -374,12 +470,20 @@ class WeightReceiver:
         if not items:
             return 400, {"message": "the payload holds no tensors"}
         t0 = time.perf_counter()
+        from spadekit.policy import weight_probe
+
         try:
             with self.lock:  # the batching lock: between generation batches, never mid-batch
+                weight_probe.confirm(self.policy)  # a push not undone by now stands
+                weight_probe.keep_undo(self.policy)  # hf: a CPU copy; vLLM keeps its own
+                self._undo_version = self.version
                 loaded = self.policy.load_weights(items)
                 self.version = int(version) if version is not None else self.version + 1
                 self.updates += 1
         except (WeightSyncError, KeyError, ValueError) as exc:
+            self._undo_version = None  # nothing was applied (hf checks first; vLLM undoes)
+            if getattr(self.policy, "_weights_undo", None) is not None:
+                self.policy._weights_undo = None
             return 400, {"message": f"weights not loaded: {getattr(exc, 'message', exc)}"}
         seconds = time.perf_counter() - t0
         loaded = int(loaded) if isinstance(loaded, int) else len(items)
@@ -387,6 +491,26 @@ class WeightReceiver:
                             "time": time.time()}
         return 200, {"loaded": loaded, "version": self.version, "bytes": nbytes,
                      "seconds": seconds}
+
+    def _action(self, action: str) -> tuple[int, dict]:
+        """``restore``: undo the last push not confirmed since (the client's check of it
+        failed); ``confirm``: it stands. Both under the batching lock."""
+        from spadekit.policy import weight_probe
+
+        if action not in ("restore", "confirm"):
+            return 400, {"message": f"unknown {ACTION_HEADER} {action!r} (restore, confirm)"}
+        with self.lock:
+            if action == "confirm":
+                weight_probe.confirm(self.policy)
+                self._undo_version = None
+                return 200, {"confirmed": True, "version": self.version}
+            if self._undo_version is None:
+                return 409, {"message": "no unconfirmed push to undo"}
+            note = weight_probe.restore_previous(self.policy)
+            if not note.startswith("the previous weights were restored"):
+                return 500, {"message": note}
+            self.version, self._undo_version = self._undo_version, None
+        return 200, {"restored": True, "version": self.version}
 
     def _discard(self, upload: str | None) -> None:
         """Drop staged chunks (of ``upload``, or whatever is staged when None)."""
