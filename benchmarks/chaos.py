@@ -228,6 +228,105 @@ def equivalence(out: Path, rounds: int, kills: int, timers: int = 3) -> dict:
             "minutes": round((time.perf_counter() - t) / 60, 2)}
 
 
+def _descendants() -> int:
+    """Processes below this one (sandbox workers and their bwrap parents)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parents[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    mine, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier and p not in mine}
+        mine |= frontier
+    return len(mine)
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def soak_child(run_dir: str, rounds: int, extra: list[str]) -> None:
+    """One process, ``rounds`` rounds; one JSON line of resource figures per round."""
+    from spadekit.policy.registry import load_policy
+    from spadekit.policy.scripted import ScriptedPolicy
+    from spadekit.selfplay.checkpoints import disk_use
+    from spadekit.selfplay.loop import SelfPlay
+
+    policy = load_policy("tiny", seed=0)
+    designer = ScriptedPolicy(policy.tokenizer, lambda _ids, text: designer_text(text))
+    with SelfPlay(run_config(rounds, extra), run_dir, policy=policy,
+                  designer_policy=designer) as sp:
+        for step in range(rounds):
+            sp.round(step)
+            sp.next_step += 1
+            run = Path(run_dir)
+            print(json.dumps({
+                "round": step, "rss_mb": _status("VmRSS") / 1024,
+                "open_files": len(os.listdir("/proc/self/fd")), "threads": _status("Threads"),
+                "child_processes": _descendants(),
+                "db_mb": sum(f.stat().st_size for f in run.glob("run.sqlite*")) / 2**20,
+                "checkpoints_mb": disk_use(run / "checkpoints") / 2**20,
+                "run_dir_mb": disk_use(run) / 2**20}), flush=True)
+
+
+def _slope(ys: list[float]) -> float:
+    n = len(ys)
+    if n < 2:
+        return 0.0
+    mx, my = (n - 1) / 2, sum(ys) / n
+    return sum((i - mx) * (y - my) for i, y in enumerate(ys)) / sum((i - mx) ** 2
+                                                                   for i in range(n))
+
+
+def soak(out: Path, rounds: int) -> dict:
+    """``rounds`` rounds in one process; slopes over the second half (after the warm-up)."""
+    t = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.run([sys.executable, __file__, "--soak-child", str(out / "soak"),
+                           "--rounds", str(rounds)], env=env, capture_output=True, text=True)
+    rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or len(rows) < rounds:
+        raise RuntimeError(f"the soak failed after {len(rows)} rounds: {proc.stderr[-2000:]}")
+    (out / "soak.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    half = rows[len(rows) // 2:]
+    slopes = {f"{k}_slope_per_round": round(_slope([r[k] for r in half]), 5)
+              for k in ("rss_mb", "open_files", "threads", "child_processes", "db_mb",
+                        "checkpoints_mb", "run_dir_mb")}
+    spans = {f"{k}_range_second_half": [min(r[k] for r in half), max(r[k] for r in half)]
+             for k in ("open_files", "threads", "child_processes")}
+    return {"soak_rounds": rounds, **slopes, **spans,
+            "rss_mb_first_last": [round(rows[0]["rss_mb"], 1), round(rows[-1]["rss_mb"], 1)],
+            "checkpoints_mb_max": round(max(r["checkpoints_mb"] for r in rows), 2),
+            "soak_minutes": round((time.perf_counter() - t) / 60, 2)}
+
+
+def faults(out: Path) -> dict:
+    """The injected faults of ``chaos_faults`` (each in its own folder)."""
+    import chaos_faults
+
+    results = []
+    for name, scenario in chaos_faults.SCENARIOS.items():
+        folder = out / f"fault-{name}"
+        folder.mkdir()
+        try:
+            results.append(scenario(folder))
+        except Exception as exc:  # a scenario that broke is a fault not survived
+            results.append({"fault": name, "survived": False, "error": repr(exc)[:500]})
+    ran = [r for r in results if "skipped" not in r]
+    return {"faults_injected": len(ran), "faults_survived": sum(bool(r["survived"])
+                                                                for r in ran),
+            "faults": [{k: v for k, v in r.items() if k in ("fault", "survived", "skipped",
+                                                             "error")} for r in results]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -235,14 +334,33 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--kills", type=int, default=12, help="kills at named points")
     ap.add_argument("--timers", type=int, default=3, help="kills at random moments")
+    ap.add_argument("--soak", type=int, default=200, help="rounds of the soak (0: none)")
+    ap.add_argument("--no-faults", action="store_true", help="skip the injected faults")
+    ap.add_argument("--soak-child", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "chaos"))
     args = ap.parse_args()
     if args.child:
         child(args.child, args.rounds, args.set)
         return
+    if args.soak_child:
+        soak_child(args.soak_child, args.rounds, args.set)
+        return
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    start_clock = time.perf_counter()
     out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
     result = equivalence(out, args.rounds, args.kills, args.timers)
+    print("equivalence:", json.dumps(result), flush=True)
+    if not args.no_faults:
+        result.update(faults(out))
+        print("faults:", json.dumps(result["faults"]), flush=True)
+    if args.soak:
+        result.update(soak(out, args.soak))
+        result["rss_slope_mb_per_round"] = result["rss_mb_slope_per_round"]
+        # the checkpoints on disk never exceed keep_last (2) of them
+        one = result["checkpoints_mb_max"] / 2
+        result["disk_bound_held"] = bool(result["checkpoints_mb_slope_per_round"] <= 0.01 * one)
+    result["minutes"] = round((time.perf_counter() - start_clock) / 60, 2)
     (out / "chaos.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result))
 
