@@ -86,10 +86,19 @@ def designer_text(prompt: str) -> str:
     return f"Here it is.\n```python\n{PROGRAMS[k]}\n```\nHINT: common letters first."
 
 
+BUNDLED = ["model=smollm2-135m", "train.use_peft=true", "train.lora_r=8",
+           "train.learning_rate=1e-4"]
+"""``--bundled``: the bundled SmolLM2-135M with LoRA instead of the tiny model."""
+
+
+def _model(extra) -> str:
+    return next((e.split("=", 1)[1] for e in extra if e.startswith("model=")), "tiny")
+
+
 def run_config(rounds: int, extra: list[str] = ()):
     from spadekit.selfplay.config import load_config
 
-    sets = ["model=tiny", f"rounds={rounds}", "envs_per_round=2", "num_generations=4",
+    sets = [f"model={_model(extra)}", f"rounds={rounds}", "envs_per_round=2", "num_generations=4",
             "hint_generations=2", "regen_interval=2", "bootstrap=library",
             "bootstrap_per_round=1", "memory_seed_library=false", "rollout.max_turns=2",
             "rollout.max_new_tokens=10", "rollout.temperature=1.0", "designer.temperature=1.0",
@@ -104,7 +113,7 @@ def child(run_dir: str, rounds: int, extra: list[str]) -> None:
     from spadekit.policy.scripted import ScriptedPolicy
     from spadekit.selfplay.loop import SelfPlay
 
-    policy = load_policy("tiny", seed=0)
+    policy = load_policy(_model(extra), seed=0)
     designer = ScriptedPolicy(policy.tokenizer, lambda _ids, text: designer_text(text))
     resume = (Path(run_dir) / "run.sqlite").exists()
     with SelfPlay(run_config(rounds, extra), run_dir, policy=policy, designer_policy=designer,
@@ -204,18 +213,19 @@ def kill_plan(rounds: int, kills: int, timers: int = 0, seed: int = 0,
     return plan
 
 
-def equivalence(out: Path, rounds: int, kills: int, timers: int = 3) -> dict:
+def equivalence(out: Path, rounds: int, kills: int, timers: int = 3,
+                extra: list[str] = ()) -> dict:
     from spadekit.runs.fingerprint import differences, fingerprint
 
     t = time.perf_counter()
     a, b, k = out / "reference-a", out / "reference-b", out / "killed"
     for d in (a, b):
-        r = run_through(d, rounds)
+        r = run_through(d, rounds, extra=extra)
         if r["rc"] != 0:
             raise RuntimeError(f"reference run failed: {r['stderr']}")
     fa, fb = fingerprint(a), fingerprint(b)
     same_twice = differences(fa, fb)
-    log = killed_run(k, rounds, kill_plan(rounds, kills, timers))
+    log = killed_run(k, rounds, kill_plan(rounds, kills, timers), extra=extra)
     fk = fingerprint(k)
     diff = differences(fa, fk)
     weights_equal = fa["weights"] == fk["weights"]
@@ -334,6 +344,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--kills", type=int, default=12, help="kills at named points")
     ap.add_argument("--timers", type=int, default=3, help="kills at random moments")
+    ap.add_argument("--bundled", action="store_true", help="the equivalence on the bundled "
+                    "SmolLM2-135M with LoRA (then no faults and no soak)")
     ap.add_argument("--soak", type=int, default=200, help="rounds of the soak (0: none)")
     ap.add_argument("--no-faults", action="store_true", help="skip the injected faults")
     ap.add_argument("--soak-child", help=argparse.SUPPRESS)
@@ -349,7 +361,10 @@ def main() -> None:
     start_clock = time.perf_counter()
     out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
-    result = equivalence(out, args.rounds, args.kills, args.timers)
+    if args.bundled:
+        args.no_faults, args.soak = True, 0
+    result = equivalence(out, args.rounds, args.kills, args.timers,
+                         BUNDLED if args.bundled else [])
     print("equivalence:", json.dumps(result), flush=True)
     if not args.no_faults:
         result.update(faults(out))

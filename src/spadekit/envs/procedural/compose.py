@@ -9,7 +9,10 @@ naming its parts, so a pool's combinations can be counted and held out.
 
 The program is ordinary Python of the kind the designer prompt asks for, opened by a one-line
 comment naming its design (its four parts: a designer that writes the plan first conditions the
-code on it, so parts it learnt separately can be put together): one ``...Env`` class,
+code on it, so parts it learnt separately can be put together); the hidden state is a helper
+class named after its part (``HiddenCell``), and each of the environment's other parts sits
+under a comment naming it (``# probe look``), so every block starts by repeating the design
+line's word for it; one ``...Env`` class,
 ``reset``/``step``/``solution``, all randomness from ``self.rng = random.Random(seed)``, commands
 in ``\\boxed{}``, rewards in [0, 1] with 1.0 only for an exact answer, ``terminated`` on the
 answer and ``truncated`` at ``max_turns``. Its solution is two turns: one look, then the answer.
@@ -42,7 +45,7 @@ def last_box(text):
 
 _SOLUTION = '''\
     def solution(self):
-        return [{solution_step}, "\\\\boxed{{answer_verb} " + self._answer() + "}"]
+        return [{solution_step}, "\\\\boxed{{answer_verb} " + self.hidden.answer() + "}"]
 '''
 
 
@@ -129,12 +132,12 @@ def _fill(template: str, values: dict[str, str]) -> str:
 
 
 def _methods(template: str, info: str, values: dict[str, str]) -> str:
-    """The hidden state's methods; without ``PARTS`` and ``_fact`` when the information action
+    """The hidden state's methods; without ``PARTS`` and ``fact`` when the information action
     does not read facts (a probe), so no program carries code it never calls."""
     text = _fill(template, values).rstrip()
     if info == "probe":
         text = re.sub(r"^    PARTS = .*\n\n", "", text)
-        text = text.split("\n    def _fact")[0].rstrip()
+        text = text.split("\n    def fact")[0].rstrip()
     return text
 
 
@@ -187,22 +190,26 @@ def compose(combo: Combo, words: Sequence[str], seed: int, max_turns: int | None
     values["usage_reminder"] = repr(reminder)
     values["solution_step"] = _fill(info.solution_step, values)
     name = theme.capitalize() + combo.hidden.capitalize() + "Env"
+    helper = "Hidden" + combo.hidden.capitalize()
     plan = (f"# Design: {hidden.plan}; {info.name} look; {scoring.name} scoring; "
             f"{turns.name} turns.")
     code = "\n".join([
         plan, "import random", "import re", "", "", _fill(_HELPER, values).rstrip(), "", "",
+        f"class {helper}:", "    def __init__(self, rng):",
+        _fill(hidden.setup, values).rstrip(), "",
+        _methods(hidden.methods, combo.info, values), "", "",
         f"class {name}:",
         f"    def __init__(self, max_turns={turn_cap}, **kwargs):",
         "        self.max_turns = int(max_turns)", "",
         "    def reset(self, seed=None, options=None):",
         "        self.rng = random.Random(seed)",
-        _fill(hidden.setup, values).rstrip(),
+        f"        self.hidden = {helper}(self.rng)",
         "        self.turns = self.looks = 0", _fill(turns.init, values).rstrip(),
         f"        return {intro!r}, {{}}", "",
-        _methods(hidden.methods, combo.info, values), "",
-        _fill(info.method, values).rstrip(), "",
-        _fill(scoring.method, values).rstrip(), "",
-        _fill(turns.step, values).rstrip(), "", _fill(_SOLUTION, values).rstrip(), ""])
+        f"    # {info.name} look", _fill(info.method, values).rstrip(), "",
+        f"    # {scoring.name} scoring", _fill(scoring.method, values).rstrip(), "",
+        f"    # {turns.name} turns", _fill(turns.step, values).rstrip(), "",
+        _fill(_SOLUTION, values).rstrip(), ""])
     return EnvProgram(code=code, hint=info.hint, skill=combo.skill, domain="games",
                       source=f"procedural:{combo.key}:{seed}", class_name=name,
                       meta={"procedural": {"combo": combo.key, "seed": seed,

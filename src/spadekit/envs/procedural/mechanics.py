@@ -2,20 +2,24 @@
 turn structure (issue 23's procedural pool).
 
 Every part is a small piece of ordinary Python source, written so that ANY hidden state combines
-with ANY information action, scoring rule and turn structure. They meet at five methods that
-each hidden state defines on the environment class:
+with ANY information action, scoring rule and turn structure. A hidden state is a small helper
+class of its own (``HiddenCell``, ``HiddenOrder``, ...: one contiguous block whose header names
+the part, so a small designer that wrote ``hidden cell`` in its design line writes the cell's
+methods after it, not another state's), built in ``reset`` as ``self.hidden = HiddenX(self.rng)``
+and read through five members:
 
-- ``_read(words) -> candidate | None``: parse the words after a command into a candidate answer;
-- ``_close(candidate) -> float``: how close a candidate is, in [0, 1], 1.0 exactly right;
-- ``_answer() -> str``: the right answer, written as the agent must write it;
-- ``_fact(k) -> str``: fact number ``k`` (1-based) about the hidden state;
+- ``read(words) -> candidate | None``: parse the words after a command into a candidate answer;
+- ``close(candidate) -> float``: how close a candidate is, in [0, 1], 1.0 exactly right;
+- ``answer() -> str``: the right answer, written as the agent must write it;
+- ``fact(k) -> str``: fact number ``k`` (1-based) about the hidden state;
 - ``PARTS``: how many distinct facts there are (a class attribute).
 
 An information action defines ``_look(words) -> str`` from those; a scoring rule defines
 ``_verdict(guess) -> (reward, text)`` (1.0 only for an exact answer); a turn structure is the
 ``step`` method itself, its control flow over the two commands (look, answer), calling
-``_look``, ``_read`` and ``_verdict``. ``spadekit.envs.procedural.compose`` puts the pieces into
-one class. Each part carries enough code of its own that two programs differing in one part are
+``_look``, ``self.hidden.read`` and ``_verdict``. ``spadekit.envs.procedural.compose`` puts the
+pieces into one program, each of the environment's parts under a comment naming it (``# probe
+look``). Each part carries enough code of its own that two programs differing in one part are
 told apart by the memory's near-duplicate check.
 
 Placeholders in the source (``{name}``) are filled from the program's surface (words drawn from a
@@ -37,9 +41,11 @@ class Hidden:
     name: str
     skill: str
     setup: str
-    """Lines of ``reset`` (8 spaces) that draw the hidden state from ``self.rng``."""
+    """Lines of the helper class's ``__init__(self, rng)`` (8 spaces) that draw the hidden
+    state from ``rng``."""
     methods: str
-    """The class's ``PARTS`` and its ``_read``, ``_close``, ``_answer`` and ``_fact`` (4 spaces)."""
+    """The helper class's ``PARTS`` and its ``read``, ``close``, ``answer`` and ``fact`` (4
+    spaces)."""
     goal: str
     """The observation's sentence about what is hidden."""
     example: str
@@ -72,7 +78,7 @@ class Scoring:
 
     name: str
     method: str
-    """``_verdict(self, guess) -> (reward, text)`` (4 spaces); ``guess`` is ``_read``'s result
+    """``_verdict(self, guess) -> (reward, text)`` (4 spaces); ``guess`` is ``hidden.read``'s result
     (None for an unreadable answer); 1.0 only for an exact one."""
     rule: str
     """The observation's sentence about scoring."""
@@ -98,22 +104,22 @@ class Turns:
 
 _NUMBER = Hidden(
     name="number", plan="hidden number", skill="Mathematical_Reasoning", needs=("top",),
-    setup="        self.secret = self.rng.randint(1, {top})\n",
+    setup="        self.secret = rng.randint(1, {top})\n",
     methods='''\
     PARTS = 3
 
-    def _read(self, words):
+    def read(self, words):
         if words and words[0].isdigit():
             return int(words[0])
         return None
 
-    def _close(self, guess):
+    def close(self, guess):
         return max(0.0, 1.0 - abs(guess - self.secret) / {top})
 
-    def _answer(self):
+    def answer(self):
         return str(self.secret)
 
-    def _fact(self, k):
+    def fact(self, k):
         s = self.secret
         if k % 3 == 1:
             return "the number is " + ("even" if s % 2 == 0 else "odd")
@@ -126,22 +132,22 @@ _NUMBER = Hidden(
 _CODE = Hidden(
     name="code", plan="hidden code", skill="Pattern_Recognition", needs=("items", "length"),
     setup=("        self.symbols = {items}\n"
-           "        self.secret = [self.rng.choice(self.symbols) for _ in range({length})]\n"),
+           "        self.secret = [rng.choice(self.symbols) for _ in range({length})]\n"),
     methods='''\
     PARTS = {length}
 
-    def _read(self, words):
+    def read(self, words):
         if len(words) >= {length} and all(w in self.symbols for w in words[:{length}]):
             return words[:{length}]
         return None
 
-    def _close(self, code):
+    def close(self, code):
         return sum(a == b for a, b in zip(code, self.secret)) / {length}
 
-    def _answer(self):
+    def answer(self):
         return " ".join(self.secret)
 
-    def _fact(self, k):
+    def fact(self, k):
         i = (k - 1) % {length}
         return "slot %d holds %s" % (i + 1, self.secret[i])
 ''',
@@ -150,23 +156,23 @@ _CODE = Hidden(
 
 _CELL = Hidden(
     name="cell", plan="hidden cell", skill="Spatial_Reasoning", needs=("rows", "cols"),
-    setup=("        self.secret = (self.rng.randrange({rows}), self.rng.randrange({cols}))\n"),
+    setup=("        self.secret = (rng.randrange({rows}), rng.randrange({cols}))\n"),
     methods='''\
     PARTS = 2
 
-    def _read(self, words):
+    def read(self, words):
         if len(words) >= 2 and words[0].isdigit() and words[1].isdigit():
             return (int(words[0]), int(words[1]))
         return None
 
-    def _close(self, cell):
+    def close(self, cell):
         far = abs(cell[0] - self.secret[0]) + abs(cell[1] - self.secret[1])
         return max(0.0, 1.0 - far / ({rows} + {cols} - 2))
 
-    def _answer(self):
+    def answer(self):
         return "%d %d" % self.secret
 
-    def _fact(self, k):
+    def fact(self, k):
         if k % 2 == 1:
             return "the row is %d" % self.secret[0]
         return "the column is %d" % self.secret[1]
@@ -177,23 +183,23 @@ _CELL = Hidden(
 _CAUSE = Hidden(
     name="cause", plan="hidden cause", skill="Causal_Inference", needs=("items",),
     setup=("        self.items = {items}\n"
-           "        self.secret = self.rng.choice(self.items)\n"),
+           "        self.secret = rng.choice(self.items)\n"),
     methods='''\
     PARTS = {count}
 
-    def _read(self, words):
+    def read(self, words):
         if words and words[0] in self.items:
             return words[0]
         return None
 
-    def _close(self, item):
+    def close(self, item):
         gap = abs(self.items.index(item) - self.items.index(self.secret))
         return 1.0 - gap / ({count} - 1)
 
-    def _answer(self):
+    def answer(self):
         return self.secret
 
-    def _fact(self, k):
+    def fact(self, k):
         item = self.items[(k - 1) % {count}]
         return item + (" causes" if item == self.secret else " does not cause") + " the effect"
 ''',
@@ -202,22 +208,22 @@ _CAUSE = Hidden(
 _ORDER = Hidden(
     name="order", plan="hidden order", skill="Logical_Deduction", needs=("items",),
     setup=("        self.secret = list({items})\n"
-           "        self.rng.shuffle(self.secret)\n"),
+           "        rng.shuffle(self.secret)\n"),
     methods='''\
     PARTS = {count}
 
-    def _read(self, words):
+    def read(self, words):
         if sorted(words[:{count}]) == sorted(self.secret):
             return words[:{count}]
         return None
 
-    def _close(self, order):
+    def close(self, order):
         return sum(a == b for a, b in zip(order, self.secret)) / {count}
 
-    def _answer(self):
+    def answer(self):
         return " ".join(self.secret)
 
-    def _fact(self, k):
+    def fact(self, k):
         i = (k - 1) % {count}
         return "place %d belongs to %s" % (i + 1, self.secret[i])
 ''',
@@ -232,13 +238,13 @@ _PROBE = Info(
     name="probe",
     method='''\
     def _look(self, words):
-        guess = self._read(words)
+        guess = self.hidden.read(words)
         if guess is None:
             return "Give a candidate after the command, e.g. \\\\boxed{{verb} {example}}."
-        return "Closeness of that candidate: %.2f (1.00 is exact)." % self._close(guess)
+        return "Closeness of that candidate: %.2f (1.00 is exact)." % self.hidden.close(guess)
 ''',
     usage="\\boxed{{verb} {example}} tells how close a candidate is, from 0.00 to 1.00",
-    solution_step='"\\\\boxed{{verb} " + self._answer() + "}"',
+    solution_step='"\\\\boxed{{verb} " + self.hidden.answer() + "}"',
     hint="Measure how close trial candidates are and narrow down step by step before "
          "committing.")
 
@@ -246,9 +252,10 @@ _REVEAL = Info(
     name="reveal",
     method='''\
     def _look(self, words):
-        if not words or not words[0].isdigit() or not 1 <= int(words[0]) <= self.PARTS:
-            return "Ask for a fact by number, from 1 to %d." % self.PARTS
-        return "Fact %s: %s." % (words[0], self._fact(int(words[0])))
+        parts = self.hidden.PARTS
+        if not words or not words[0].isdigit() or not 1 <= int(words[0]) <= parts:
+            return "Ask for a fact by number, from 1 to %d." % parts
+        return "Fact %s: %s." % (words[0], self.hidden.fact(int(words[0])))
 ''',
     usage="\\boxed{{verb} K} shows fact number K (1 to {parts})",
     solution_step='"\\\\boxed{{verb} 1}"',
@@ -260,7 +267,7 @@ _CLUE = Info(
     method='''\
     def _look(self, words):
         n = self.looks + 1
-        return "Clue %d: %s." % (n, self._fact(n))
+        return "Clue %d: %s." % (n, self.hidden.fact(n))
 ''',
     usage="\\boxed{{verb}} gives the next clue",
     solution_step='"\\\\boxed{{verb}}"',
@@ -275,9 +282,9 @@ _EXACT = Scoring(
     name="exact",
     method='''\
     def _verdict(self, guess):
-        if guess is not None and self._close(guess) >= 1.0:
+        if guess is not None and self.hidden.close(guess) >= 1.0:
             return 1.0, "Exactly right."
-        return 0.0, "Wrong: it was %s." % self._answer()
+        return 0.0, "Wrong: it was %s." % self.hidden.answer()
 ''',
     rule="An exact answer scores 1.0; anything else scores 0.")
 
@@ -285,7 +292,7 @@ _STEEP = Scoring(
     name="steep",
     method='''\
     def _verdict(self, guess):
-        closeness = 0.0 if guess is None else self._close(guess)
+        closeness = 0.0 if guess is None else self.hidden.close(guess)
         reward = round(closeness ** 4, 3)
         return reward, "Closeness %.2f, score %.3f." % (closeness, reward)
 ''',
@@ -295,7 +302,7 @@ _BANDED = Scoring(
     name="banded",
     method='''\
     def _verdict(self, guess):
-        closeness = self._close(guess) if guess is not None else 0.0
+        closeness = self.hidden.close(guess) if guess is not None else 0.0
         for floor, reward in ((1.0, 1.0), (0.75, 0.3)):
             if closeness >= floor:
                 return reward, "Score %.1f." % reward
@@ -307,7 +314,7 @@ _THRIFTY = Scoring(
     name="thrifty", skill="Optimization",
     method='''\
     def _verdict(self, guess):
-        if guess is None or self._close(guess) < 1.0:
+        if guess is None or self.hidden.close(guess) < 1.0:
             return 0.0, "Wrong answer."
         cost = 0.1 * max(0, self.looks - 1)
         return max(0.2, 1.0 - cost), "Right, after %d looks." % self.looks
@@ -332,7 +339,7 @@ _OPEN = Turns(
             text = self._look(words[1:])
             self.looks += 1
         elif words[0] == "{answer_verb}":
-            reward, text = self._verdict(self._read(words[1:]))
+            reward, text = self._verdict(self.hidden.read(words[1:]))
             self.over = True
         else:
             text = {usage_reminder}
@@ -357,7 +364,7 @@ _BUDGET = Turns(
             return self._after("No looks left: answer now.", 0.0)
         if command == "{answer_verb}":
             self.over = True
-            reward, text = self._verdict(self._read(rest))
+            reward, text = self._verdict(self.hidden.read(rest))
             return self._after(text, reward)
         return self._after({usage_reminder}, 0.0)
 
@@ -384,7 +391,7 @@ _GATED = Turns(
             self.looks += 1
             self.phase = "ready"
         elif verb == "{answer_verb}" and self.phase == "ready":
-            reward, text = self._verdict(self._read(words[1:]))
+            reward, text = self._verdict(self.hidden.read(words[1:]))
             ended = True
         elif verb == "{answer_verb}":
             text = "Look at least once before you answer."
