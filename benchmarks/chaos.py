@@ -4,8 +4,9 @@ that was never killed; faults injected; a soak (issue 25).
 Usage: python3 benchmarks/chaos.py [--rounds 4] [--kills 12] [--soak 200] [--out DIR]
 
 1. **Resume equivalence.** A seeded self-play run on the tiny model (it really trains; a designer
-   that answers every prompt with one of three real programs, chosen by the prompt's hash, so
-   a resumed designer answers as the first one would; the library's bootstrap games; real
+   that answers every prompt with a real program drawn from the prompt's hash, 8 names x 2,925
+   word triples, so a resumed designer answers as the first one would and rounds keep adding
+   new environments; the library's bootstrap games; real
    sandboxes; a real run database) runs ``--rounds`` rounds twice uninterrupted: the two
    fingerprints (``spadekit.runs.fingerprint``) must be equal, or the comparison would prove
    nothing. Then the same run is killed with SIGKILL ``--kills`` times and resumed after each
@@ -73,17 +74,21 @@ class {name}Env:
     def solution(self):
         return ["\\boxed{{%s}}" % self.word]
 '''
-PROGRAMS = [GAME.format(name=n, words=w) for n, w in (
-    ("Letters", ["solve", "train", "learn"]), ("Birds", ["crane", "finch", "robin"]),
-    ("Rivers", ["delta", "banks", "shore"]))]
+WORDS = ("solve", "train", "learn", "crane", "finch", "robin", "delta", "banks", "shore",
+         "maple", "cedar", "birch", "amber", "coral", "ivory", "flint", "slate", "quartz",
+         "tulip", "lilac", "poppy", "otter", "raven", "heron", "plume", "ridge", "grove")
+NAMES = ("Letters", "Birds", "Rivers", "Trees", "Stones", "Flowers", "Beasts", "Hills")
 
 
 def designer_text(prompt: str) -> str:
-    """The scripted designer's answer to ``prompt``: a function of the prompt alone."""
+    """The scripted designer's answer to ``prompt``: a function of the prompt alone (a resumed
+    designer answers as the first one did), a game drawn from its hash (one of 8 names x 2,925
+    word triples, so rounds keep adding new environments)."""
     if "You write privileged hints" in prompt:
         return "HINT: the hidden word is one of three; try them in turn."
-    k = int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(PROGRAMS)
-    return f"Here it is.\n```python\n{PROGRAMS[k]}\n```\nHINT: common letters first."
+    rng = random.Random(int(hashlib.sha256(prompt.encode()).hexdigest(), 16))
+    program = GAME.format(name=rng.choice(NAMES), words=rng.sample(WORDS, 3))
+    return f"Here it is.\n```python\n{program}\n```\nHINT: common letters first."
 
 
 BUNDLED = ["model=smollm2-135m", "train.use_peft=true", "train.lora_r=8",
@@ -198,8 +203,8 @@ def kill_plan(rounds: int, kills: int, timers: int = 0, seed: int = 0,
 
     rng = random.Random(seed)
     left = list(PRIORITY[:kills])
-    # named points over rounds 1 .. rounds-2 when timers follow, so rounds remain for them
-    steps = list(range(1, max(2, rounds - 1 if timers else rounds)))
+    # named points over the first rounds; the last ``timers`` rounds are left for the timers
+    steps = list(range(1, max(2, rounds - timers)))
     quota = -(-len(left) // max(1, len(steps)))
     plan: list[tuple[str, object]] = []
     for n, step in enumerate(steps):
@@ -209,7 +214,7 @@ def kill_plan(rounds: int, kills: int, timers: int = 0, seed: int = 0,
         for point in sorted(take, key=ROUND_POINTS.index):
             plan.append(("point", f"{step}:{point}"))
             left.remove(point)
-    plan += [("timer", round(rng.uniform(8.0, 30.0), 2)) for _ in range(timers)]
+    plan += [("timer", round(rng.uniform(4.0, 14.0), 2)) for _ in range(timers)]
     return plan
 
 
@@ -341,7 +346,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--set", action="append", default=[], help=argparse.SUPPRESS)
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--kills", type=int, default=12, help="kills at named points")
     ap.add_argument("--timers", type=int, default=3, help="kills at random moments")
     ap.add_argument("--bundled", action="store_true", help="the equivalence on the bundled "

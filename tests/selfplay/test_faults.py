@@ -5,8 +5,8 @@ killed. Each ends in a clean exit or a typed error, with every committed round i
 resume that goes on.
 
 The scenarios are ``benchmarks/chaos_faults.py``'s (``benchmarks/chaos.py`` runs the same):
-the tiny model (it really trains), a designer that answers each prompt with one of three real
-programs, real sandboxes, a real run database, the real CLI for SIGTERM.
+the tiny model (it really trains), a designer that answers each prompt with a real program drawn
+from its hash, real sandboxes, a real run database, the real CLI for SIGTERM.
 """
 
 from __future__ import annotations
