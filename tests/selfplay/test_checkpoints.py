@@ -50,14 +50,15 @@ def test_dry_run_states_the_disk_bound_of_every_paper_preset():
         cfg = load_config(preset)
         figures = checkpoint_budget(cfg, parameters_from_name(cfg.model))
         params = parameters_from_name(cfg.model)
-        assert figures["checkpoints_kept_max"] == 2, preset  # 400 rounds, 2 on disk
-        assert figures["checkpoint_disk_bound_gb"] == round(2 * params * 10 / 1e9, 1)
+        assert figures["checkpoints_kept_max"] == 2, preset  # 400 rounds, 2 kept
+        assert figures["checkpoints_on_disk_max"] == 3  # and the next one while it is written
+        assert figures["checkpoint_disk_bound_gb"] == round(3 * params * 10 / 1e9, 1)
     out = subprocess.run([sys.executable, "-m", "spadekit", "selfplay", "--preset",
                           "games-4b", "--dry-run", "--json"], capture_output=True, text=True,
                          env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"}, timeout=120)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["checkpoint_disk_bound_gb"] == 80.0 and data["checkpoints_kept_max"] == 2
+    assert data["checkpoint_disk_bound_gb"] == 120.0 and data["checkpoints_kept_max"] == 2
 
 
 def _run(tmp_path: Path, rounds: int, **extra):
@@ -138,8 +139,9 @@ def test_a_missing_latest_checkpoint_falls_back_and_none_left_is_a_typed_error(t
     with SelfPlay(config(tmp_path, rounds=1), run, policy=policy, designer_policy=designer,
                   resume=True) as sp:
         assert sp.trainer.step == 1
+        assert [p["step"] for p in sp.store.checkpoints()] == [0]  # the missing one forgotten
     shutil.rmtree(run / "checkpoints")
-    with pytest.raises(ResumeError, match="does not load.*nor the 1 older"):
+    with pytest.raises(ResumeError, match="does not load"):
         SelfPlay(config(tmp_path, rounds=1), run, policy=load_policy("tiny"),
                  designer_policy=designer, resume=True)
 
@@ -160,3 +162,118 @@ def test_prune_sweeps_folders_no_pointer_names(tmp_path):
         assert result["kept"] == [2, 3] and result["removed"] == [0, 1, 7]
         assert _folders(store.run_dir) == ["step-2", "step-3"]
         assert [p["step"] for p in store.checkpoints()] == [2, 3]
+
+
+# -- review of issue 25, findings 5-8 (the red team's tests, kept) ----------------------------
+
+def test_fingerprint_compares_optimizer_and_rng_state(tmp_path):
+    """Two runs whose newest checkpoints have the same weights but different optimizer
+    moments, RNG streams and trainer step must not fingerprint equal (they did when only
+    ``*.safetensors`` were hashed)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from spadekit.runs.fingerprint import differences, fingerprint
+    from spadekit.runs.store import RunStore
+
+    prints = []
+    for i in range(2):
+        run = tmp_path / f"run{i}"
+        with RunStore(run, create=True) as store:
+            with store.round(0):
+                folder = store.checkpoint_dir(0, create=True)
+                (folder / "model").mkdir()
+                save_file({"w": torch.ones(4)}, str(folder / "model" / "model.safetensors"))
+                torch.save({"state": {0: {"exp_avg": torch.full((4,), float(i))}}},
+                           folder / "optimizer.pt")
+                torch.save({"torch": torch.tensor([i])}, folder / "rng.pt")
+                (folder / "trainer_state.json").write_text(json.dumps({"step": 10 + i}))
+                store.record_checkpoint(0, folder)
+        prints.append(fingerprint(run))
+    assert differences(*prints), "different optimizer/RNG/step state fingerprinted equal"
+
+
+def _selfplay(tmp_path, rounds, resume=False, run=None, **extra):
+    from spadekit.policy.registry import load_policy
+    from spadekit.policy.scripted import ScriptedPolicy
+    from spadekit.selfplay.loop import SelfPlay
+    from test_selfplay import WORDS, config, designer_responder
+
+    policy = load_policy("tiny")
+    designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
+    return SelfPlay(config(tmp_path, rounds=rounds, **extra), run or tmp_path / "run",
+                    policy=policy, designer_policy=designer, resume=resume)
+
+
+def test_dry_run_disk_bound_covers_the_checkpoint_being_written(tmp_path):
+    """The round's checkpoint is written before the older ones are deleted (after the
+    commit), so ``keep_last + 1`` checkpoints are on disk at the peak of every save. The
+    bound ``--dry-run`` prints is of that peak (``checkpoints_on_disk_max``; review of issue
+    25: it was ``checkpoints_kept_max``, one checkpoint short)."""
+    from spadekit.selfplay.checkpoints import checkpoint_budget
+
+    sp = _selfplay(tmp_path, 3, **{"checkpoint.keep_last": 1})
+    peak = [0]
+    save = sp.trainer.save
+
+    def counting_save(path):
+        out = save(path)
+        peak[0] = max(peak[0], sum(1 for p in Path(path).parent.iterdir()
+                                   if p.name.startswith("step-")))
+        return out
+
+    sp.trainer.save = counting_save
+    try:
+        sp.run()
+        stated = checkpoint_budget(sp.config, 1e9)["checkpoints_on_disk_max"]
+    finally:
+        sp.close()
+    assert peak[0] <= stated, f"{peak[0]} checkpoints on disk at once, bound says {stated}"
+
+
+def test_resume_after_lowering_keep_last_still_falls_back(tmp_path):
+    """A user short of disk lowers ``checkpoint.keep_last`` in the run's config.yaml and
+    resumes; the newest checkpoint is damaged. The resume must not prune to the new keep_last
+    before it has loaded (it used to delete the good older checkpoints, then fail)."""
+    import yaml
+
+    from spadekit.selfplay.loop import ResumeError  # noqa: F401
+
+    with _selfplay(tmp_path, 3, **{"checkpoint.keep_last": 3}) as sp:
+        sp.run()
+        run = sp.run_dir
+    for f in (run / "checkpoints" / "step-2").rglob("*.safetensors"):
+        f.write_bytes(b"damaged")
+    cfg_file = run / "config.yaml"
+    data = yaml.safe_load(cfg_file.read_text())
+    data["checkpoint"]["keep_last"] = 1
+    cfg_file.write_text(yaml.safe_dump(data))
+    with _selfplay(tmp_path, 1, resume=True, run=run) as sp:
+        assert sp.trainer.step == 2  # round 1's checkpoint (two updates)
+
+
+def test_after_a_fallback_the_damaged_checkpoint_does_not_displace_the_good_one(tmp_path):
+    """After a fallback from a damaged step-2 to step-1, the damaged one is set aside (its
+    pointer forgotten, its folder ``damaged-step-2``): the next commit keeps [1, 3], both
+    loadable (it used to keep [2, 3] and delete the good step-1)."""
+    from spadekit.train.checkpoint import STATE_FILE  # noqa: F401
+
+    with _selfplay(tmp_path, 3) as sp:
+        sp.run()
+        run = sp.run_dir
+    for f in (run / "checkpoints" / "step-2").rglob("*.safetensors"):
+        f.write_bytes(b"damaged")
+    with _selfplay(tmp_path, 1, resume=True, run=run) as sp:
+        sp.run()  # round 3, after falling back to round 1's checkpoint
+        kept = [p["step"] for p in sp.store.checkpoints()]
+        loads = {}
+        for p in sp.store.checkpoints():
+            try:
+                sp.trainer.load(p["path"])
+                loads[p["step"]] = True
+            except Exception:
+                loads[p["step"]] = False
+    assert all(loads.values()), f"kept checkpoints {kept}, loadable {loads}"
+    assert kept == [1, 3] and (run / "checkpoints" / "damaged-step-2").is_dir()

@@ -6,8 +6,9 @@ every committed round; every environment (code hash, status, steps, hint, lineag
 and episode (seed, return, turns, token ids, behaviour log-probabilities); the memory; the
 delay buffer (the designer samples waiting for their reward); the blacklist; the hint cache;
 the rejected designs; the stored loop state (the loop's random stream, corpus position, EMA
-trackers); every metric per round; and a hash of each weight tensor of the newest checkpoint
-together with the step it was taken at.
+trackers); every metric per round; and of the newest checkpoint, the step it was taken at, a
+hash of each weight tensor, of each optimizer moment and of each saved random state, and the
+trainer's state (its step and settings).
 
 Left out, because they say when or how fast and not what: wall-clock columns (``created_at``,
 ``started_at``...), per-phase seconds (``generate_s``, ``step_s``, metrics named ``seconds``,
@@ -64,13 +65,45 @@ def _json(text: str | None) -> Any:
         return text
 
 
+def _tensor_hash(value: Any) -> Any:
+    """A JSON-comparable digest of a ``torch.load``-ed object (tensors hashed bit for bit)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu().contiguous()
+        return f"{t.dtype}{list(t.shape)}:" + hashlib.sha256(
+            t.view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+    if isinstance(value, dict):
+        return {str(k): _tensor_hash(v) for k, v in sorted(value.items(), key=lambda x: str(x[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_tensor_hash(v) for v in value]
+    if hasattr(value, "tobytes"):  # numpy arrays inside a random state
+        return hashlib.sha256(value.tobytes()).hexdigest()[:16]
+    return value
+
+
+def _state_files(path: Path) -> dict[str, Any]:
+    """The optimizer state, the random states and the trainer state of a checkpoint."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for name in ("optimizer.pt", "rng.pt", "rng_ranks.pt"):
+        if (path / name).is_file():
+            out[name] = _tensor_hash(torch.load(path / name, map_location="cpu",
+                                                weights_only=False))
+    state = path / "trainer_state.json"
+    if state.is_file():
+        out["trainer_state"] = json.loads(state.read_text())
+    return out
+
+
 def _weights(run_dir: Path, pointer: dict[str, Any] | None) -> dict[str, Any]:
     if pointer is None:
         return {}
     from safetensors import safe_open
 
     path = Path(pointer["path"])
-    out: dict[str, Any] = {"step": pointer["step"]}
+    out: dict[str, Any] = {"step": pointer["step"], **_state_files(path)}
     for f in sorted(path.rglob("*.safetensors")):
         with safe_open(str(f), framework="pt") as fh:
             for key in sorted(fh.keys()):

@@ -2,20 +2,24 @@
 (issue 25: bounded disk, and a fallback to the last good checkpoint).
 
 Every round that checkpoints (``checkpoint_every``) writes ``run_dir/checkpoints/step-N`` and
-commits a pointer to it with the round. After each commit the loop calls
-:func:`prune_checkpoints`: it keeps the newest ``checkpoint.keep_last`` recorded checkpoints
-plus every checkpoint of a round that is a multiple of ``checkpoint.keep_every`` (rounds
-counted from 1; 0 keeps none of those), forgets the other pointers first (in their own
-transaction) and only then deletes their folders, so a crash in between leaves an orphan folder
-(swept by the next prune), never a pointer to a deleted checkpoint. Folders no pointer names
-(a round that died while saving) are swept too.
+commits a pointer to it with the round. In the same commit the loop forgets the pointers of the
+checkpoints ``checkpoint.keep_last`` and ``checkpoint.keep_every`` no longer keep
+(:func:`forget_unkept`: the newest ``keep_last`` recorded checkpoints plus every checkpoint of a
+round that is a multiple of ``keep_every``, rounds counted from 1; 0 keeps none of those), and
+right after the commit it deletes their folders (:func:`sweep`), so a crash in between leaves
+an orphan folder, never a pointer to a deleted checkpoint. A resume deletes the folders no
+pointer names (:func:`sweep_orphans`: a round that died while saving) but keeps every recorded
+checkpoint until the next commit, whatever ``keep_last`` says now, so it can still fall back.
+:func:`prune_checkpoints` does both steps at once, between rounds.
 
 :func:`checkpoint_budget` is what ``spadekit selfplay --dry-run`` prints: the most checkpoints a
 run keeps at once and, from an estimate of one checkpoint's size, its disk bound.
 
 :func:`load_latest_good` is the resume: the newest checkpoint that loads; when it does not,
 the previous one, after a warning (and a ``checkpoint_fallback`` event in the run database)
-that names the rounds whose weight updates are lost.
+that names the rounds whose weight updates are lost; the damaged ones are set aside
+(:func:`set_aside_damaged`: their pointers forgotten, their folders renamed
+``damaged-step-N``), so they never count among the kept checkpoints.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from typing import Any, Callable
 
 from spadekit.common.errors import ConfigError, SpadekitError
 
-__all__ = ["CheckpointConfig", "CheckpointWriteError", "checkpoint_budget", "disk_use", "kept_steps",
-           "forget_unkept", "load_latest_good", "max_kept", "sweep", "unkept_folders", "parameters_from_name", "prune_checkpoints"]
+__all__ = ["CheckpointConfig", "CheckpointWriteError", "checkpoint_budget", "disk_use",
+           "forget_unkept", "kept_steps", "load_latest_good", "max_kept", "parameters_from_name",
+           "prune_checkpoints", "set_aside_damaged", "sweep", "sweep_orphans", "unkept_folders"]
 
 log = logging.getLogger(__name__)
 
@@ -148,21 +153,25 @@ FULL_BYTES_PER_PARAMETER = 2 + 8
 
 
 def checkpoint_budget(config: Any, parameters: float | None) -> dict[str, Any]:
-    """``--dry-run``'s disk figures: the checkpoints kept at most and, for a full fine-tune of
-    a model of ``parameters`` parameters (None when unknown), the disk bound at
+    """``--dry-run``'s disk figures: the checkpoints kept at most between rounds, the most on
+    disk at once (one more while a round's new checkpoint is written before the oldest goes)
+    and, for a full fine-tune of a model of ``parameters`` parameters (None when unknown), the
+    disk bound (of that peak) at
     :data:`FULL_BYTES_PER_PARAMETER`. A LoRA checkpoint holds only the adapters and their
     optimizer state, whose size depends on the model's shapes: the run prints its measured
     disk use instead (``checkpoint_bytes_estimate`` is None)."""
     ckpt = config.checkpoint
     kept = max_kept(config.rounds, config.checkpoint_every, ckpt)
-    out: dict[str, Any] = {"checkpoints_kept_max": kept,
+    # a new checkpoint is written (and committed) before the oldest kept one is deleted
+    peak = kept + 1 if config.rounds > kept * max(1, config.checkpoint_every) else kept
+    out: dict[str, Any] = {"checkpoints_kept_max": kept, "checkpoints_on_disk_max": peak,
                            "checkpoint_keep_last": ckpt.keep_last,
                            "checkpoint_keep_every": ckpt.keep_every,
                            "checkpoint_bytes_estimate": None, "checkpoint_disk_bound_gb": None}
     if parameters and not config.train.use_peft:
         each = parameters * FULL_BYTES_PER_PARAMETER
         out["checkpoint_bytes_estimate"] = int(each)
-        out["checkpoint_disk_bound_gb"] = round(kept * each / 1e9, 1)
+        out["checkpoint_disk_bound_gb"] = round(peak * each / 1e9, 1)
     return out
 
 
@@ -176,16 +185,39 @@ def parameters_from_name(model: str) -> float | None:
     return float(number) * (1e9 if unit == "b" else 1e6)
 
 
+def set_aside_damaged(store: Any, damaged: list[dict[str, Any]]) -> None:
+    """Forget the pointers of ``damaged`` checkpoints and rename their folders to
+    ``checkpoints/damaged-step-N`` (kept for a look, never pruned, never loaded)."""
+    store.forget_checkpoints([p["step"] for p in damaged])
+    for pointer in damaged:
+        folder = Path(pointer["path"])
+        if folder.exists():
+            target = folder.parent / f"damaged-{folder.name}"
+            if target.exists():
+                shutil.rmtree(target, ignore_errors=True)
+            folder.rename(target)
+
+
+def sweep_orphans(store: Any) -> int:
+    """Delete the checkpoint folders no pointer names (a round that died while saving); the
+    recorded ones stay, whatever ``keep_last`` says now (a resume may need to fall back)."""
+    recorded = {int(p["step"]) for p in store.checkpoints()}
+    return sweep(unkept_folders(store.run_dir, recorded))
+
+
 def load_latest_good(pointers: list[dict[str, Any]], load: Callable[[str], None],
                      last_round: int | None, warn: Callable[[str], None] | None = None,
-                     record: Callable[[dict[str, Any]], None] | None = None
+                     record: Callable[[dict[str, Any]], None] | None = None,
+                     set_aside: Callable[[list[dict[str, Any]]], None] | None = None
                      ) -> dict[str, Any] | None:
     """Load the newest of ``pointers`` (checkpoint pointers, newest first) with ``load(path)``;
     when it fails, the one before, and so on. Returns the pointer that loaded (None when there
     are none). A fallback is never silent: ``warn`` (and the log) get a message naming the
     damaged checkpoint and the rounds whose weight updates are lost, and ``record`` gets a
-    ``checkpoint_fallback`` event for the run database. When none loads, the newest one's
-    failure is raised again."""
+    ``checkpoint_fallback`` event for the run database, and ``set_aside`` the damaged pointers
+    (:func:`set_aside_damaged`: so a damaged checkpoint never counts as one of the kept ones
+    and never displaces the good one just loaded). When none loads, the newest one's failure is
+    raised again."""
     if not pointers:
         return None
     failures: list[tuple[dict[str, Any], BaseException]] = []
@@ -205,6 +237,8 @@ def load_latest_good(pointers: list[dict[str, Any]], load: Callable[[str], None]
             log.warning(text)
             if warn is not None:
                 warn(text)
+            if set_aside is not None:
+                set_aside([p for p, _e in failures])
             if record is not None:
                 record({"kind": "checkpoint_fallback", "loaded": pointer["step"],
                         "lost_rounds": [pointer["step"] + 1, upto],

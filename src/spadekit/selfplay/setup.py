@@ -19,7 +19,7 @@ from spadekit.rollout.engine import RolloutEngine
 from spadekit.runs.store import RunStore
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.validate import Validator
-from spadekit.selfplay.checkpoints import load_latest_good, prune_checkpoints
+from spadekit.selfplay.checkpoints import load_latest_good, set_aside_damaged, sweep_orphans
 from spadekit.selfplay.config import SelfPlayConfig, build, save_config
 from spadekit.selfplay.design import DesignPhase
 from spadekit.selfplay.memory import EnvironmentMemory, SeedlessMemory
@@ -167,7 +167,7 @@ class SetupSteps:
                 # keeps out of the pool (a copy of a warm-start program is a near-duplicate)
                 self.memory.seed_from_source(str(warm / "programs"), config.setting)
             return None, None
-        prune_checkpoints(self.store, config.checkpoint)  # folders a killed round left
+        sweep_orphans(self.store)  # folders a killed round left (pointers are pruned later)
         pointers = [{"step": p["step"], "path": str(p["path"])}
                     for p in self.store.checkpoints()[::-1]]  # newest first
         if not pointers:
@@ -224,7 +224,9 @@ class SetupSteps:
                 chain, self.trainer.load, pointer.get("last_round"),
                 warn=None if console is None else
                 (lambda text: console.print(Text(f"warning: {text}", style="yellow"))),
-                record=None if store is None else store.append_event)
+                record=None if store is None else store.append_event,
+                set_aside=None if store is None else
+                (lambda damaged: set_aside_damaged(store, damaged)))
         except Exception as exc:  # none loads: the run cannot go on from them
             raise ResumeError(f"cannot resume {self.run_dir}: the checkpoint of round "
                               f"{pointer['step']} ({pointer['path']}) does not load: {exc}"

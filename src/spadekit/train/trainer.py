@@ -147,6 +147,12 @@ class PolicyTrainer:
         self.config = cfg = config or TrainConfig()
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
+        try:  # a checkpoint carries numpy's global stream too: start it from the seed as well
+            import numpy as np
+
+            np.random.seed(cfg.seed % 2**32)
+        except ImportError:  # pragma: no cover
+            pass
         base = policy.model
         self.is_peft = False
         if cfg.use_peft or is_peft(base):
