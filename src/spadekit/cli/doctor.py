@@ -3,7 +3,9 @@
 Sandbox isolation (tier, each layer, what a real worker applied), and per tier the limits a real
 worker at that tier was measured to have (scratch size, CPU quota and idle stopping, IPC denial)
 and what it sees of the host (other host processes, the trainer's pid, its scratch directory's
-host path: the standard tier shows them unless the private view works here);
+host path, host files it can stat: the standard tier shows them unless the private view works
+here, which leaves only what the interpreter reads: /usr, /lib*, /bin, /etc/ld.so.cache,
+/etc/localtime, the interpreter's prefix, the allowlisted packages);
 dependency versions (read from package metadata, nothing is imported), system tools, and models
 available offline.
 """
@@ -152,6 +154,14 @@ def _host_view_text(view: dict) -> str:
                                          f"visible: {view.get('how')}") + "[/yellow]")
     if view.get("parent_pid") != "hidden":
         parts.append("[yellow]the trainer's pid visible[/yellow]")
+    shown = ", ".join(view.get("files_shown") or [])
+    if view.get("files") == "hidden":
+        parts.append(escape(f"host files hidden (of the host's, stat finds only {shown}, "
+                                "read-only)"))
+    elif view.get("files") == "visible":
+        parts.append("[yellow]" + escape(f"{view.get('visible_host_files')} host file(s) "
+                                         "visible to stat (size, owner, mtime): Landlock "
+                                         "denies reading them, not lookups") + "[/yellow]")
     if view.get("paths") == "neutral":
         parts.append(escape(f"scratch seen as {view.get('cwd')}"))
     else:

@@ -9,12 +9,16 @@ Tiers (research/sandbox.md, section 4):
 - ``standard``: no namespaces, but seccomp (which also denies SysV and POSIX-mq IPC, host-wide
   here) + Landlock (no access to ``/dev/shm``) + rlimits (+ per-worker uid and a tmpfs scratch
   mount as root). Passed the whole attack matrix in the measurements; containment rests on
-  seccomp's no-fork. What it shows of the host: Landlock denies listing and reading /proc but
-  not path lookups, so ``stat("/proc/PID")`` finds every host process, and the scratch
-  directory's host path is the working directory. As root where the kernel allows a mount
-  namespace (layer ``private_view``), each worker gets a private view instead
-  (``spadekit.sandbox.worker_view``): a /proc of its own in which its uid sees no other process,
-  and its scratch and runtime library at neutral paths (``/tmp/scratch``, ``/tmp/lib``).
+  seccomp's no-fork. What it shows of the host: Landlock denies listing and reading what it
+  does not allow but not path lookups, so ``stat`` finds every host file (size, owner, mtime)
+  and, through ``/proc/PID``, every host process, and the scratch directory's host path is the
+  working directory. As root where the kernel allows a mount namespace (layer
+  ``private_view``), each worker gets a private view instead (``spadekit.sandbox.worker_view``):
+  a minimal root of its own holding, read-only, only what its interpreter reads (``/usr``,
+  ``/lib*``, ``/bin``, ``/etc/ld.so.cache``, ``/etc/localtime``, the interpreter's prefix, the
+  allowlisted packages), ``/dev/null``, a /proc of its own in which its uid sees no other
+  process, and its scratch and runtime library at neutral paths (``/tmp/scratch``,
+  ``/tmp/lib``).
   seccomp refuses the syscalls that would name another process (``getppid``, pids other than
   0) on every tier. ``spadekit doctor`` measures what a worker sees (``tier_limits``:
   ``host_view``).
@@ -42,8 +46,10 @@ from dataclasses import asdict, dataclass, field
 from spadekit.common.errors import InsecureSandboxError, SandboxError, SandboxStartError
 from spadekit.sandbox import cgroup, packages
 from spadekit.sandbox.config import TIERS, SandboxConfig
-from spadekit.sandbox.launch import (UIDS, VIEW_REL, VIEW_ROOT, Plan, mount_tmpfs, runtime_lib,
-                                     sweep_stale_dirs, uid_lock_dir, unmount)
+from spadekit.sandbox.launch import (PACKAGE_DIR, UIDS, VIEW_REL, VIEW_ROOT, Plan, mount_tmpfs,
+                                     runtime_lib, sweep_stale_dirs, uid_lock_dir, unmount,
+                                     view_reads)
+from spadekit.sandbox.worker_view import SYSTEM_READ
 from spadekit.sandbox.seccomp_filter import IPC, SeccompUnavailable, compile_filter
 
 MINIMUM_SAFE_TIER = "standard"
@@ -218,8 +224,8 @@ def _private_view_works(root: bool, config: SandboxConfig) -> tuple[bool, str]:
     """Whether a standard-tier worker can get a private view here (``worker_view.py --probe``
     run as root: a mount namespace, a procfs mount of its own with ``hidepid=invisible``, binds
     under a tmpfs on /tmp), and what it shows otherwise."""
-    exposed = ("standard tier shows host processes to stat(/proc/PID) and the scratch "
-               "directory's host path")
+    exposed = ("standard tier shows host processes to stat(/proc/PID), every host file's "
+               "size, owner and mtime to stat, and the scratch directory's host path")
     if not root:
         return False, f"not root: {exposed}"
     blocked = [p for p in _view_paths(config) if p == VIEW_ROOT or
@@ -370,6 +376,7 @@ class LimitsProbeEnv:
             except OSError:
                 pass
         out["pids_seen"] = seen
+        out["files_seen"] = [p for p in arg.get("files", []) if os.path.lexists(p)]
         try:
             out["cwd"] = os.getcwd()
         except OSError as exc:
@@ -391,9 +398,32 @@ def _host_pids(exclude: set[int], cap: int = 400) -> list[int]:
     return [p for p in dict.fromkeys(pids) if p not in exclude]
 
 
-def host_view(seen: dict, sb, plan: Plan) -> dict:
+def files_shown(config: SandboxConfig, plan: Plan) -> list[str]:
+    """The host paths a worker's filesystem still holds with a private root (bwrap's, or the
+    private view's): what its interpreter reads, read-only."""
+    system = list(SYSTEM_READ) + (["/sbin"] if plan.bwrap else [])
+    paths = list(dict.fromkeys(system + view_reads(config, plan)))
+    return [p for p in paths if not any(p.startswith(q.rstrip("/") + "/") for q in paths)]
+
+
+def host_files(config: SandboxConfig, plan: Plan) -> list[str]:
+    """Host paths a worker must not find (the trainer's files, the user's, the host's
+    configuration) that exist here and lie outside ``files_shown``."""
+    shown = [os.path.realpath(p) for p in files_shown(config, plan)]
+    out = []
+    for path in (str(PACKAGE_DIR / "__init__.py"), os.getcwd(), os.path.expanduser("~"),
+                 "/etc/passwd", "/etc/hostname", "/etc/shadow", "/root", "/home", "/run",
+                 "/var/log"):
+        real = os.path.realpath(path)
+        if os.path.lexists(path) and not any(real == s or real.startswith(s.rstrip("/") + "/")
+                                             for s in shown):
+            out.append(path)
+    return list(dict.fromkeys(out))
+
+
+def host_view(seen: dict, sb, plan: Plan, config: SandboxConfig | None = None) -> dict:
     """What a worker saw of the host (from ``LIMITS_PROBE``): other host processes, the
-    trainer's pid, the host path of its scratch directory."""
+    trainer's pid, the host path of its scratch directory, host files it can stat."""
     own = set(sb.worker.host_pids)
     others = [p for p in seen.get("pids_seen", []) if p not in own]
     host_path = sb.worker.scratch in (seen.get("cwd"), seen.get("home"))
@@ -403,7 +433,11 @@ def host_view(seen: dict, sb, plan: Plan) -> dict:
     return {"processes": "visible" if others else "hidden", "how": how,
             "visible_host_pids": len(others),
             "parent_pid": "visible" if seen.get("ppid") == os.getpid() else "hidden",
-            "paths": "host" if host_path else "neutral", "cwd": str(seen.get("cwd"))}
+            "paths": "host" if host_path else "neutral", "cwd": str(seen.get("cwd")),
+            "files": "visible" if seen.get("files_seen") else "hidden",
+            "visible_host_files": len(seen.get("files_seen", [])),
+            "files_shown": (files_shown(config or SandboxConfig(), plan)
+                            if plan.bwrap or plan.private_view else ["every host path"])}
 
 
 def tier_limits(config: SandboxConfig | None = None) -> dict[str, dict]:
@@ -428,8 +462,9 @@ def tier_limits(config: SandboxConfig | None = None) -> dict[str, dict]:
                 env = sb.new_env()
                 env.reset()
                 pids = _host_pids(set(sb.worker.host_pids))
-                seen = json.loads(env.step(json.dumps({"pids": pids}))[0])
-                view = host_view(seen, sb, plan)
+                seen = json.loads(env.step(json.dumps({"pids": pids, "files": host_files(
+                    config, plan)}))[0])
+                view = host_view(seen, sb, plan, config)
         except (SandboxError, ValueError) as exc:
             out[tier] = {"available": False, "why": getattr(exc, "message", str(exc))}
             continue

@@ -6,9 +6,10 @@ program. Nothing untrusted has run at that point, which is what makes warm pools
 
 Per-worker uids are allocated host-wide (lock files in a root-owned directory, plus a check that
 no process runs as the uid). Scratch space is a size-limited tmpfs where the tier allows one.
-A standard-tier worker with ``Plan.private_view`` starts as root in ``worker_view.py`` (a /proc
-of its own, scratch and runtime library at neutral paths under /tmp), which drops to the
-worker's uid before it executes the worker.
+A standard-tier worker with ``Plan.private_view`` starts as root in ``worker_view.py`` (a
+minimal root of its own: read-only binds of what the interpreter reads, a /proc of its own,
+scratch and runtime library at neutral paths under /tmp), which drops to the worker's uid
+before it executes the worker.
 A worker with no request for ``idle_stop_ms`` is stopped (SIGSTOP, through a pidfd) and
 continued when its next request comes, so threads a program left running cost no CPU between
 requests.
@@ -60,8 +61,9 @@ class Plan:
     scratch_tmpfs: bool = False  # outside bwrap: mount a tmpfs on the scratch dir (needs root)
     private_view: bool = False
     """Outside bwrap, as root where the kernel allows a mount namespace: the worker starts in
-    ``worker_view.py``, which gives it a /proc of its own (no other process visible to its uid)
-    and neutral paths for its scratch and runtime library, then drops to its uid."""
+    ``worker_view.py``, which gives it a minimal root of its own (no other host path exists
+    there), a /proc in which its uid sees no other process and neutral paths for its scratch
+    and runtime library, then drops to its uid."""
     python: str = field(default_factory=lambda: os.path.realpath(sys.executable))
     python_prefix: str = field(default_factory=lambda: os.path.realpath(sys.base_prefix))
 
@@ -449,6 +451,13 @@ def worker_config(config: SandboxConfig, plan: Plan, scratch: str,
     return cfg
 
 
+def view_reads(config: SandboxConfig, plan: Plan) -> list[str]:
+    """Host paths a private view binds read-only besides ``worker_view.SYSTEM_READ``: the
+    interpreter's prefix and directory, the allowlisted packages."""
+    return [plan.python_prefix, os.path.dirname(plan.python),
+            *packages.for_workers(tuple(config.packages)).paths]
+
+
 def sweep_stale_dirs() -> int:
     """Remove scratch and runtime directories left by spadekit processes that were killed (their
     names carry the owner's pid); returns how many were removed."""
@@ -560,7 +569,7 @@ def spawn(config: SandboxConfig, plan: Plan) -> WorkerProcess:
     boot = json.dumps(worker_config(config, plan, scratch, uid)) + "\n"
     if view:  # worker_view.py's line first: host paths it binds at neutral ones
         boot = json.dumps({"scratch": scratch, "lib": runtime_lib(), "uid": uid,
-                           "python": plan.python,
+                           "read": view_reads(config, plan), "python": plan.python,
                            "env": child_env(config, VIEW_SCRATCH)}) + "\n" + boot
     try:
         proc.stdin.write(boot.encode())

@@ -1,25 +1,39 @@
 """Stage one of a standard-tier worker started as root where the kernel allows a mount
-namespace: a private view of the host, then the worker proper under neutral paths.
+namespace: a minimal root of its own, then the worker proper under neutral paths.
 
 The standard tier has no namespaces from bubblewrap, and Landlock, which denies listing and
-reading /proc there, cannot deny path lookups: ``os.stat("/proc/PID")`` would still tell a
-program every host pid and its owner, and ``os.getcwd()`` the host path of its scratch
-directory. Run as a script (``python -I -S -B worker_view.py``), standard library only, as root,
-before anything untrusted exists in the process, this reads one line from the parent (trusted):
-``{"scratch", "lib", "uid", "python", "env"}`` (host paths of the worker's scratch directory and
-of the runtime library, the worker's uid, its interpreter and environment), then:
+reading what it does not allow, cannot deny path lookups: ``os.stat`` would still tell a program
+that any host path it can name exists, with its size, owner and modification time (the
+trainer's files, the run database, checkpoints, ~/.ssh, /etc/shadow), ``os.stat("/proc/PID")``
+every host pid and its owner, and ``os.getcwd()`` the host path of its scratch directory. Run as
+a script (``python -I -S -B worker_view.py``), standard library only, as root, before anything
+untrusted exists in the process, this reads one line from the parent (trusted):
+``{"scratch", "lib", "read", "uid", "python", "env"}`` (host paths of the worker's scratch
+directory and of the runtime library, the host paths the interpreter reads besides
+``SYSTEM_READ`` -- its prefix, its directory, the allowlisted packages --, the worker's uid, its
+interpreter and environment), then:
 
 1. enters a new mount namespace whose mounts never propagate back to the host;
-2. mounts a procfs of its own on /proc with ``hidepid=invisible,subset=pid``: a process there
-   sees no process of another uid, so the worker, which has a per-worker uid, sees only itself
-   (Linux >= 5.8 gives every procfs mount its own options; an older kernel refuses these
-   options, so the host's /proc is never changed);
-3. mounts a small tmpfs on /tmp with the scratch directory bound at ``/tmp/scratch`` (the
-   working directory and ``HOME``) and the runtime library bound read-only at ``/tmp/lib``, and
-   makes /tmp itself read-only: neither host path is reachable from the worker or shown to it;
+2. builds a new root on a small tmpfs: read-only binds of ``SYSTEM_READ`` (``/usr``, ``/lib``,
+   ``/lib64``, ``/bin``, ``/etc/ld.so.cache``, ``/etc/localtime``) and of the ``read`` paths, each
+   at its host path (a host symlink such as ``/lib -> usr/lib`` is recreated as the same
+   symlink, its target bound), ``/dev/null`` and an empty ``/dev/shm`` (read-only, so POSIX
+   shared memory fails as it does under Landlock) and nothing else of /dev; a procfs of its own on
+   /proc with ``hidepid=invisible,subset=pid``, in which the worker, which has a per-worker uid,
+   sees only itself (Linux >= 5.8 gives every procfs mount its own options; an older kernel
+   refuses them, so the host's /proc is never changed); a tmpfs on /tmp with the scratch
+   directory bound at ``/tmp/scratch`` (the working directory and ``HOME``) and the runtime
+   library read-only at ``/tmp/lib``; then the root itself and /tmp are made read-only;
+3. moves into it: ``pivot_root`` and a detach of the old root, so no host mount is left in the
+   namespace (``chroot`` where the kernel refuses the pivot, e.g. a root that is not a mount
+   point: the worker, unprivileged, cannot leave it). Every other host path does not exist for
+   the worker;
 4. drops to the worker's uid with no groups, and checks it did;
 5. executes the worker, ``/tmp/lib/spadekit/sandbox/worker.py``, which reads the next line (its
    boot config, with the neutral paths) as usual. Nothing of this stage survives the exec.
+
+What the worker can still stat is what it can read anyway (Landlock's read rules): the system
+directories above, the interpreter's prefix, the allowlisted packages' copy.
 
 On any failure it writes a start error as the worker's hello and exits, so the parent refuses
 the worker. ``--probe`` does steps 1 to 3 in a throwaway namespace (its own process) and prints
@@ -29,6 +43,8 @@ whether they work here (``spadekit.sandbox.isolation`` asks before it plans the 
 import ctypes
 import json
 import os
+import platform
+import stat
 import sys
 
 VIEW_ROOT = "/tmp"
@@ -36,18 +52,27 @@ VIEW_SCRATCH = VIEW_ROOT + "/scratch"
 VIEW_LIB = VIEW_ROOT + "/lib"
 WORKER = VIEW_LIB + "/spadekit/sandbox/worker.py"
 PROC_OPTIONS = b"hidepid=invisible,subset=pid"
+SYSTEM_READ = ("/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache", "/etc/localtime")
+"""Host paths every worker's interpreter reads (bound read-only into its root)."""
+BUILD_AT = VIEW_ROOT
+"""Where the new root's tmpfs is mounted (in the namespace only) while it is built."""
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
+SYS_PIVOT_ROOT = {"x86_64": 155, "amd64": 155, "aarch64": 41, "arm64": 41, "riscv64": 41,
+                  "ppc64le": 203, "ppc64": 203, "s390x": 217}
 
 
 def _libc():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
                            ctypes.c_char_p]
+    libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
     libc.unshare.argtypes = [ctypes.c_int]
+    libc.syscall.restype = ctypes.c_long
     return libc
 
 
@@ -58,28 +83,134 @@ def _mount(libc, source, target, fstype, flags, data=None):
         raise OSError(err, "mount %s on %s: %s" % (source or fstype, target, os.strerror(err)))
 
 
-def private_view(libc, scratch, lib):
+def root_layout(read):
+    """What the new root holds: ``(symlinks, binds)``, ``symlinks`` a list of ``(path, target)``
+    for host paths that are symlinks, ``binds`` the sorted host paths (real paths, none under
+    another, none under /tmp, /proc or /dev, which the view makes itself) bound read-only at the
+    same path. Paths that do not exist on the host are left out; a relative one is refused
+    (``ValueError``)."""
+    symlinks, wanted = [], []
+    for path in tuple(SYSTEM_READ) + tuple(read):
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ValueError("a bind path must be absolute, got %r" % (path,))
+        path = os.path.normpath(path)
+        if not os.path.lexists(path):
+            continue
+        if os.path.islink(path):
+            symlinks.append((path, os.readlink(path)))
+        real = os.path.realpath(path)
+        if os.path.exists(real):
+            wanted.append(real)
+    binds = []
+    for path in sorted(set(wanted)):
+        if path == "/" or any(path == top or path.startswith(top + "/")
+                              for top in (VIEW_ROOT, "/proc", "/dev")):
+            continue
+        if not any(path.startswith(b.rstrip("/") + "/") for b in binds):
+            binds.append(path)
+    links = {}
+    for path, target in symlinks:  # a link inside a bound directory is there already
+        if path not in binds and not any(path.startswith(b + "/") for b in binds):
+            links[path] = target
+    return sorted(links.items()), binds
+
+
+def _make_parents(root, path):
+    """Create the directories of ``path`` under ``root`` (a fresh tmpfs), never following a
+    symlink; return the full path of ``path`` there, or None when a symlink is in the way."""
+    here = root
+    for part in path.strip("/").split("/")[:-1]:
+        here = os.path.join(here, part)
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            os.mkdir(here, 0o755)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+    return os.path.join(root, path.strip("/"))
+
+
+def _build_root(libc, new, fds, links, binds):
+    """Steps 2 (module docstring) on the tmpfs at ``new``; ``fds`` holds an O_PATH fd for each
+    bind source, ``"scratch"``, ``"lib"`` and ``"null"``."""
+    for sub in ("tmp", "proc", "dev", "dev/shm"):  # /dev/shm: empty, read-only like the root
+        os.mkdir(os.path.join(new, sub), 0o755)
+    targets = []
+    for path in binds:  # every mount point first: nothing is created inside a bind
+        target = _make_parents(new, path)
+        if target is None or os.path.lexists(target):
+            continue
+        if os.path.isdir(path):
+            os.mkdir(target, 0o755)
+        else:
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o444))
+        targets.append((path, target))
+    for path, link in links:
+        target = _make_parents(new, path)
+        if target is not None and not os.path.lexists(target):
+            os.symlink(link, target)
+    os.close(os.open(os.path.join(new, "dev/null"), os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o666))
+    for path, target in targets:
+        _mount(libc, "/proc/self/fd/%d" % fds[path], target, None, MS_BIND)
+        _mount(libc, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    null = os.path.join(new, "dev/null")
+    _mount(libc, "/proc/self/fd/%d" % fds["null"], null, None, MS_BIND)
+    _mount(libc, None, null, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NOEXEC)
+    _mount(libc, "proc", os.path.join(new, "proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+           PROC_OPTIONS)
+    tmp = os.path.join(new, "tmp")
+    _mount(libc, "tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=0755")
+    for name, flags in (("scratch", 0), ("lib", MS_RDONLY)):
+        target = os.path.join(tmp, name)
+        os.mkdir(target, 0o755)
+        _mount(libc, "/proc/self/fd/%d" % fds[name], target, None, MS_BIND)
+        _mount(libc, None, target, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | flags)
+    for mount_point in (tmp, new):
+        _mount(libc, None, mount_point, None,
+               MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _enter(libc, new):
+    """Step 3: make ``new`` the root; return how (``"pivot_root"`` or ``"chroot"``)."""
+    os.chdir(new)
+    number = SYS_PIVOT_ROOT.get(platform.machine().lower())
+    if number is not None and libc.syscall(number, b".", b".") == 0:
+        if libc.umount2(b".", MNT_DETACH) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, "detaching the old root: %s" % os.strerror(err))
+        how = "pivot_root"
+    else:
+        os.chroot(".")
+        how = "chroot"
+    os.chdir("/")
+    return how
+
+
+def private_view(libc, scratch, lib, read=()):
     """Steps 1-3 (module docstring): ``scratch`` and ``lib`` (host paths) are bound at the
-    neutral paths, ``lib`` read-only."""
+    neutral paths, ``lib`` read-only, ``read`` (host paths) read-only where they are; returns
+    how the root was entered."""
+    links, binds = root_layout(read)
     if libc.unshare(CLONE_NEWNS) != 0:
         err = ctypes.get_errno()
         raise OSError(err, "unshare(CLONE_NEWNS): %s" % os.strerror(err))
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
-    # opened in the new namespace (a bind source must be one of its mounts), before /tmp,
-    # where both may live, is covered
-    fds = [os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for path in (scratch, lib)]
+    # opened in the new namespace (a bind source must be one of its mounts), before the tmpfs
+    # the root is built on covers /tmp, where scratch and lib may live
+    fds = {}
     try:
-        _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, PROC_OPTIONS)
-        _mount(libc, "tmpfs", VIEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, b"size=64k,mode=0755")
-        for path, fd, flags in ((VIEW_SCRATCH, fds[0], 0), (VIEW_LIB, fds[1], MS_RDONLY)):
-            os.mkdir(path, 0o755)
-            _mount(libc, "/proc/self/fd/%d" % fd, path, None, MS_BIND)
-            _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | flags)
-        _mount(libc, None, VIEW_ROOT, None,
-               MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        for key, path, flags in ([("scratch", scratch, os.O_DIRECTORY),
+                                  ("lib", lib, os.O_DIRECTORY), ("null", "/dev/null", 0)] +
+                                 [(b, b, 0) for b in binds]):
+            fds[key] = os.open(path, os.O_PATH | os.O_CLOEXEC | flags)
+        _mount(libc, "tmpfs", BUILD_AT, "tmpfs", MS_NOSUID | MS_NODEV,
+               b"size=256k,nr_inodes=4096,mode=0755")
+        _build_root(libc, BUILD_AT, fds, links, binds)
     finally:
-        for fd in fds:
+        for fd in fds.values():
             os.close(fd)
+    return _enter(libc, BUILD_AT)
 
 
 def drop_to(uid):
@@ -119,7 +250,10 @@ def main():
     libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # cleared by the uid change; the worker re-arms it
     try:
         view = json.loads(_read_line(0))
-        private_view(libc, view["scratch"], view["lib"])
+        read = view.get("read", [])
+        if not isinstance(read, list):
+            raise ValueError("read must be a list of paths")
+        private_view(libc, view["scratch"], view["lib"], read)
         os.chdir(VIEW_SCRATCH)
         drop_to(view["uid"])
         python = view["python"]
@@ -136,11 +270,15 @@ def probe():
     """Steps 1-3 in this (throwaway) process, binding read-only system directories; prints
     ``{"ok": ..., "detail": ...}``."""
     try:
-        private_view(_libc(), "/usr", "/usr")
+        how = private_view(_libc(), "/usr", "/usr")
         os.stat("/proc/self")
-        out = {"ok": True, "detail": "private mount namespace: /proc of its own (%s), "
-               "scratch at %s, runtime library at %s" % (PROC_OPTIONS.decode(), VIEW_SCRATCH,
-                                                         VIEW_LIB)}
+        top = sorted(os.listdir("/"))
+        if sorted(os.listdir(VIEW_ROOT)) != ["lib", "scratch"] or not os.path.isdir("/usr"):
+            raise OSError("the new root does not hold what it should: %s" % top)
+        out = {"ok": True, "detail": "private mount namespace, minimal root (%s; only %s): "
+               "/proc of its own (%s), scratch at %s, runtime library at %s" % (
+                   how, ", ".join("/" + t for t in top), PROC_OPTIONS.decode(), VIEW_SCRATCH,
+                   VIEW_LIB)}
     except Exception as exc:
         out = {"ok": False, "detail": "%s: %s" % (type(exc).__name__, exc)}
     print(json.dumps(out))
