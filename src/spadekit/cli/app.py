@@ -448,6 +448,10 @@ def serve(
     weights_token: Optional[str] = typer.Option(None, "--weights-token", hidden=True),
     max_tokens_limit: int = typer.Option(16384, min=1, help="Model server: the largest "
                                          "max_tokens a request may ask (400 above it)."),
+    max_prompt_tokens: Optional[int] = typer.Option(
+        None, min=1, help="Model server: the longest prompt in tokens (400 above it; default "
+        "the model's context length, else 32768). Prompt plus max_tokens must also fit in the "
+        "model's context."),
     slice_tokens: Optional[int] = typer.Option(
         None, min=0, help="Model server: tokens a sequence generates before other requests get "
         "their turn (default 256; 0: whole sequences, for models that cannot continue a "
@@ -501,7 +505,8 @@ def serve(
                  else weights_token_from_env() or None)
         run_server(model, host=host, port=8000 if port is None else port, api_key=key,
                    allow_weight_updates=allow_weight_updates, weights_token=token,
-                   max_tokens_limit=max_tokens_limit, slice_tokens=slice_tokens)
+                   max_tokens_limit=max_tokens_limit, slice_tokens=slice_tokens,
+                   max_prompt_tokens=max_prompt_tokens)
     except SpadekitError as exc:
         err_console.print(f"[red]cannot serve {model}:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None
