@@ -12,6 +12,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -183,3 +185,53 @@ def test_serve_refuses_a_world_readable_api_key_file(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["serve", "--model", "tiny", "--host", "0.0.0.0",
                                    "--api-key-file", str(key)])
     assert not started, f"served with a world-readable key (exit {res.exit_code}): {res.output}"
+
+
+# -- 5: a plain directory of programs follows *.py symlinks out of it ---------------------------
+
+def test_programs_from_dir_refuses_a_symlink_out_of_the_folder(tmp_path):
+    """``programs_from_dir`` (the ``envs:FOLDER`` suite, ``train-fixed``, memory seeding)
+    read a ``*.py`` symlink wherever it pointed: a folder handed over could make spadekit read
+    (and put into reports and prompts) any file of the host that parses as a program.
+    ``import-reference`` refuses such entries; so does a plain folder now."""
+    from spadekit.common.errors import ConfigError
+    from spadekit.envs.refimport import UnsafeGameFile, programs_from_dir
+    from spadekit.runs.sources import load_programs
+    from validate_cases import GUESS
+
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "secret.py").write_text(GUESS)
+    folder = tmp_path / "envs"
+    folder.mkdir()
+    (folder / "own.py").write_text(GUESS.replace("Guess", "Own"))
+    (folder / "alias.py").symlink_to(folder / "own.py")  # inside: still read
+    assert len(programs_from_dir(folder)) == 1
+    (folder / "leak.py").symlink_to(outside / "secret.py")
+    with pytest.raises(UnsafeGameFile, match="leak.py"):
+        programs_from_dir(folder)
+    with pytest.raises(ConfigError, match="outside"):
+        load_programs(folder)
+
+
+# -- 6: the evaluation journal reads its lines with plain json.loads ----------------------------
+
+def test_a_hostile_journal_line_is_skipped_not_a_crash(tmp_path):
+    """A journal line nested 100,000 deep raised ``RecursionError`` out of ``Journal`` (only
+    ``JSONDecodeError`` was caught), and a line whose record is not a sample's (a list, NaN
+    score) went into the results; every such line is skipped now (that sample is played)."""
+    from spadekit.eval.runner import Journal
+
+    path = tmp_path / "j.jsonl"
+    key = {"suite": "s", "model": "m", "settings": {"k": 2}, "items": 1}
+    Journal(path, key).close()
+    good = {"sample": 0, "score": 1.0, "failure": None}
+    with open(path, "a") as fh:
+        fh.write('{"item": "a", "sample": 0, "record": %s}\n' % __import__("json").dumps(good))
+        fh.write("[" * 100_000 + "]" * 100_000 + "\n")
+        fh.write('{"item": "a", "sample": 1, "record": [1, 2]}\n')
+        fh.write('{"item": "b", "sample": 0, "record": {"sample": 0, "score": NaN, '
+                 '"failure": null}}\n')
+    book = Journal(path, key)
+    book.close()
+    assert book.done == {("a", 0): good}
