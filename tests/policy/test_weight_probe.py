@@ -277,6 +277,41 @@ def test_an_engine_on_the_old_weights_never_passes(new_rows, data, noise):
     assert unmoved["verdict"] == ("fail" if out["change"] >= 1e-3 else "indistinct")
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(rows, min_size=1, max_size=5), st.data(), st.floats(1e-7, 1e-2),
+       st.floats(0, 1), st.integers(1, 50))
+def test_after_indistinct_checks_an_engine_on_the_new_weights_never_fails(
+        new_rows, data, noise, jitter, unverified):
+    """Judged against the last verified reading (any), an engine on the new logprobs (within a
+    quarter of its noise) passes or is indistinct, however many checks were indistinct."""
+    new = _full(new_rows)
+    shape = st.lists(rows, min_size=len(new_rows), max_size=len(new_rows))
+    old, verified = _full(data.draw(shape)), _full(data.draw(shape))
+    tokens = [data.draw(st.integers(0, VOCAB - 1)) for _ in new_rows]
+    lps = [float(new[j, t]) + jitter * noise / 4 * (-1) ** j for j, t in enumerate(tokens)]
+    out = judge(tokens, lps, new, old, noise=noise, tolerance=1.0, verified=verified,
+                unverified=unverified)
+    assert out["verdict"] in ("pass", "indistinct"), out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(rows, min_size=1, max_size=5), st.data(), st.floats(1e-7, 1e-2),
+       st.integers(1, 50))
+def test_an_engine_that_dropped_every_push_since_its_verified_reading_never_passes(
+        new_rows, data, noise, unverified):
+    """An engine still on the last verified weights, while each update since was too small to
+    see (here: none since the previous check), fails once the updates together span the
+    separation, and is indistinct before."""
+    new = _full(new_rows)
+    verified = _full(data.draw(st.lists(rows, min_size=len(new_rows), max_size=len(new_rows))))
+    tokens = [data.draw(st.integers(0, VOCAB - 1)) for _ in new_rows]
+    lps = [float(verified[j, t]) for j, t in enumerate(tokens)]
+    out = judge(tokens, lps, new, new, noise=noise, tolerance=100.0, verified=verified,
+                unverified=unverified)
+    assert out["verdict"] == ("fail" if out["cumulative"] >= SEPARATION * noise
+                              else "indistinct"), out
+
+
 def test_the_verdict_refuses_what_it_cannot_read():
     new = _full([[0.0] * VOCAB])
     assert judge([-1], [math.nan], new, None, noise=None, tolerance=1)["verdict"] == "fail"

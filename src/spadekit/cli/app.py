@@ -398,23 +398,28 @@ _ARGV_SECRET = ("{flag} is no longer accepted: a secret on the command line is v
 
 
 def _secret(path: Optional[Path], env: str, what: str) -> Optional[str]:
-    """A secret from ``path`` (its text, stripped) or else the environment variable ``env``."""
+    """A secret from ``path`` (its text, stripped) or else the environment variable ``env``.
+    A file other users can read (group or other permission bits) is refused, exit 2, as
+    ``--weights-token-file`` is: a key every local user can read guards nothing."""
     if path is None:
         import os
 
         return os.environ.get(env) or None
+    import stat
+
     try:
+        mode = stat.S_IMODE(path.stat().st_mode)
         text = path.read_text(encoding="utf-8").strip()
-        loose = path.stat().st_mode & 0o077
     except (OSError, UnicodeDecodeError) as exc:
         err_console.print(f"cannot read the {what} file {path}: {exc}", markup=False, style="red")
         raise typer.Exit(2) from None
+    if mode & 0o077:
+        err_console.print(f"refused: the {what} file {path} is readable by other users "
+                          f"(mode {mode:o}): chmod 600 it", markup=False, style="red")
+        raise typer.Exit(2)
     if not text:
         err_console.print(f"the {what} file {path} is empty", markup=False, style="red")
         raise typer.Exit(2)
-    if loose:
-        err_console.print(f"warning: the {what} file {path} is readable by other users "
-                          "(chmod 600 it)", markup=False)
     return text
 
 
@@ -429,8 +434,8 @@ def serve(
     port: Optional[int] = typer.Option(None, help="Port (0 picks a free one; default 8765 for "
                                        "a dashboard, 8000 for a model)."),
     api_key_file: Optional[Path] = typer.Option(
-        None, help="A file holding the API key every request must carry (Authorization: "
-        "Bearer KEY; the dashboard also takes it as a Basic password); else env "
+        None, help="A file (chmod 600) holding the API key every request must carry "
+        "(Authorization: Bearer KEY; the dashboard also takes it as a Basic password); else env "
         "SPADEKIT_API_KEY. Required to bind a non-loopback address."),
     api_key: Optional[str] = typer.Option(None, hidden=True),
     allow_weight_updates: bool = typer.Option(
@@ -443,6 +448,10 @@ def serve(
     weights_token: Optional[str] = typer.Option(None, "--weights-token", hidden=True),
     max_tokens_limit: int = typer.Option(16384, min=1, help="Model server: the largest "
                                          "max_tokens a request may ask (400 above it)."),
+    max_prompt_tokens: Optional[int] = typer.Option(
+        None, min=1, help="Model server: the longest prompt in tokens (400 above it; default "
+        "the model's context length, else 32768). Prompt plus max_tokens must also fit in the "
+        "model's context."),
     slice_tokens: Optional[int] = typer.Option(
         None, min=0, help="Model server: tokens a sequence generates before other requests get "
         "their turn (default 256; 0: whole sequences, for models that cannot continue a "
@@ -496,7 +505,8 @@ def serve(
                  else weights_token_from_env() or None)
         run_server(model, host=host, port=8000 if port is None else port, api_key=key,
                    allow_weight_updates=allow_weight_updates, weights_token=token,
-                   max_tokens_limit=max_tokens_limit, slice_tokens=slice_tokens)
+                   max_tokens_limit=max_tokens_limit, slice_tokens=slice_tokens,
+                   max_prompt_tokens=max_prompt_tokens)
     except SpadekitError as exc:
         err_console.print(f"[red]cannot serve {model}:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None

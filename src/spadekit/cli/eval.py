@@ -131,8 +131,9 @@ def _run_one(policy: Any, suite: Any, settings: Any, pool: Any, label: str,
     if callable(getattr(suite, "screen", None)) and not suite.ready:
         n = len(suite.programs)
         with err_console.status(f"{suite.name}: validating {n} program(s)"):
-            suite.screen(pool, settings.resolve(suite)["max_turns"], seed=settings.seed,
-                         limit=settings.limit)
+            cfg = settings.resolve(suite)  # validated on the seeds it will play
+            suite.screen(pool, cfg["max_turns"], seed=settings.seed, limit=settings.limit,
+                         samples=cfg["k"])
     with err_console.status(f"{suite.name}: loading items"):
         items = suite.load_items(settings.limit)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -2,7 +2,9 @@
 implementation's stored state (its environment memory file and its games directory).
 
 :func:`programs_from_dir` reads every ``*.py`` file of a directory (sorted by name) that defines
-a top-level ``...Env`` class; files that do not parse or define none are skipped. The skill
+a top-level ``...Env`` class; files that do not parse or define none are skipped, and an entry
+that leads outside the directory (a symlink out of it, resolved) is refused with
+:class:`UnsafeGameFile`, as ``import_reference`` refuses one in a games directory. The skill
 comes from a ``# skill: X`` header line (spadekit's pool files) or a reference game file name
 (``game_<rollout>_<index>_<skill_slug>.py``), when it names a known skill.
 
@@ -114,10 +116,12 @@ def _read_program(path: Path) -> str | None:
 
 
 def programs_from_dir(path: str | Path) -> list[EnvProgram]:
-    """The environment programs of a plain directory (see the module docstring)."""
+    """The environment programs of a plain directory (see the module docstring);
+    :class:`UnsafeGameFile` for a ``*.py`` entry that leads outside it (a symlink, resolved)."""
     folder = Path(path)
     out, seen = [], set()
     for file in sorted(folder.glob("*.py")):
+        _inside(folder, file, "the directory")
         program = program_from_file(file)
         if program is not None and program.sha256 not in seen:
             seen.add(program.sha256)
@@ -142,16 +146,17 @@ def _memory_records(memory: Path) -> tuple[list[Any], int]:
     return data, decoded.nonfinite
 
 
-def _inside(games_dir: Path, candidate: Path) -> Path:
+def _inside(games_dir: Path, candidate: Path, what: str = "the games directory") -> Path:
     """``candidate`` with its symlinks resolved, which must lie in ``games_dir`` (else
-    :class:`UnsafeGameFile`)."""
+    :class:`UnsafeGameFile`; ``what`` names the directory in the message)."""
     root = games_dir.resolve()
     try:
         resolved = candidate.resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop
         raise UnsafeGameFile(f"{candidate}: cannot be resolved ({exc})") from None
     if resolved != root and root not in resolved.parents:
-        raise UnsafeGameFile(f"{candidate} leads outside the games directory {games_dir}")
+        raise UnsafeGameFile(f"{candidate} leads outside {what} {games_dir} (a symlink out of "
+                             "it is refused: copy the file in instead)")
     return resolved
 
 

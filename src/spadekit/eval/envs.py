@@ -16,6 +16,15 @@ valid ones become items. The others (a program that pays garbage, whose ``reset`
 ``solution()`` does not win, ...) are listed in ``invalid`` with the validator's stage, reason
 and message, and are never scored. ``trusted=True`` skips that (a folder you wrote yourself).
 Items cannot be loaded before the suite is screened or trusted.
+
+The validation plays the very seeds the evaluation will play: each program's ``samples`` sample
+seeds (``runner.sample_seed`` of the evaluation's seed, the item and the sample) are the
+validator's ``play_seeds``, besides its own fixed and drawn ones. ``solution()`` must win on
+each, the garbage and random-policy margins count them, and on none may every garbage episode
+do as well as the solution. A program cannot play honest for the validator and pay garbage in
+the evaluation by telling their seeds apart (the validator's drawn seeds are below 2**31, the
+evaluation's are not), nor by computing the evaluation's seeds. A run with another seed, or more
+samples than were screened, is screened again (``needs_screen``).
 """
 
 from __future__ import annotations
@@ -48,7 +57,8 @@ class EnvPoolSuite(Suite):
         """The programs the validator refused: ``{id, sha256, program, skill, stage, reason,
         message}`` each, in source order. Never items, never scored."""
         self.screened_with: tuple | None = None
-        """The ``(max_turns, seed)`` of the last :meth:`screen` (None: not screened yet)."""
+        """The ``(max_turns, seed, limit, samples)`` of the last :meth:`screen` (None: not
+        screened yet)."""
         self._valid: dict[str, EnvProgram] = {}
 
     @property
@@ -56,22 +66,39 @@ class EnvPoolSuite(Suite):
         """Whether items may be loaded: screened, or trusted."""
         return self.trusted or self.screened_with is not None
 
+    def needs_screen(self, seed: int, samples: int) -> bool:
+        """Whether an evaluation with this seed and ``samples`` per item would play seeds the
+        last :meth:`screen` did not validate (never for a trusted suite)."""
+        if self.trusted:
+            return False
+        if self.screened_with is None:
+            return True
+        _turns, screened_seed, _limit, screened_samples = self.screened_with
+        return screened_seed != seed or screened_samples < samples
+
     def screen(self, pool: Any, max_turns: int, seed: int = 0, settings: Any = None,
-               limit: int | None = None, workers: int = 2) -> list[dict[str, Any]]:
+               limit: int | None = None, workers: int = 2,
+               samples: int | None = None) -> list[dict[str, Any]]:
         """Validate the programs in ``pool`` (a ``SandboxPool``) with the validator self-play
         uses (``settings``: its ``ValidatorSettings``; default those of the turn cap
         ``max_turns``) and keep only the valid ones as items; returns :attr:`invalid`. With
         ``limit``, programs are validated in source order only until each skill has ``limit``
         valid ones (the rest are neither played nor reported). Each program's validation seed
-        comes from ``seed`` and its hash, so a rerun repeats every verdict. A second call with
-        the same cap, seed and limit does nothing; trusted suites are not validated."""
+        comes from ``seed`` and its hash, so a rerun repeats every verdict; its ``play_seeds``
+        are the evaluation's own ``samples`` seeds of it (default ``defaults.k``; module
+        docstring). A second call with the same cap, seed, limit and samples does nothing;
+        trusted suites are not validated."""
         if self.trusted:
             return self.invalid
         if pool is None:
             raise EvalError(f"{self.name}: validating its programs needs a SandboxPool")
-        key = (max_turns, seed, limit)
+        samples = self.defaults.k if samples is None else int(samples)
+        if samples < 1:
+            raise EvalError(f"{self.name}: samples must be >= 1, got {samples}")
+        key = (max_turns, seed, limit, samples)
         if self.screened_with == key:
             return self.invalid
+        from spadekit.eval.runner import sample_seed
         from spadekit.sandbox.validate import Validator, ValidatorSettings
 
         if settings is None:
@@ -91,7 +118,9 @@ class EnvPoolSuite(Suite):
                 todo = [p for p in todo if p.sha256 not in chosen]
                 reports = validator.validate_many(
                     batch, workers=workers, seeds=[validation_seed(seed, p.sha256)
-                                                   for p in batch])
+                                                   for p in batch],
+                    play_seeds=[[sample_seed(seed, item_id(p.sha256), j) for j in range(samples)]
+                                for p in batch])
                 for program, report in zip(batch, reports):
                     self._record(program, report, valid_per_skill)
         finally:
@@ -126,7 +155,7 @@ class EnvPoolSuite(Suite):
             if limit is not None and per_skill.get(skill, 0) >= limit:
                 continue
             per_skill[skill] = per_skill.get(skill, 0) + 1
-            items.append(EvalItem(id=sha[:16], dataset=skill, group=skill,
+            items.append(EvalItem(id=item_id(sha), dataset=skill, group=skill,
                                   prompt=_label(program),
                                   data={"sha256": sha, "domain": program.domain}))
         return items
@@ -156,6 +185,11 @@ class EnvPoolSuite(Suite):
     def episode_spec(self, item: EvalItem, seed: int, max_turns: int, system: str | None,
                      tag: dict[str, Any]) -> EpisodeSpec:
         return EpisodeSpec(self.program(item), seed=seed, tag=tag, system=system or None)
+
+
+def item_id(sha256: str) -> str:
+    """The id of a program's item (what its evaluation seeds are drawn from)."""
+    return sha256[:16]
 
 
 def validation_seed(seed: int, sha256: str) -> int:

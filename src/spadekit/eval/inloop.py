@@ -37,10 +37,12 @@ def evaluate_in_loop(policy: Any, pool: Any, config: Any, run_dir: Path, step: i
         if spec not in cache:  # items are fixed for the whole run
             suite = make_suite(spec)
             if callable(getattr(suite, "screen", None)):  # untrusted programs: validated first
-                turns = settings.resolve(suite)["max_turns"]
+                cfg = settings.resolve(suite)
+                turns = cfg["max_turns"]
                 validation = getattr(config, "validation", None)
-                suite.screen(pool, turns, seed=e.seed, limit=e.limit, settings=(
-                    validation.settings(turns) if validation is not None else None))
+                suite.screen(pool, turns, seed=e.seed, limit=e.limit, samples=cfg["k"],
+                             settings=(validation.settings(turns) if validation is not None
+                                       else None))
             cache[spec] = (suite, suite.load_items(e.limit))
         suite, items = cache[spec]
         result = run_suite(policy, suite, settings, pool=pool, items=items, model_label=label)

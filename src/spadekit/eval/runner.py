@@ -18,13 +18,17 @@ A suite of untrusted programs (``envs:``, :class:`spadekit.eval.envs.EnvPoolSuit
 by the validator before anything is played, unless the caller screened it already or trusts it:
 only the programs that passed are played, whatever ``items`` the caller passes, and the result
 lists the others under ``invalid`` (stage, reason, message each), apart from the scored
-``items`` and never in the summary; ``validation`` says whether the suite was validated.
+``items`` and never in the summary; ``validation`` says whether the suite was validated. The
+screen validates each program on the very seeds this run plays (``sample_seed`` of its seed,
+the item and each of the ``k`` samples); a suite screened for another seed or fewer samples is
+screened again first.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import time
 import zlib
 from dataclasses import dataclass
@@ -92,31 +96,37 @@ class Journal:
     journal written for anything else is moved aside to ``<name>.stale`` and a new one begun.
     A torn last line (the process died mid-write) is skipped when reading and moved to
     ``<name>.partial`` before the next append (:mod:`spadekit.common.jsonl`), so the next record is
-    never glued to it."""
+    never glued to it. Lines are read with ``spadekit.common.jsonl.read_jsonl`` (the hardened
+    decoder: bounded length and nesting, no NaN): a line it refuses, or one that is not a
+    sample's record (``sample`` an int, a finite ``score``, ``failure``), is skipped, and that
+    sample is played again."""
 
     def __init__(self, path: str | Path, key: dict[str, Any]):
         self.path = Path(path)
         self.key = json.loads(json.dumps(key))
         self.done: dict[tuple[str, int], dict[str, Any]] = {}
         if self.path.exists():
-            lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines()
-            try:
-                header = json.loads(lines[0]) if lines else None
-            except json.JSONDecodeError:
-                header = None
+            lines = self._read()
+            header = lines[0].value if lines else None
             if not isinstance(header, dict) or header.get("key") != self.key:
                 self.path.replace(self.path.with_name(self.path.name + ".stale"))
             else:
                 for line in lines[1:]:
-                    try:
-                        rec = json.loads(line)
-                        self.done[(rec["item"], int(rec["sample"]))] = rec["record"]
-                    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                        continue
+                    found = _journal_record(line.value)
+                    if found is not None:
+                        self.done[found[0]] = found[1]
         fresh = not self.path.exists()
         self._out = JsonlAppender(self.path)
         if fresh:
             self._out.write({"journal": 1, "key": self.key})
+
+    def _read(self) -> list[Any]:
+        from spadekit.common.jsonl import read_jsonl
+
+        try:
+            return list(read_jsonl(self.path))
+        except OSError as exc:
+            raise EvalError(f"cannot read the journal {self.path}: {exc}") from None
 
     def append(self, item_id: str, record: dict[str, Any]) -> None:
         self._out.write({"item": item_id, "sample": record["sample"], "record": record})
@@ -124,6 +134,22 @@ class Journal:
 
     def close(self) -> None:
         self._out.close()
+
+
+def _journal_record(line: Any) -> tuple[tuple[str, int], dict[str, Any]] | None:
+    """``((item, sample), record)`` of one journal line's value, None unless it is a scored
+    sample's line (a refused line's value is None)."""
+    if not isinstance(line, dict):
+        return None
+    item, sample, record = line.get("item"), line.get("sample"), line.get("record")
+    if not isinstance(item, str) or isinstance(sample, bool) or not isinstance(sample, int) \
+            or not isinstance(record, dict) or record.get("sample") != sample:
+        return None
+    score = record.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) \
+            or not math.isfinite(score) or "failure" not in record:
+        return None
+    return (item, sample), record
 
 
 def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *,
@@ -141,8 +167,10 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
     cfg = settings.resolve(suite)
     t0 = time.perf_counter()
     screened = callable(getattr(suite, "screen", None))
-    if screened and not suite.ready:  # untrusted programs: only validated ones are played
-        suite.screen(pool, cfg["max_turns"], seed=settings.seed, limit=settings.limit)
+    again = getattr(suite, "needs_screen", None)  # validated on other seeds than these
+    if screened and (not suite.ready or (callable(again) and again(settings.seed, cfg["k"]))):
+        suite.screen(pool, cfg["max_turns"], seed=settings.seed, limit=settings.limit,
+                     samples=cfg["k"])  # untrusted programs: only validated ones are played
     if items is None:
         items = suite.load_items(settings.limit)
     if screened:

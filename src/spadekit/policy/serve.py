@@ -15,7 +15,11 @@ body (``{"object": "error", "error": {"message", "type", "param", "code"}}``), n
 411 without ``Content-Length``, 400 for a negative or malformed one, 413 over ``max_body``
 (32 MiB), 400 for a body that is not a UTF-8 JSON object or a field of the wrong type or range,
 404 for a ``model`` other than the served one. ``max_tokens`` is at most ``max_tokens_limit``
-(default 16384; 400 above it) and ``n`` times the prompts at most ``max_choices`` (128).
+(default 16384; 400 above it) and ``n`` times the prompts at most ``max_choices`` (128). A
+prompt (token ids, or a string or messages once tokenized) is at most ``max_prompt_tokens``
+(default: the model's context length, read from ``context_length``, else the model's config;
+32768 when neither says), and with the context known, prompt plus ``max_tokens`` must fit in
+it: 400 before anything is queued (an unset ``max_tokens`` is cut to the room left instead).
 
 Endpoints:
 
@@ -70,8 +74,8 @@ from spadekit.policy.base import Generation, GenerationRequest, Policy, PolicyEr
 from spadekit.policy.serve_batch import DEFAULT_SLICE, FairBatcher, UpdateGate, wrap64
 from spadekit.policy.serve_request import (DEFAULT_MAX_TOKENS_LIMIT, MAX_BODY, MAX_CHOICES,
                                            Limits, RequestError, authorized, check_exposure,
-                                           decode_chat, decode_completion, parse_json,
-                                           read_body)
+                                           decode_chat, decode_completion, fit_context,
+                                           parse_json, read_body)
 from spadekit.policy.serve_stream import EventStream, chat_events, completion_events, send_events
 from spadekit.policy.token_bytes import TokenBytes
 from spadekit.policy.weight_sync import MAX_REQUEST, MAX_TOTAL, WEIGHTS_PATH, WeightReceiver
@@ -93,7 +97,8 @@ class PolicyServer:
                  max_weights_total: int = MAX_TOTAL, api_key: str | None = None,
                  max_tokens_limit: int = DEFAULT_MAX_TOKENS_LIMIT,
                  max_choices: int = MAX_CHOICES, max_body: int = MAX_BODY,
-                 slice_tokens: int | None = None) -> None:
+                 slice_tokens: int | None = None, max_prompt_tokens: int | None = None,
+                 context_length: int | None = None) -> None:
         if getattr(policy, "tokenizer", None) is None:
             raise PolicyError("serving a policy needs its tokenizer (policy.tokenizer is None)")
         slice_tokens = _default_slice(policy) if slice_tokens is None else int(slice_tokens)
@@ -101,7 +106,9 @@ class PolicyServer:
             raise PolicyError("batch_window must be >= 0, max_batch >= 1, slice_tokens >= 0")
         check_exposure(host, api_key)
         self.api_key = api_key
-        self.limits = Limits(int(max_tokens_limit), int(max_choices), int(max_body))
+        context = _context_length(policy) if context_length is None else int(context_length)
+        self.limits = Limits(int(max_tokens_limit), int(max_choices), int(max_body), context,
+                             None if max_prompt_tokens is None else int(max_prompt_tokens))
         self.policy = policy
         self.model_name = model_name or getattr(policy, "name", "spadekit")
         self.logprobs = logprobs
@@ -208,6 +215,7 @@ class PolicyServer:
                 raise RequestError(f"token ids out of range [0, {self._vocab}): {bad[:5]}",
                                    param="prompt")
             prompt_ids.append(ids)
+        params = fit_context(max(map(len, prompt_ids)), params, body, self.limits)
         reqs = [GenerationRequest(prompt_ids=ids, params=_nth(params, k))
                 for ids in prompt_ids for k in range(n)]
         gens = self.generate(reqs)
@@ -237,6 +245,7 @@ class PolicyServer:
         except Exception as exc:
             raise RequestError(f"cannot render the messages with the chat template: {exc}",
                                param="messages") from exc
+        params = fit_context(len(prompt), params, body, self.limits)
         reqs = [GenerationRequest(prompt_ids=prompt, params=_nth(params, k)) for k in range(n)]
         gens = self.generate(reqs)
         choices = []
@@ -458,6 +467,21 @@ def _default_slice(policy: Policy) -> int:
     if isinstance(policy, ScriptedPolicy) or not getattr(policy, "continues_prompts", True):
         return 0
     return DEFAULT_SLICE
+
+
+def _context_length(policy: Policy) -> int | None:
+    """The model's context length (positions, prompt plus generated), None when unknown: the
+    policy's ``context_length`` or ``max_model_len``, its vLLM engine's ``max_model_len``, or
+    its model config's ``max_position_embeddings`` (``n_positions``)."""
+    engine = getattr(getattr(policy, "llm", None), "llm_engine", None)
+    config = getattr(getattr(policy, "model", None), "config", None)
+    for n in (getattr(policy, "context_length", None), getattr(policy, "max_model_len", None),
+              getattr(getattr(engine, "model_config", None), "max_model_len", None),
+              getattr(config, "max_position_embeddings", None),
+              getattr(config, "n_positions", None)):
+        if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+            return n
+    return None
 
 
 def _vocab_size(policy: Policy) -> int:

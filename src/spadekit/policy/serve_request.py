@@ -14,6 +14,11 @@ wrong is a :class:`RequestError` (the server answers it as an OpenAI-style error
   ``max_completion_tokens``) is at most the server's ``max_tokens_limit``; ``n`` times the
   number of prompts at most ``MAX_CHOICES``; ``seed`` a signed 64-bit integer; unknown fields
   are ignored, as OpenAI-compatible servers do;
+- the length (:func:`fit_context`, once the prompt is tokenized, before it is queued): a
+  prompt is at most ``max_prompt_tokens`` tokens (the model's context length when the server
+  knows it, else ``DEFAULT_MAX_PROMPT_TOKENS``), and the prompt plus ``max_tokens`` fit in the
+  model's context (400 otherwise, as vLLM answers; a request that leaves ``max_tokens`` unset
+  gets its default cut to the room left);
 - who may ask (:func:`check_exposure`, :func:`authorized`): a server bound to anything but a
   loopback address needs an API key, and then every request but ``/health`` must carry
   ``Authorization: Bearer KEY`` (compared in constant time; 401 otherwise).
@@ -26,15 +31,16 @@ import ipaddress
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from spadekit.common.errors import SpadekitError
 from spadekit.policy.base import PolicyError, SamplingParams
 
-__all__ = ["API_KEY_ENV", "DEFAULT_MAX_TOKENS_LIMIT", "Limits", "MAX_BODY", "MAX_CHOICES",
-           "RequestError", "authorized", "check_exposure", "decode_chat", "decode_completion",
-           "is_loopback", "parse_json", "read_body"]
+__all__ = ["API_KEY_ENV", "DEFAULT_MAX_PROMPT_TOKENS", "DEFAULT_MAX_TOKENS_LIMIT", "Limits",
+           "MAX_BODY", "MAX_CHOICES", "RequestError", "authorized", "check_exposure",
+           "decode_chat", "decode_completion", "fit_context", "is_loopback", "parse_json",
+           "read_body"]
 
 MAX_BODY = 32 * 1024 * 1024
 """Largest request body accepted (bytes) unless the server is given another ``max_body``."""
@@ -42,6 +48,8 @@ DEFAULT_MAX_TOKENS_LIMIT = 16384
 """The largest ``max_tokens`` a request may ask unless the server is given another limit."""
 MAX_CHOICES = 128
 """Most sequences one request may ask for (``n`` times the number of prompts)."""
+DEFAULT_MAX_PROMPT_TOKENS = 32768
+"""The longest prompt (tokens) a request may send when the model's context length is unknown."""
 MAX_STOPS = 64
 MAX_LOGPROBS = 20
 API_KEY_ENV = "SPADEKIT_API_KEY"
@@ -69,15 +77,25 @@ class RequestError(SpadekitError):
 
 @dataclass(frozen=True)
 class Limits:
-    """The server's bounds on one request."""
+    """The server's bounds on one request. ``context``: the model's context length (prompt
+    plus generated tokens), None when unknown; ``max_prompt``: the longest prompt (tokens),
+    by default the context, else ``DEFAULT_MAX_PROMPT_TOKENS``."""
 
     max_tokens: int = DEFAULT_MAX_TOKENS_LIMIT
     max_choices: int = MAX_CHOICES
     max_body: int = MAX_BODY
+    context: int | None = None
+    max_prompt: int | None = None
 
     def __post_init__(self) -> None:
         if min(self.max_tokens, self.max_choices, self.max_body) < 1:
             raise PolicyError("max_tokens_limit, max_choices and max_body must be >= 1")
+        if self.context is not None and self.context < 2:
+            raise PolicyError(f"the model's context length must be >= 2, got {self.context}")
+        if self.max_prompt is None:
+            object.__setattr__(self, "max_prompt", self.context or DEFAULT_MAX_PROMPT_TOKENS)
+        if self.max_prompt < 1:
+            raise PolicyError("max_prompt_tokens must be >= 1")
 
 
 # -- the body ---------------------------------------------------------------------------------
@@ -303,6 +321,36 @@ def decode_chat(body: dict, limits: Limits, default_max_tokens: int = 256
         body = {**body, "max_tokens": body["max_completion_tokens"]}
     params, n = _sampling(body, default_max_tokens, limits, 1)
     return messages, tools, params, n
+
+
+# -- the length ------------------------------------------------------------------------------
+
+def fit_context(prompt_tokens: int, params: SamplingParams, body: dict, limits: Limits
+                ) -> SamplingParams:
+    """``params`` for a prompt of ``prompt_tokens`` tokens (the longest of the request's):
+    RequestError (400, ``param`` "prompt" or "max_tokens") when the prompt is over
+    ``limits.max_prompt`` or, with the model's context known, leaves no room to generate or
+    less room than an explicit ``max_tokens``; a default ``max_tokens`` (the client sent none)
+    is cut to the room left. Checked before generation, so an over-long prompt never reaches
+    the model (a quadratic prefill holding the one batcher, or an out-of-memory)."""
+    if prompt_tokens > limits.max_prompt:
+        raise RequestError(f"the prompt has {prompt_tokens} tokens, over this server's limit "
+                           f"of {limits.max_prompt} (max_prompt_tokens)", param="prompt")
+    if limits.context is None:
+        return params
+    room = limits.context - prompt_tokens
+    if room < 1:
+        raise RequestError(f"this model's maximum context length is {limits.context} tokens, "
+                           f"and the prompt has {prompt_tokens}: no room to generate",
+                           param="prompt")
+    if params.max_new_tokens <= room:
+        return params
+    if body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None:
+        raise RequestError(f"this model's maximum context length is {limits.context} tokens, "
+                           f"but {prompt_tokens + params.max_new_tokens} were requested "
+                           f"({prompt_tokens} in the prompt, {params.max_new_tokens} in the "
+                           "completion)", param="max_tokens")
+    return replace(params, max_new_tokens=room)
 
 
 # -- who may ask ------------------------------------------------------------------------------

@@ -20,11 +20,19 @@ old ones of the same tokens, all distances the largest over the contexts:
 - ``dist_new = |E - N|`` over the absolute ``tolerance`` (by the trained model's dtype: float32
   2e-3, half precision 0.15) fails: the engine serves neither.
 - ``change = |N - O|`` is what the push should have moved; ``noise`` is the engine's own
-  disagreement with the trainer at matching weights (twice ``dist_new`` of the previous check,
-  at least ``FLOOR`` of the dtype). ``change < SEPARATION * noise``: **indistinct** -- the update
-  is too small to see through this engine's noise; the push is kept, counted
-  (``probe_indistinct``) and said (``probe_reason``), never called a pass. So is the first push
-  into an engine (no old reading yet).
+  disagreement with the trainer at matching weights: twice ``dist_new`` of the last *verified*
+  check (a pass, or the first reading of the engine), at least ``FLOOR`` of the dtype; never
+  taken from an indistinct check, where the distance may be staleness (a stale engine's
+  distance grows with every dropped push: read as noise, it would hide the next one).
+  ``change < SEPARATION * noise``: **indistinct** -- the update is too small to see through
+  this engine's noise; the push is kept, counted (``probe_indistinct``; ``probe_unverified``
+  in a row) and said (``probe_reason``), never called a pass. So is the first push into an
+  engine (no old reading yet).
+- after indistinct checks, a check too small to see on its own is judged against the trainer's
+  reading ``V`` at the last verified version instead: with ``cumulative = |N - V|`` (the
+  updates since, added up) at least ``SEPARATION * noise``, it passes when ``dist_V - dist_new
+  >= cumulative / 2`` (the same margin as below) and fails otherwise, so a run of small dropped
+  pushes fails as soon as together they move the probe beyond the engine's noise.
 - otherwise **pass** when the engine is closer to the new weights than to the old by at least
   half the change (``dist_old - dist_new >= change / 2``), else **fail** (a stale engine sits on
   the old reading; a half-applied push in between). A fresh engine with noise ``n`` has
@@ -123,17 +131,21 @@ def read_model(model: Any, contexts: list[list[int]]) -> Any:
 def judge(tokens: list[int], engine: list[float], new: Any, old: Any | None, *,
           noise: float | None, tolerance: float,
           previous: tuple[list[int], list[float]] | None = None,
-          move: float = math.inf) -> dict[str, Any]:
+          move: float = math.inf, verified: Any | None = None,
+          unverified: int = 0) -> dict[str, Any]:
     """The verdict on one reading (module docstring): ``tokens``/``engine`` from
     ``read_engine``, ``new``/``old`` full distributions from ``read_model`` (``old`` None: no
     old reading), ``previous`` the engine's own reading at the old weights, ``move`` the change
-    that always shows in the engine (``MOVE``). Returns ``{"verdict": "pass" | "indistinct" |
-    "fail", "reason", "dist_new", "dist_old", "change", "noise", "contexts"}`` (NaN where a
-    distance is undefined)."""
+    that always shows in the engine (``MOVE``), ``verified`` the trainer's distributions at the
+    last version the engine was verified on (or first read on), ``unverified`` the checks since
+    then that were indistinct. Returns ``{"verdict": "pass" | "indistinct" | "fail", "reason",
+    "dist_new", "dist_old", "change", "noise", "contexts", "dist_verified", "cumulative"}``
+    (NaN where a distance is undefined)."""
     vocab = int(new.shape[-1])
     usable = [j for j, t in enumerate(tokens) if 0 <= t < vocab and math.isfinite(engine[j])]
     out: dict[str, Any] = {"contexts": len(usable), "dist_old": math.nan, "change": math.nan,
-                           "noise": math.nan if noise is None else float(noise)}
+                           "noise": math.nan if noise is None else float(noise),
+                           "dist_verified": math.nan, "cumulative": math.nan}
     if not usable:
         return {**out, "verdict": "fail", "dist_new": math.nan,
                 "reason": "the engine returned no token with a finite logprob"}
@@ -158,6 +170,9 @@ def judge(tokens: list[int], engine: list[float], new: Any, old: Any | None, *,
                 "reason": f"the engine's reading is bit for bit what it was before the push, "
                           f"while the trainer's moved by {change:.3g}: the push did not arrive"}
     if not change >= SEPARATION * noise:
+        if verified is not None and unverified > 0:
+            return _since_verified(out, e, n, [float(verified[j, tokens[j]]) for j in usable],
+                                   noise, unverified)
         return {**out, "verdict": "indistinct",
                 "reason": f"the update moves the probe by {change:.3g}, under {SEPARATION:g}x "
                           f"this engine's noise ({noise:.3g}): old and new look alike"}
@@ -167,6 +182,31 @@ def judge(tokens: list[int], engine: list[float], new: Any, old: Any | None, *,
             "reason": f"the engine is not closer to the new weights than to the old ones "
                       f"(from the new: {dist_new:.3g}, from the old: {dist_old:.3g}, the "
                       f"update moves the probe by {change:.3g}): the push did not arrive whole"}
+
+
+def _since_verified(out: dict[str, Any], e: list[float], n: list[float], v: list[float],
+                    noise: float, unverified: int) -> dict[str, Any]:
+    """The verdict of a check too small to see after ``unverified`` indistinct ones: the same
+    test against the last verified reading ``v``, with the change since then (several small
+    updates add up; an engine that dropped them all sits on ``v``)."""
+    dist_v = max(abs(a - b) for a, b in zip(e, v))
+    cumulative = max(abs(a - b) for a, b in zip(n, v))
+    out = {**out, "dist_verified": dist_v, "cumulative": cumulative}
+    checks = f"{unverified + 1} checks"
+    if not cumulative >= SEPARATION * noise:
+        return {**out, "verdict": "indistinct",
+                "reason": f"the update moves the probe by {out['change']:.3g}, and the "
+                          f"{checks} since the last verified reading by {cumulative:.3g}, "
+                          f"under {SEPARATION:g}x this engine's noise ({noise:.3g}): old and "
+                          "new look alike"}
+    if dist_v - out["dist_new"] >= cumulative / 2:
+        return {**out, "verdict": "pass",
+                "reason": f"closer to the new weights than to those verified {checks} ago"}
+    return {**out, "verdict": "fail",
+            "reason": f"the engine is not closer to the new weights than to those it was last "
+                      f"verified on, {checks} ago (from the new: {out['dist_new']:.3g}, from "
+                      f"the verified: {dist_v:.3g}, the updates since then move the probe by "
+                      f"{cumulative:.3g}): the pushes since then did not arrive"}
 
 
 # -- before the push ------------------------------------------------------------------------------
@@ -276,16 +316,21 @@ def probe_push(policy: Any, model: Any, *, tolerance: float | None = None,
         raise WeightSyncError(f"{name}: the probe after the weight push failed "
                               f"({type(exc).__name__}: {exc}); {restored}") from exc
     new = read_model(model, ctx)
-    old = noise = previous = None
+    old = noise = previous = verified = None
+    unverified = 0
     if record is not None and record["contexts"] == ctx and record["old"].shape == new.shape:
         old, previous = record["old"], record["engine"]
+        verified, unverified = record["verified"], record["unverified"]
         noise = max(FLOOR.get(dtype, 1e-4), 2 * record["noise"])
     result = judge(tokens, lps, new, old, noise=noise, tolerance=tol, previous=previous,
-                   move=MOVE.get(dtype, 1e-2))
+                   move=MOVE.get(dtype, 1e-2), verified=verified, unverified=unverified)
     stats = {k: v for k, v in (("probe_max_abs_diff", result["dist_new"]),
                                ("probe_dist_old", result["dist_old"]),
                                ("probe_change", result["change"]),
-                               ("probe_noise", result["noise"])) if math.isfinite(v)}
+                               ("probe_noise", result["noise"]),
+                               ("probe_dist_verified", result["dist_verified"]),
+                               ("probe_cumulative_change", result["cumulative"]))
+             if math.isfinite(v)}
     stats.update(probe_tokens=result["contexts"], probe_verdict=result["verdict"],
                  probe_reason=result["reason"])  # (undefined distances are left out)
     if result["verdict"] == "fail":
@@ -300,11 +345,16 @@ def probe_push(policy: Any, model: Any, *, tolerance: float | None = None,
     count = int(getattr(policy, "_weight_probe_indistinct", 0)) + \
         (result["verdict"] == "indistinct")
     policy._weight_probe_indistinct = count
-    policy._weight_probe = {"contexts": ctx, "old": new, "noise": result["dist_new"],
+    if result["verdict"] == "pass" or old is None:  # a verified (or a first) reading
+        verified, noise_seen, unverified = new, result["dist_new"], 0
+    else:  # indistinct: the engine's distance now may be staleness, never noise
+        noise_seen, unverified = record["noise"], unverified + 1
+    policy._weight_probe = {"contexts": ctx, "old": new, "noise": noise_seen,
+                            "verified": verified, "unverified": unverified,
                             "engine": (tokens, lps),
                             "after": getattr(policy, "weights_version", None)}
     stats.update(probe_indistinct=int(result["verdict"] == "indistinct"),
-                 probe_indistinct_total=count)
+                 probe_indistinct_total=count, probe_unverified=unverified)
     return stats
 
 

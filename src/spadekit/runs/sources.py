@@ -12,7 +12,8 @@ memory seeding (``memory_seed``), so all read the same four sources the same way
   the run created them;
 - any other directory: its ``*.py`` files that define an ``...Env`` class, sorted by name
   (``spadekit.envs.refimport.programs_from_dir``; the skill from a ``# skill:`` header or a
-  reference ``game_*_<skill>.py`` name). They are not validated here: the consumers validate.
+  reference ``game_*_<skill>.py`` name; a ``*.py`` symlink leading out of the directory is
+  refused, ``UnsafeGameFile``). They are not validated here: the consumers validate.
 """
 
 from __future__ import annotations

@@ -51,6 +51,14 @@ interleaved in one lockstep batch of at least ``lockstep_instances`` instances i
 a drawn order, exactly as a training group is played. The turn cap is the program's
 ``max_turns`` clamped to the configured cap (a value below 1, or not an int, counts as none:
 the configured cap applies, as the sandbox and the runner do). Every reset and step is timed.
+
+``play_seeds`` (``validate(..., play_seeds=...)``; none in self-play): the reset seeds a caller
+will play the program on, such as an evaluation's sample seeds. They are validated as drawn
+seeds are (the solution must win on each; garbage and random-policy episodes on each count in
+the margins), and on each of them garbage must not match the solution: a seed on which every
+garbage episode does as well as ``solution()`` fails ``action_independent`` (one lucky win is
+no reason; a program paying any reply on seeds the validator would otherwise never play is).
+The time budgets (``total_timeout``, ``turn_budget_s``) grow with the number of seeds checked.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from spadekit.envs.extract import ExtractionError, extract_program
@@ -244,22 +253,34 @@ class Validator:
             return self._seeds.getrandbits(63)
 
     def validate_many(self, sources: list[str | EnvProgram], workers: int = 2,
-                      seeds: list[int] | None = None) -> list[ValidationReport]:
-        """Validate in parallel; the validation seeds are drawn in order before any starts."""
+                      seeds: list[int] | None = None,
+                      play_seeds: list[Sequence[int]] | None = None) -> list[ValidationReport]:
+        """Validate in parallel; the validation seeds are drawn in order before any starts.
+        ``play_seeds``: each program's own (``validate``)."""
         seeds = list(seeds) if seeds is not None else [self.draw_seed() for _ in sources]
-        if len(seeds) != len(sources):
-            raise ConfigError(f"{len(seeds)} seeds for {len(sources)} programs")
+        plays = list(play_seeds) if play_seeds is not None else [()] * len(sources)
+        if len(seeds) != len(sources) or len(plays) != len(sources):
+            raise ConfigError(f"{len(seeds)} seeds and {len(plays)} play seed lists for "
+                              f"{len(sources)} programs")
         with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
-            return list(ex.map(lambda pair: self.validate(*pair), zip(sources, seeds)))
+            return list(ex.map(lambda args: self.validate(*args), zip(sources, seeds, plays)))
 
-    def validate(self, source: str | EnvProgram, seed: int | None = None) -> ValidationReport:
+    def validate(self, source: str | EnvProgram, seed: int | None = None,
+                 play_seeds: Sequence[int] = ()) -> ValidationReport:
+        """One program's report. ``play_seeds``: the reset seeds the caller will play it on
+        (module docstring; empty: self-play's validation)."""
+        plays = tuple(play_seeds or ())
+        if not all(isinstance(s, int) and not isinstance(s, bool) for s in plays):
+            raise ConfigError(f"play seeds must be ints, got {list(plays)[:5]!r}")
         with ParentMeter() as meter:  # the parent's reading time, kept out of the program's
-            return self._validate(source, seed, meter)
+            return self._validate(source, seed, meter, plays)
 
     def _validate(self, source: str | EnvProgram, seed: int | None,
-                  meter: ParentMeter) -> ValidationReport:
+                  meter: ParentMeter, plays: tuple[int, ...] = ()) -> ValidationReport:
         validation_seed = self.draw_seed() if seed is None else seed
         details: dict[str, Any] = {"validation_seed": validation_seed, "timings_ms": {}}
+        if plays:
+            details["play_seeds"] = len(plays)
         program: EnvProgram | None = None
         stage = "extract"
         sb: Sandbox | None = None
@@ -293,7 +314,7 @@ class Validator:
             tooluse = program.domain == "tooluse" or (program.domain is None
                                                       and sb.program["has_tools"])
             run = _Runner(self.settings, sb, random.Random(validation_seed), clock, tooluse,
-                          details, hint=program.hint, meter=meter)
+                          details, hint=program.hint, meter=meter, play_seeds=plays)
             env, cap = run.fresh("load")
             details["max_turns"] = cap
             details["timings_ms"]["load"] = _ms(t)
@@ -356,8 +377,13 @@ class _Runner(EpisodeChecks):
 
     def __init__(self, settings: ValidatorSettings, sb: Sandbox, rng: random.Random,
                  clock: float, tooluse: bool, details: dict[str, Any], *,
-                 hint: str | None = None, meter: ParentMeter | None = None) -> None:
+                 hint: str | None = None, meter: ParentMeter | None = None,
+                 play_seeds: tuple[int, ...] = ()) -> None:
         self.settings, self.sb, self.rng, self.clock = settings, sb, rng, clock
+        self.play_seeds = play_seeds
+        """Seeds the caller will play (validated like drawn ones, and each on its own)."""
+        self.scale = 1.0
+        """How many times self-play's seeds this validation checks (its budgets grow so)."""
         self.meter = meter if meter is not None else ParentMeter()
         self.tooluse, self.details = tooluse, details
         self.hint = hint
@@ -397,9 +423,10 @@ class _Runner(EpisodeChecks):
             raise _Fail(stage, PARENT_BUDGET, f"the parent spent {parent:.1f}s reading what the "
                         f"program returned, more than its budget of {PARENT_BUDGET_S:g}s",
                         parent_s=round(parent, 3))
-        if time.monotonic() - self.clock - parent > self.settings.total_timeout:
+        total = self.settings.total_timeout * self.scale
+        if time.monotonic() - self.clock - parent > total:
             raise _Fail(stage, "timeout", f"validation exceeded its total budget of "
-                        f"{self.settings.total_timeout:g}s (not counting {parent:.2f}s of the "
+                        f"{total:g}s (not counting {parent:.2f}s of the "
                         "parent reading the program's results)")
 
     def _timed(self, stage: str, what: str, fn):

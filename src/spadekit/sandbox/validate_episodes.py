@@ -71,10 +71,14 @@ class EpisodeChecks:
     def solution(self) -> dict:
         """Each seed on a fresh instance: reset, ``solution()``, replay; full score required."""
         self.solved: list[dict] = []
+        own = len(self.settings.seeds) + self.settings.solution_drawn_seeds
+        plays = list(dict.fromkeys(getattr(self, "play_seeds", ())))
+        self.scale = (own + len(plays)) / own  # the caller's seeds: the budgets grow with them
         if not self.sb.program.get("has_solution"):
             return self._without("absent", "the program has no solution() method")
         seeds = list(self.settings.seeds) + [self.draw()
                                               for _ in range(self.settings.solution_drawn_seeds)]
+        seeds += [s for s in plays if s not in seeds]
         self.seeds["solution"] = seeds
         for seed in seeds:
             env, cap = self.fresh("solution")
@@ -141,17 +145,22 @@ class EpisodeChecks:
             for _ in range(0 if public else BASELINE_EPISODES):
                 plan.append(("random", sol["seed"], random_policy_actions(
                     self.draw(), *args, solution=sol["actions"]), None))
+        if not self.solved:  # no solution to replay: garbage on the caller's seeds all the same
+            plan += [("garbage", seed, garbage_actions(self.draw(), *args, **echo), None)
+                     for seed in dict.fromkeys(getattr(self, "play_seeds", ()))
+                     for _ in range(BASELINE_EPISODES)]
         while len(plan) < max(self.settings.lockstep_instances, 1 + self.settings.garbage_episodes):
             plan.append(("garbage", self.draw(), garbage_actions(
                 self.draw(), cap, self.tooluse, self.advertised, self.schemas, **echo), None))
         self.rng.shuffle(plan)
         slow_turns = []
+        turn_budget = self.settings.turn_budget_s * getattr(self, "scale", 1.0)
 
         def after_turn(total: float, steps: list[float]) -> None:
             self._budget("lockstep")
             self.times += steps
             self.slow += sum(dt > self.settings.slow_step_s for dt in steps)
-            if total > self.settings.turn_budget_s:
+            if total > turn_budget:
                 slow_turns.append(round(total, 3))
             if self.slow >= self.settings.slow_steps or len(slow_turns) >= self.settings.slow_steps:
                 self._slow_fail(slow_turns)
@@ -184,7 +193,8 @@ class EpisodeChecks:
     def _slow_fail(self, slow_turns: list[float]) -> None:
         if slow_turns:
             raise _Fail("lockstep", "slow", f"{len(slow_turns)} lockstep turns of the program's "
-                        f"instances took the worker longer than {self.settings.turn_budget_s:g}s "
+                        f"instances took the worker longer than "
+                        f"{self.settings.turn_budget_s * getattr(self, 'scale', 1.0):g}s "
                         f"all together (up to {max(slow_turns):.2f}s): play waits for the "
                         "worker's whole turn", slow_turns=slow_turns)
         raise _Fail("lockstep", "slow", f"{self.slow} calls took longer than "
@@ -229,7 +239,25 @@ class EpisodeChecks:
                             f"return of {mean:g} on the solution's seeds, less than {margin:g} "
                             f"below the solution's {sol_mean:g}: the reward does not depend "
                             "enough on the actions", **out)
+        self._each_play_seed(garbage, out)
         return out
+
+    def _each_play_seed(self, garbage: list[dict], out: dict[str, Any]) -> None:
+        """On each seed the caller will play (``play_seeds``), garbage must not do as well as
+        the solution in every one of its episodes: the caller scores seed by seed, and a mean
+        over the other seeds would hide a seed that pays any reply."""
+        plays = set(getattr(self, "play_seeds", ()))
+        if not plays:
+            return
+        solved = {e["seed"]: e["return"] for e in self.scored["solution"]}
+        for seed in sorted(plays & set(solved)):
+            returns = [e["return"] for e in garbage if e["seed"] == seed]
+            if returns and min(returns) >= solved[seed] - 1e-9:
+                raise _Fail("action_dependent", "action_independent", f"every garbage episode "
+                            f"({len(returns)}) on seed {seed}, one the caller plays, returns "
+                            f"as much as the solution ({solved[seed]:g}): on that seed the "
+                            "reward does not depend on the actions", play_seed=seed,
+                            play_seed_garbage_returns=returns, **out)
 
 
 
