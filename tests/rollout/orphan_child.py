@@ -217,8 +217,9 @@ def reaper(fake_ray_dir: str, mode: str) -> None:
     kid = int(agent.stdout.readline())
     other = subprocess.Popen(["sleep", "600"])
     time.sleep(POLL_S * 8)  # the watchdog has looked below this process since
-    print(json.dumps({"ready": os.getpid(), "agent": agent.pid, "kid": kid, "other": other.pid,
-                      "watchdog": watchdog.pid}), flush=True)
+    procs = {"agent": agent.pid, "kid": kid, "other": other.pid, "watchdog": watchdog.pid}
+    print(json.dumps({"ready": os.getpid(), **procs,
+                      "starts": {k: start_time(p) for k, p in procs.items()}}), flush=True)
     if mode == "close":
         t = time.monotonic()
         watchdog.close()

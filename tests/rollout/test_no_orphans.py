@@ -289,16 +289,16 @@ def test_the_ray_watchdog_kills_only_ray_processes_once_the_driver_is_killed(spa
 def test_closing_the_ray_watchdog_reaps_what_is_left_and_ends_it(spawn, tmp_path):
     child = spawn(["reaper", str(_fake_ray(tmp_path)), "close"], tmp_path / "child.log")
     ready = child.expect("ready", timeout=60)
-    before = tree(child.proc.pid)
+    procs = {ready[k]: ready["starts"][k] for k in ("agent", "kid", "other", "watchdog")}
     try:
         closed = child.expect("closed", timeout=60)
         assert closed["rc"] == 0 and closed["closed"] < 15.0
         for name in ("agent", "kid", "watchdog"):
-            assert not _running(ready[name], before[ready[name]]), name
-        assert _running(ready["other"], before[ready["other"]])
+            assert not _running(ready[name], ready["starts"][name]), name
+        assert _running(ready["other"], ready["starts"]["other"])
         child.kill()
     finally:
-        cleanup(before)
+        cleanup(procs)
 
 
 @given(comm=st.binary(min_size=0, max_size=16).filter(lambda b: b"\0" not in b),
