@@ -259,7 +259,8 @@ def test_a_local_ray_instance_dies_with_its_killed_driver(spawn, tmp_path, mode)
     child = spawn(["ray", TIERS[0], mode], tmp_path / "child.log")
     ready = child.expect("ready")
     names = {_cmdline(p).split(" ")[0].rsplit("/", 1)[-1] for p in tree(child.proc.pid)}
-    assert {"raylet", "gcs_server", "ray::EnvActor"} <= names, names  # Ray runs below it
+    assert {"raylet", "gcs_server"} <= names, names  # Ray runs below it, and its env actors
+    assert any(n.startswith("ray::EnvActor") for n in names), names  # (".step" while busy)
     assert ready["sandboxes"]
     kill_and_check(child)
 
