@@ -12,7 +12,8 @@ line, then play (or idling) until it is killed.
 
     python orphan_child.py reaper FAKE_RAY_DIR close|hang
         ``spadekit.rollout.ray_reaper`` alone: a watchdog, then a fake Ray process (a script
-        under FAKE_RAY_DIR) with a child of its own in another session that ignores SIGTERM,
+        under FAKE_RAY_DIR, exec'd a moment after its start) with a child of its own in another
+        session that ignores SIGTERM,
         and a process that is not Ray's; ``close`` closes the watchdog after the ready line
         (``{"closed": seconds}``), ``hang`` waits to be killed.
 
@@ -213,7 +214,13 @@ def reaper(fake_ray_dir: str, mode: str) -> None:
     watchdog = RayReaper.start(fake_ray_dir)
     script = Path(fake_ray_dir) / "agent.py"
     script.write_text(AGENT)
-    agent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    # runs something else first and only then the fake Ray program, as a fork does before its
+    # exec (Ray's processes showed the driver's command line for a moment)
+    late = ("import os, sys, time\ntime.sleep(%r)\n"
+            "os.execv(sys.executable, [sys.executable, os.environ['FAKE_RAY_AGENT']])"
+            % (POLL_S * 4))
+    agent = subprocess.Popen([sys.executable, "-c", late], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "FAKE_RAY_AGENT": str(script)})
     kid = int(agent.stdout.readline())
     other = subprocess.Popen(["sleep", "600"])
     time.sleep(POLL_S * 8)  # the watchdog has looked below this process since

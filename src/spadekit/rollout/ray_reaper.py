@@ -105,7 +105,6 @@ class Follower:
         self.ray_dir = os.fsencode(ray_dir.rstrip("/"))
         self.me = me
         self.known: dict[int, int] = {}
-        self.looked: set[tuple[int, int]] = set()  # driver children already classified
 
     def alive(self) -> list[int]:
         return [pid for pid, t in self.known.items() if start_time(pid) == t]
@@ -122,16 +121,12 @@ class Follower:
         returns how many were new."""
         new = 0
         if driver_alive:
-            now: set[tuple[int, int]] = set()
+            # every scan looks again at each child not yet known: between its fork and its
+            # exec a child still shows the driver's command line
             for pid in children(self.driver):
-                t = start_time(pid)
-                if t is None:
-                    continue
-                now.add((pid, t))
-                if (pid, t) not in self.looked and pid != self.me and \
+                if pid != self.me and pid not in self.known and \
                         is_ray_process(pid, self.ray_dir):
                     new += self._add(pid)
-            self.looked = now  # (the driver's sandboxes come and go: keep only the living)
         todo = self.alive()
         self.known = {pid: self.known[pid] for pid in todo}  # forget the dead
         while todo:
