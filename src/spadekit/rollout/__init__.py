@@ -10,6 +10,8 @@ May import: common, envs, sandbox, policy.
   session interface as sandboxed ones.
 - ``ray_envs``: the same interface on Ray actors (``pip install "spadekit[ray]"``; Ray is imported
   only when a Ray backend is built).
+- ``ray_reaper``: the watchdog that kills a local Ray instance the backend started once the
+  process that started it is gone, however it died.
 - ``thinking``: splitting a thinking model's reasoning from its action.
 
 Knows nothing of designers, rewards or rounds: ``spadekit.selfplay`` drives it.

@@ -35,6 +35,7 @@ from spadekit.common.errors import (ConfigError, SandboxClosed, SandboxError, Sa
                              SpadekitError, WorkerDied)
 from spadekit.rollout.engine import (EnvBackend, EnvSession, LocalPoolBackend, StartItem, Started,
                               StepResult)
+from spadekit.rollout.ray_reaper import RayReaper
 from spadekit.sandbox.config import SandboxConfig
 
 SLACK_S = 30.0
@@ -253,7 +254,9 @@ class RayEnvBackend(EnvBackend):
     """Environments on ``num_workers`` Ray actors, each with its own local sandbox pool.
 
     ``address``: None starts (or joins the already initialised) local Ray; ``"auto"`` or
-    ``"ray://host:10001"`` joins a cluster. ``warm``: warm sandboxes per actor.
+    ``"ray://host:10001"`` joins a cluster. A local Ray this backend starts gets a watchdog
+    (``spadekit.rollout.ray_reaper``): none of its processes outlives this one, however this
+    process dies. ``warm``: warm sandboxes per actor.
     ``call_timeout``: a fixed deadline for every actor call (default: computed from the sandbox
     deadlines and the call's size, plus ``SLACK_S``). ``actor_options``: passed to
     ``.options()`` (default ``{"scheduling_strategy": "SPREAD"}``: one actor per node first).
@@ -275,8 +278,16 @@ class RayEnvBackend(EnvBackend):
         self.call_timeout = call_timeout
         self.actor_options = {"scheduling_strategy": "SPREAD", **(actor_options or {})}
         self.owns_ray = False
+        self.reaper: Any = None
         if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, **(init_options or {}))
+            if address in (None, "local"):  # a local Ray may start here: it dies with us
+                self.reaper = RayReaper.for_ray(ray)
+            try:
+                ray.init(address=address, include_dashboard=False, **(init_options or {}))
+            except BaseException:
+                if self.reaper is not None:
+                    self.reaper.close()
+                raise
             self.owns_ray = True
         self._cls = _remote_actor_class(ray)
         self._lock = threading.Lock()
@@ -396,6 +407,9 @@ class RayEnvBackend(EnvBackend):
                 pass
         if self.owns_ray:
             self.ray.shutdown()
+        if self.reaper is not None:  # kills whatever the shutdown left running
+            self.reaper.close()
+            self.reaper = None
 
     def __enter__(self) -> "RayEnvBackend":
         return self
