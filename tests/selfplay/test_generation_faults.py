@@ -6,7 +6,9 @@ ends in a typed ``EngineLost`` naming the server within a bounded time (never a 
 
 The runs are ``benchmarks/chaos.py``'s (the tiny model, really trained; a scripted designer; real
 sandboxes; a real run database). Below them, the client against a fake server that freezes,
-breaks off or garbles its answers, or is another server instance than the one pushed to.
+breaks off or garbles its answers, or is another server instance than the one pushed to; and
+vLLM's EngineCore in its own process killed or frozen in the middle of a generation (skipped
+without vLLM).
 """
 
 from __future__ import annotations
@@ -343,3 +345,96 @@ def test_a_server_that_was_never_pushed_to_is_not_watched(fake):
     assert not isinstance(info.value, EngineLost)
     handler.mode = "ok"
     assert policy.generate(REQUEST)[0].token_ids == [97]
+
+
+# -- vLLM's engine in another process -----------------------------------------------------------
+
+VLLM_SCRIPT = r'''
+import json, os, sys, threading, time
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"  # the EngineCore in a child process
+os.environ["SPADEKIT_VLLM_TIMEOUT"] = "10"
+import psutil, torch
+from spadekit.policy import load_policy
+from spadekit.policy.base import GenerationRequest, SamplingParams
+from spadekit.policy.weight_sync import push_weights
+
+mode = sys.argv[1]
+policy = load_policy("vllm:smollm2-135m", seed=0)
+short = [GenerationRequest(prompt_ids=[1, 2, 3], params=SamplingParams(max_new_tokens=2))]
+assert policy.generate(short)[0].token_ids
+kids = psutil.Process().children(recursive=True)
+core = [p for p in kids if "EngineCore" in p.name()]
+assert core, [p.name() for p in kids]
+long = [GenerationRequest(prompt_ids=[1, 2, 3],
+                          params=SamplingParams(max_new_tokens=4000, temperature=1.0))
+        for _ in range(4)]
+
+def fault():
+    time.sleep(3)  # inside the long generation
+    for p in core:
+        p.kill() if mode == "killed" else p.suspend()
+
+def timed(call):
+    box = {}
+    def target():
+        try:
+            call()
+        except BaseException as exc:
+            box["exc"] = exc
+    t = time.monotonic()
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(90)
+    exc = box.get("exc")
+    return {"returned": not thread.is_alive(), "s": round(time.monotonic() - t, 1),
+            "error": type(exc).__name__ if exc else None, "message": str(exc)[:400]}
+
+threading.Thread(target=fault, daemon=True).start()
+result = {"generate": timed(lambda: policy.generate(long))}
+result["again"] = timed(lambda: policy.generate(short))
+result["push"] = timed(lambda: push_weights(policy, {"model.norm.weight": torch.ones(576)},
+                                            verify=False))
+print("RESULT " + json.dumps(result), flush=True)
+for p in psutil.Process().children(recursive=True):
+    try:
+        p.resume()
+        p.kill()
+    except psutil.Error:
+        pass
+os._exit(0)
+'''
+
+
+@pytest.mark.parametrize("mode", ["killed", "frozen"])
+def test_a_vllm_engine_process_lost_mid_generation_is_engine_lost_not_a_hang(mode):
+    """vLLM's EngineCore in its own process, killed (or frozen) in the middle of a generation:
+    vLLM alone waits for its outputs forever; the generation must end in ``EngineLost`` naming
+    the engine (frozen: after ``SPADEKIT_VLLM_TIMEOUT``, 10 s here), and the next generation and
+    the weight push after it must fail the same way at once. One engine start (~40 s) each."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed (bash install.sh train,vllm)")
+    proc = subprocess.run([sys.executable, "-c", VLLM_SCRIPT, mode], capture_output=True,
+                          text=True, timeout=500, env={**os.environ, "PYTHONPATH": SRC})
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert lines, (proc.stdout[-2000:], proc.stderr[-3000:])
+    result = json.loads(lines[-1][len("RESULT "):])
+    for step in ("generate", "again", "push"):
+        got = result[step]
+        assert got["returned"], (step, result)  # not still waiting after 90 s
+        assert got["error"] == "EngineLost" and "vllm:" in got["message"], (step, result)
+    assert result["again"]["s"] < 5 and result["push"]["s"] < 5
+
+
+def test_the_timeout_comes_from_the_environment_and_a_bad_one_is_refused(fake, monkeypatch):
+    """``generation_model=openai:...`` has no option of its own for it: the environment sets it."""
+    from spadekit.policy.base import PolicyError
+
+    _handler, url = fake
+    monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", "2.5")
+    assert OpenAIPolicy("tiny", base_url=url, probe=False).timeout == 2.5
+    for bad in ("soon", "-1", "inf"):
+        monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", bad)
+        with pytest.raises(PolicyError, match="SPADEKIT_OPENAI_TIMEOUT"):
+            OpenAIPolicy("tiny", base_url=url, probe=False)

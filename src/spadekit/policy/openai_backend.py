@@ -63,7 +63,7 @@ from urllib.parse import urlsplit
 
 from spadekit.policy.base import (CapabilityError, Generation, GenerationRequest, PolicyError,
                                   SamplingParams, cut_at_stop, encode_text, render_text)
-from spadekit.policy.openai_wire import (  # noqa: F401 (normalize_base_url, parse_spec: re-exported)
+from spadekit.policy.openai_wire import (  # noqa: F401 (some are re-exported)
     TIMEOUT_ENV,
     EngineLost,
     MalformedResponse,

@@ -93,9 +93,12 @@ def env_timeout() -> float:
     if not raw:
         return DEFAULT_TIMEOUT
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
-        raise PolicyError(f"{TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise PolicyError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
 
 
 def retry_after(value: str | None) -> float | None:
