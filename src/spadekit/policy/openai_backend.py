@@ -30,13 +30,23 @@ before temperature; start it with ``--logprobs-mode processed_logprobs`` (vLLM >
 ``log_softmax(logits / temperature)``, which is what the trainer computes (equal for top_p = 1).
 
 Transport: one HTTP request per generation request, at most ``max_concurrency`` in flight (a
-thread pool); the server batches them. ``timeout`` bounds connecting and every wait for data.
+thread pool); the server batches them. ``timeout`` bounds connecting and every wait for data
+(default 120 s, or env ``SPADEKIT_OPENAI_TIMEOUT``, which also reaches a run's
+``generation_model=openai:...``).
 Connection failures, 408, 429 and 5xx answers are retried ``retries`` times with exponential
 backoff (``Retry-After`` is honoured, capped); other 4xx answers and read timeouts are not (a
 generation that timed out is likely to time out again, and would be paid for twice). Failures
 are typed: ``ServerUnreachable``, ``ServerHTTPError`` (status and body excerpt),
 ``ServerTimeout``, ``MalformedResponse``, all ``PolicyError``. Connections go straight to the
 server (no HTTP proxy).
+
+A generation engine that follows a trainer (after a successful weight push) is watched: when a
+request to it stays unreachable after the retries or times out, a push to it breaks off, or the
+server instance answering is not the one pushed to (``spadekit serve`` names its instance; a
+restarted server lost the pushed weights: checked after every ``generate`` and before every
+push), the policy is lost: that call and every later one raise ``EngineLost`` (a
+``WeightSyncError`` naming the URL) at once, so the round whose generations were lost cannot
+push, and so cannot commit; a resumed run opens a new policy and pushes its weights again.
 """
 
 from __future__ import annotations
@@ -45,27 +55,34 @@ import http.client
 import json
 import os
 import random
-import re
 import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from spadekit.policy.base import (CapabilityError, Generation, GenerationRequest, PolicyError,
                                   SamplingParams, cut_at_stop, encode_text, render_text)
-from spadekit.policy.openai_wire import (
+from spadekit.policy.openai_wire import (  # noqa: F401 (some are re-exported)
+    TIMEOUT_ENV,
+    EngineLost,
     MalformedResponse,
+    ServerFeatures,
     ServerHTTPError,
     ServerTimeout,
     ServerUnreachable,
     chat_tokens,
     completion_tokens,
+    env_timeout,
     finish_reason,
     first_choice,
     int_list,
+    normalize_base_url,
+    parse_spec,
+    retry_after,
+    sampling_fields,
 )
+from spadekit.policy.weight_items import WeightSyncError
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 """Used when neither the spec, ``base_url=`` nor ``OPENAI_BASE_URL`` names a server (vLLM's
@@ -81,35 +98,19 @@ _BODY_EXCERPT = 500
 _MAX_BACKOFF = 30.0
 
 
-# -- the server's features, as probed ---------------------------------------------------------
-
-@dataclass
-class ServerFeatures:
-    completions: bool = True
-    """``/v1/completions`` exists (else only chat is used)."""
-    token_prompts: bool | None = True
-    """``prompt`` may be a list of token ids (None: not tested, for want of a tokenizer)."""
-    extras: bool = True
-    """The vLLM extra fields (``VLLM_EXTRAS``) are accepted."""
-    token_ids: bool = True
-    """Sampled token ids come back (``token_id:N`` tokens, ``token_ids`` field, or ``id``)."""
-    logprobs: bool = True
-    """Logprobs of the sampled tokens come back."""
-    probed: bool = False
-
-
 # -- the policy -------------------------------------------------------------------------------
 
 class OpenAIPolicy:
     """A model behind an OpenAI-compatible HTTP server, as a ``Policy``."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None,
-                 tokenizer: Any = None, max_concurrency: int = 8, timeout: float = 120.0,
+                 tokenizer: Any = None, max_concurrency: int = 8, timeout: float | None = None,
                  retries: int = 3, probe: bool = True, backoff: float = 0.5,
                  name: str | None = None, weights_token: str | None = None) -> None:
         if max_concurrency < 1:
             raise PolicyError(f"max_concurrency must be >= 1, got {max_concurrency}")
-        if not timeout > 0:
+        timeout = env_timeout() if timeout is None else timeout
+        if not 0 < timeout < float("inf"):
             raise PolicyError(f"timeout must be > 0, got {timeout}")
         if retries < 0:
             raise PolicyError(f"retries must be >= 0, got {retries}")
@@ -127,6 +128,10 @@ class OpenAIPolicy:
         self.weights_token = weights_token
         """For ``load_weights``; else env ``SPADEKIT_WEIGHTS_TOKEN`` or the file named by
         ``SPADEKIT_WEIGHTS_TOKEN_FILE`` (``weight_sync.weights_token``)."""
+        self.lost: EngineLost | None = None
+        """Why this engine, which follows a trainer, was lost (module docstring); None if not."""
+        self._follows = False  # a push succeeded: generations must come from the pushed weights
+        self._instance: str | None = None  # the server instance pushed to (spadekit serve)
         self.tokenizer = _load_tokenizer(tokenizer)
         self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency,
                                         thread_name_prefix="spadekit-openai")
@@ -153,8 +158,20 @@ class OpenAIPolicy:
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         if self._closed:
             raise PolicyError(f"{self.name}: the policy is closed")
+        self._alive()
         if not requests:
             return []
+        try:
+            out = self._generate_all(requests)
+        except (ServerUnreachable, ServerTimeout) as exc:
+            if self._follows:
+                raise self._lose(exc.message) from exc
+            raise
+        if self._follows:
+            self._same_server()  # the answers came from the server that holds the pushed weights
+        return out
+
+    def _generate_all(self, requests: list[GenerationRequest]) -> list[Generation]:
         if len(requests) == 1:
             return [self._generate_one(requests[0])]
         futures = [self._pool.submit(self._generate_one, r) for r in requests]
@@ -177,7 +194,20 @@ class OpenAIPolicy:
         See ``spadekit.policy.weight_sync``."""
         from spadekit.policy.weight_sync import push_to_server
 
-        return push_to_server(self, weights, final=final, version=version)
+        self._alive()
+        if self._follows:
+            self._same_server()
+        try:
+            loaded = push_to_server(self, weights, final=final, version=version)
+        except WeightSyncError as exc:
+            if not _broke_off(exc):
+                raise  # refused (by us or the server): nothing was applied
+            raise self._lose(f"a weight push broke off ({exc.message})") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._lose(f"a weight push broke off ({type(exc).__name__}: {exc})") from exc
+        if final:
+            self._follows = True
+        return loaded
 
     def cannot_restore_weights(self) -> str | None:
         """Why this server could not undo a push whose check failed (None: it can): a
@@ -186,6 +216,9 @@ class OpenAIPolicy:
         from spadekit.policy import vllm_server
         from spadekit.policy.weight_sync import server_cannot_restore
 
+        self._alive()
+        if self._follows:
+            self._same_server()  # a lost server is EngineLost, not "cannot restore"
         return None if vllm_server.is_vllm(self) else server_cannot_restore(self)
 
     def restore_weights(self) -> None:
@@ -193,6 +226,7 @@ class OpenAIPolicy:
         from spadekit.policy import vllm_server
         from spadekit.policy.weight_sync import server_action
 
+        self._alive()
         if vllm_server.is_vllm(self):
             vllm_server.restore(self)
         else:
@@ -203,6 +237,7 @@ class OpenAIPolicy:
         from spadekit.policy import vllm_server
         from spadekit.policy.weight_sync import server_action
 
+        self._alive()
         if vllm_server.is_vllm(self):
             vllm_server.confirm(self)
         elif getattr(self, "weights_version", None) is not None:  # something was pushed
@@ -261,6 +296,37 @@ class OpenAIPolicy:
 
     def __repr__(self) -> str:
         return f"OpenAIPolicy({self.model!r}, {self.base_url!r}, {sorted(self.capabilities)})"
+
+    # -- a lost engine (module docstring) ----------------------------------------------------
+
+    def _alive(self) -> None:
+        if self.lost is not None:
+            raise EngineLost(self.lost.message, **self.lost.details)
+
+    def _lose(self, why: str) -> EngineLost:
+        """Mark this engine lost (the first reason stays) and return the error to raise."""
+        if self.lost is None:
+            self.lost = EngineLost(
+                f"{self.name}: the generation server at {self.base_url} was lost: {why}; what it "
+                "generated since the last weight push is missing or came from other weights, "
+                "so nothing of it may be trained on: once a server answers there again, resume "
+                "the run (it pushes its weights anew)", url=self.base_url)
+        return EngineLost(self.lost.message, **self.lost.details)
+
+    def _same_server(self) -> None:
+        """EngineLost unless the server instance pushed to still answers (``spadekit serve``
+        names its instance; others are not checked)."""
+        if self._instance is None:
+            return
+        from spadekit.policy.weight_sync import server_instance
+
+        try:
+            now = server_instance(self)
+        except WeightSyncError as exc:
+            raise self._lose(f"its weights route stopped answering ({exc.message})") from exc
+        if now != self._instance:
+            raise self._lose(f"it restarted (server instance {now!r}; the weights were pushed "
+                             f"to {self._instance!r})")
 
     # -- capabilities ------------------------------------------------------------------------
 
@@ -363,7 +429,7 @@ class OpenAIPolicy:
         else:
             raise CapabilityError(f"{self.name}: the server takes no token-id prompts and there "
                                   "is no tokenizer to decode them (pass tokenizer=)")
-        body = {"model": self.model, "prompt": prompt, **_sampling_fields(req.params),
+        body = {"model": self.model, "prompt": prompt, **sampling_fields(req.params),
                 "logprobs": 1}
         if f.extras:
             body.update(VLLM_EXTRAS)
@@ -374,7 +440,7 @@ class OpenAIPolicy:
 
     def _chat(self, req: GenerationRequest) -> Generation:
         body: dict[str, Any] = {"model": self.model, "messages": req.messages,
-                                **_sampling_fields(req.params), "logprobs": True}
+                                **sampling_fields(req.params), "logprobs": True}
         if req.tools:
             body["tools"] = req.tools
         if req.chat_template_kwargs:  # vLLM's / SGLang's name for template options
@@ -417,6 +483,8 @@ class OpenAIPolicy:
         """One call with retries; the decoded JSON object."""
         attempt = 0
         while True:
+            if self._follows:
+                self._alive()  # another request found the engine lost: stop retrying
             try:
                 return self._request_once(method, path, body)
             except (ServerUnreachable, ServerHTTPError) as exc:
@@ -430,9 +498,9 @@ class OpenAIPolicy:
                     raise
                 delay = min(_MAX_BACKOFF, self.backoff * (2 ** attempt))
                 delay *= 0.75 + 0.5 * random.random()
-                retry_after = exc.details.get("retry_after")
-                if isinstance(retry_after, (int, float)):
-                    delay = max(delay, min(float(retry_after), _MAX_BACKOFF))
+                wait = exc.details.get("retry_after")
+                if isinstance(wait, (int, float)):
+                    delay = max(delay, min(float(wait), _MAX_BACKOFF))
                 time.sleep(delay)
                 attempt += 1
 
@@ -474,10 +542,10 @@ class OpenAIPolicy:
             conn.close()
         if resp.status >= 400:
             excerpt = raw[:_BODY_EXCERPT].decode("utf-8", "replace")
-            retry_after = _retry_after(resp.getheader("Retry-After"))
+            wait = retry_after(resp.getheader("Retry-After"))
             raise ServerHTTPError(f"{url}: HTTP {resp.status} {resp.reason}: {excerpt}",
                                   status=resp.status, body=excerpt, url=url,
-                                  retry_after=retry_after)
+                                  retry_after=wait)
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -488,23 +556,14 @@ class OpenAIPolicy:
         return data
 
 
-def _sampling_fields(p: SamplingParams) -> dict[str, Any]:
-    body: dict[str, Any] = {"temperature": p.temperature, "top_p": p.top_p,
-                            "max_tokens": p.max_new_tokens}
-    if p.stop:
-        body["stop"] = list(p.stop)
-    if p.seed is not None:
-        body["seed"] = int(p.seed)
-    return body
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
+def _broke_off(exc: BaseException) -> bool:
+    """Whether ``exc`` comes of a connection failing (not of a refusal)."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, (OSError, http.client.HTTPException)):
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
 
 
 def _load_tokenizer(tokenizer: Any) -> Any:
@@ -521,40 +580,13 @@ def _load_tokenizer(tokenizer: Any) -> Any:
         raise PolicyError(f"cannot load the tokenizer {str(tokenizer)!r}: {exc}") from exc
 
 
-# -- names ------------------------------------------------------------------------------------
-
-def normalize_base_url(url: str) -> str:
-    """``http://host:port`` gets ``/v1``; a trailing slash goes. Only http and https."""
-    url = url.strip()
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise PolicyError(f"not an http(s) base URL: {url!r} (e.g. http://127.0.0.1:8000/v1)")
-    path = parts.path.rstrip("/")
-    if not path:
-        path = "/v1"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError as exc:
-        raise PolicyError(f"bad port in {url!r}") from exc
-    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
-    return f"{parts.scheme}://{host}{port}{path}"
-
-
-def parse_spec(spec: str) -> tuple[str, str | None]:
-    """``openai:MODEL[@BASE_URL]`` -> (MODEL, BASE_URL or None)."""
-    rest = spec.split(":", 1)[1] if spec.startswith("openai:") else spec
-    m = re.search(r"@(https?://.*)$", rest)
-    if m:
-        return rest[:m.start()], m.group(1)
-    return rest, None
-
-
 def load_openai(spec: str, base_url: str | None = None, api_key: str | None = None,
-                tokenizer: Any = None, max_concurrency: int = 8, timeout: float = 120,
+                tokenizer: Any = None, max_concurrency: int = 8, timeout: float | None = None,
                 retries: int = 3, probe: bool = True, **options: Any) -> OpenAIPolicy:
     """The registry's ``openai`` backend. A URL in the spec wins over ``base_url=``, which wins
     over ``OPENAI_BASE_URL``; the key comes from ``api_key=`` or ``OPENAI_API_KEY`` (may be
-    empty). An empty MODEL takes the first model the server lists."""
+    empty); ``timeout`` None: env ``SPADEKIT_OPENAI_TIMEOUT``, else 120 s. An empty MODEL takes
+    the first model the server lists."""
     model, spec_url = parse_spec(spec)
     for local_only in ("seed", "device", "dtype", "max_batch_size"):
         # options other backends take; a server owns its model, and sampling seeds travel

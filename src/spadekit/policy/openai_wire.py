@@ -1,23 +1,114 @@
-"""The wire format of OpenAI-compatible servers, for the ``openai`` backend: the typed failures of
-a request, and reading token ids, logprobs, text and the finish reason out of an answer in any of
+"""The wire format of OpenAI-compatible servers, for the ``openai`` backend: server URLs and specs,
+the request's sampling fields and timeout, the features a probe found, the typed failures of a
+request, and reading token ids, logprobs, text and the finish reason out of an answer in any of
 the shapes servers send (vLLM's ``token_id:N`` tokens and ``token_ids`` fields, the completions
 ``logprobs`` arrays, the chat ``logprobs.content`` list, llama.cpp's ``id`` entries)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-from spadekit.policy.base import PolicyError
+from spadekit.policy.base import PolicyError, SamplingParams
+from spadekit.policy.weight_items import WeightSyncError
 
-__all__ = ["MalformedResponse", "ServerHTTPError", "ServerTimeout", "ServerUnreachable",
+__all__ = ["TIMEOUT_ENV", "EngineLost", "MalformedResponse", "ServerFeatures", "ServerHTTPError",
+           "ServerTimeout", "ServerUnreachable", "env_timeout", "normalize_base_url",
+           "parse_spec", "retry_after", "sampling_fields",
            "chat_tokens", "completion_tokens", "finish_reason", "first_choice", "int_list"]
 
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 _STOP_REASONS = {"stop", "eos", "eos_token", "stop_sequence", "end_turn", "tool_calls",
                  "function_call", "content_filter", "stop_token"}
 _LENGTH_REASONS = {"length", "max_tokens", "max_length", "model_length"}
+TIMEOUT_ENV = "SPADEKIT_OPENAI_TIMEOUT"
+DEFAULT_TIMEOUT = 120.0
+
+
+# -- names ------------------------------------------------------------------------------------
+
+def normalize_base_url(url: str) -> str:
+    """``http://host:port`` gets ``/v1``; a trailing slash goes. Only http and https."""
+    url = url.strip()
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise PolicyError(f"not an http(s) base URL: {url!r} (e.g. http://127.0.0.1:8000/v1)")
+    path = parts.path.rstrip("/")
+    if not path:
+        path = "/v1"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError as exc:
+        raise PolicyError(f"bad port in {url!r}") from exc
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    return f"{parts.scheme}://{host}{port}{path}"
+
+
+def parse_spec(spec: str) -> tuple[str, str | None]:
+    """``openai:MODEL[@BASE_URL]`` -> (MODEL, BASE_URL or None)."""
+    rest = spec.split(":", 1)[1] if spec.startswith("openai:") else spec
+    m = re.search(r"@(https?://.*)$", rest)
+    if m:
+        return rest[:m.start()], m.group(1)
+    return rest, None
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+@dataclass
+class ServerFeatures:
+    """What the probe found the server to accept and return."""
+
+    completions: bool = True
+    """``/v1/completions`` exists (else only chat is used)."""
+    token_prompts: bool | None = True
+    """``prompt`` may be a list of token ids (None: not tested, for want of a tokenizer)."""
+    extras: bool = True
+    """The vLLM extra fields (``VLLM_EXTRAS``) are accepted."""
+    token_ids: bool = True
+    """Sampled token ids come back (``token_id:N`` tokens, ``token_ids`` field, or ``id``)."""
+    logprobs: bool = True
+    """Logprobs of the sampled tokens come back."""
+    probed: bool = False
+
+
+def sampling_fields(p: SamplingParams) -> dict[str, Any]:
+    """The request fields of ``p``."""
+    body: dict[str, Any] = {"temperature": p.temperature, "top_p": p.top_p,
+                            "max_tokens": p.max_new_tokens}
+    if p.stop:
+        body["stop"] = list(p.stop)
+    if p.seed is not None:
+        body["seed"] = int(p.seed)
+    return body
+
+
+def env_timeout() -> float:
+    """The timeout env ``SPADEKIT_OPENAI_TIMEOUT`` sets (seconds), else 120."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise PolicyError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds of a ``Retry-After`` header (None when absent or not a number)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
 
 
 # -- typed failures ---------------------------------------------------------------------------
@@ -49,6 +140,16 @@ class MalformedResponse(PolicyError):
     """The server's answer is not the JSON an OpenAI-compatible server sends."""
 
     reason = "bad_response"
+
+
+class EngineLost(WeightSyncError):
+    """A generation server that follows a trainer (weights were pushed to it) was lost: it
+    stopped answering (unreachable after the retries, or silent past the timeout), a push to it
+    broke off, or another server instance now answers at its address (restarted, without the
+    pushed weights). Its generations since the last push are missing or came from other
+    weights; every later call of that policy raises this at once (``url`` names the server)."""
+
+    reason = "engine_lost"
 
 
 # -- parsing an answer ------------------------------------------------------------------------

@@ -43,6 +43,12 @@ in another process (or ``logprobs_mode="processed_logprobs"`` given) the plain p
 are used: exact at top_p = 1 only, ``logprobs_exact(params)`` says False below it and a warning
 is given once.
 
+Engine process lost: with the engine in another process, its death or a step that produces
+nothing for ``SPADEKIT_VLLM_TIMEOUT`` seconds (default 300) ends the generation in ``EngineLost``
+(``spadekit.policy.vllm_watch``: vLLM alone would wait forever), and then every later
+``generate`` and ``load_weights`` raises it at once: the round whose generations were lost
+cannot push its weights, and so cannot commit.
+
 Weights live inside vLLM: the policy has no ``train`` capability. ``load_weights(named_tensors)``
 takes Hugging Face names (``trainer_weights``); see ``spadekit.policy.vllm_weights`` for how a
 push reaches the engine, is checked and is undone.
@@ -124,6 +130,11 @@ class VLLMPolicy:
                 else "unknown (engine built by the caller)"
         self.llm = llm
         self.name = name or f"vllm:{model or 'engine'}"
+        self.lost: Any = None
+        """``EngineLost`` once the engine process died or froze (module docstring)."""
+        from spadekit.policy.vllm_watch import watch
+
+        watch(llm, self._lose)
         self.tokenizer = _tokenizer(tokenizer, llm)
         if getattr(self.tokenizer, "chat_template", None) is None:
             warnings.warn(f"{self.name}: the tokenizer has no chat template; messages requests "
@@ -196,6 +207,7 @@ class VLLMPolicy:
         keys = [uuid.uuid4().hex if self.logprobs_mode == EXACT else None for _ in requests]
         params = [self.sampling_params(r.params, k) for r, k in zip(requests, keys)]
         with self._lock:
+            self._alive()
             try:
                 outputs = self.llm.generate(inputs, sampling_params=params, use_tqdm=False)
             except Exception as exc:
@@ -203,6 +215,8 @@ class VLLMPolicy:
                     from spadekit.policy import vllm_logprobs
 
                     vllm_logprobs.forget([k for k in keys if k])
+                if self.lost is not None or _engine_dead(exc):
+                    raise self._lose(f"its engine died ({type(exc).__name__})") from exc
                 raise PolicyError(f"{self.name}: generation failed: {type(exc).__name__}: "
                                   f"{exc}") from exc
         if len(outputs) != len(requests):
@@ -275,7 +289,28 @@ class VLLMPolicy:
         (``spadekit.policy.vllm_weights``). Runs between generation batches, never inside one."""
         items = list(weights.items()) if isinstance(weights, dict) else list(weights)
         with self._lock:
-            return self.weights.load(items, final=final, version=version)
+            self._alive()
+            try:
+                return self.weights.load(items, final=final, version=version)
+            except Exception as exc:
+                if _engine_dead(exc):
+                    raise self._lose(f"its engine died during a weight push ({exc})") from exc
+                raise
+
+    def _alive(self) -> None:
+        if self.lost is not None:
+            raise type(self.lost)(self.lost.message, **self.lost.details)
+
+    def _lose(self, why: str) -> Any:
+        """Mark the engine lost (the first reason stays); the ``EngineLost`` to raise."""
+        from spadekit.policy.openai_wire import EngineLost
+
+        if self.lost is None:
+            self.lost = EngineLost(f"{self.name}: the vLLM engine was lost: {why}; what it "
+                                   "generated since the last weight push is missing, so nothing "
+                                   "of it may be trained on: resume the run (a new engine)",
+                                   engine=self.name)
+        return EngineLost(self.lost.message, **self.lost.details)
 
     def restore_weights(self) -> None:
         """Undo the last unconfirmed push: back to the confirmed weights (the checkpoint
@@ -286,6 +321,17 @@ class VLLMPolicy:
     def confirm_weights(self) -> None:
         """The last push was checked and stands (``push_weights`` calls this)."""
         self.weights.confirm()
+
+
+def _engine_dead(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what caused it) is vLLM's ``EngineDeadError``."""
+    for _ in range(8):
+        if exc is None:
+            return False
+        if type(exc).__name__ == "EngineDeadError":
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _exact_processor(vllm: Any) -> Any:

@@ -68,7 +68,9 @@ not started with ``--allow-weight-updates`` or the token is wrong or missing; 40
 that is not safetensors, a duplicate, unknown or wrongly shaped name (nothing applied: ``hf``
 checks every name first; vLLM checks names itself as it loads); 411 chunked transfer encoding;
 413 over a size cap. ``GET /v1/spadekit/weights`` (no token) gives ``{"weight_updates",
-"version", "updates", "max_request_bytes", "last_update", "restore"}``; when pushes are
+"version", "updates", "max_request_bytes", "last_update", "restore", "instance"}`` (``instance``:
+a random id new at each start, also in a push's answer, by which the client tells a restarted
+server, which lost the pushed weights: ``openai_backend``, ``EngineLost``); when pushes are
 enabled,
 ``/health`` reports ``weight_updates: true`` and ``weights_version`` too. Plain HTTP: the token
 travels in clear, so keep the server on loopback (its default) and reach it from another machine
@@ -273,7 +275,7 @@ def push_to_server(policy: Any, weights: Any, *, final: bool = True,
         raise WeightSyncError(f"{policy.base_url} does not accept weight pushes (start it with "
                               "spadekit serve --allow-weight-updates and a token: "
                               "--weights-token-file FILE or env SPADEKIT_WEIGHTS_TOKEN)")
-    cap = int(info.get("max_request_bytes") or MAX_REQUEST) - (1 << 20)
+    cap = _int(info.get("max_request_bytes"), MAX_REQUEST) - (1 << 20)
     upload = getattr(policy, "_weights_upload", None) or uuid.uuid4().hex
     policy._weights_upload = upload
     groups = [g for g, _ in _chunks(items, max(cap, 1))]
@@ -285,14 +287,31 @@ def push_to_server(policy: Any, weights: Any, *, final: bool = True,
             if last and version is not None:
                 headers[VERSION_HEADER] = str(int(version))
             answer = _call(policy, "POST", serialize(group), headers)
-            loaded = int(answer.get("loaded", 0)) if last else loaded
+            loaded = _int(answer.get("loaded"), 0) if last else loaded
     except BaseException:
         policy._weights_upload = None
         raise
     if final:
         policy._weights_upload = None
         policy.weights_version = answer.get("version")
+        instance = answer.get("instance")  # which server now holds these weights
+        policy._instance = instance if isinstance(instance, str) else None
     return loaded if final else 0  # a staged chunk loads nothing yet
+
+
+def server_instance(policy: Any) -> str | None:
+    """The instance id the ``spadekit serve`` behind ``policy`` reports (new at each start;
+    None from a server too old to report one)."""
+    instance = _call(policy, "GET", b"", {}).get("instance")
+    return instance if isinstance(instance, str) else None
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError):
+        raise WeightSyncError(f"a weights answer holds {value!r} where a number "
+                              "belongs") from None
 
 
 def server_cannot_restore(policy: Any) -> str | None:
@@ -320,6 +339,9 @@ def server_action(policy: Any, action: str) -> dict:
 
 
 def _call(policy: Any, method: str, body: bytes, headers: dict[str, str]) -> dict:
+    """One call to the weights route. Connecting, and every wait for the answer, are bounded by
+    ``policy.timeout``; the answer to a payload by at least 600 s (the server may be applying a
+    large upload). Any failure to get an answer is a ``WeightSyncError`` naming the URL."""
     import http.client
     import json
     import ssl
@@ -327,15 +349,20 @@ def _call(policy: Any, method: str, body: bytes, headers: dict[str, str]) -> dic
     conn_cls = http.client.HTTPSConnection if policy._scheme == "https" \
         else http.client.HTTPConnection
     kwargs = {"context": ssl.create_default_context()} if policy._scheme == "https" else {}
-    conn = conn_cls(policy._host, policy._port, timeout=max(policy.timeout, 600.0), **kwargs)
+    conn = conn_cls(policy._host, policy._port, timeout=policy.timeout, **kwargs)
     url = policy.base_url + WEIGHTS_PATH[3:]
+    wait = max(policy.timeout, 600.0) if body else policy.timeout
     try:
+        conn.connect()
+        conn.sock.settimeout(wait)
         conn.request(method, policy._path + WEIGHTS_PATH[3:], body=body or None,
                      headers={"Content-Type": "application/octet-stream", "Connection": "close",
                               **_auth(policy), **headers})
         resp = conn.getresponse()
         raw = resp.read()
-    except OSError as exc:
+    except TimeoutError as exc:
+        raise WeightSyncError(f"{url}: no answer within {wait:g} s") from exc
+    except (OSError, http.client.HTTPException) as exc:  # refused, reset, a broken-off answer
         raise WeightSyncError(f"{url}: {type(exc).__name__}: {exc}") from exc
     finally:
         conn.close()
@@ -385,6 +412,8 @@ class WeightReceiver:
         self._staged: dict[str, Any] = {}
         self._staged_bytes = 0
         self._undo_version: int | None = None  # the version an undo goes back to
+        self.instance = uuid.uuid4().hex
+        """This server's identity: a client that pushed to it sees a restart as a new one."""
 
     def health(self) -> dict[str, Any]:
         """Fields ``/health`` adds when pushes are enabled (none otherwise)."""
@@ -394,7 +423,7 @@ class WeightReceiver:
         return {"object": "spadekit.weights", "weight_updates": self.enabled,
                 "version": self.version, "updates": self.updates,
                 "max_request_bytes": self.max_request, "last_update": self.last_update,
-                "restore": self.enabled}
+                "restore": self.enabled, "instance": self.instance}
 
     def post(self, handler: Any) -> None:
         """Answer one POST on ``handler`` (a ``BaseHTTPRequestHandler`` with ``_send``)."""
@@ -490,7 +519,7 @@ class WeightReceiver:
         self.last_update = {"loaded": loaded, "bytes": nbytes, "seconds": seconds,
                             "time": time.time()}
         return 200, {"loaded": loaded, "version": self.version, "bytes": nbytes,
-                     "seconds": seconds}
+                     "seconds": seconds, "instance": self.instance}
 
     def _action(self, action: str) -> tuple[int, dict]:
         """``restore``: undo the last push not confirmed since (the client's check of it

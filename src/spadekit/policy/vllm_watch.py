@@ -1,0 +1,85 @@
+"""A watch on vLLM's engine process, for the ``vllm`` backend: the engine dying or freezing in the
+middle of a generation ends it in ``EngineLost`` instead of a wait without end.
+
+With ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` vLLM's EngineCore runs in a child process, and the
+synchronous client of ``vllm.LLM`` waits for each engine step's outputs with a ``queue.get()``
+without a timeout. When that process is killed in the middle of ``LLM.generate`` (the OOM killer,
+``kill -9``), vLLM's monitor thread marks the engine dead and stops the thread that fills the
+queue, so nothing ever arrives and ``generate`` waits forever (vLLM 0.32 on CPU: still waiting
+after 120 s, ``tests/selfplay/test_generation_faults.py``); a frozen engine process (SIGSTOP, a
+stuck driver) does the same.
+
+``watch(llm, lose)`` wraps that client's ``get_output``: the wait for each step's outputs ends
+in ``lose(why)`` (the policy's ``EngineLost``) when the engine is marked dead (checked every
+second) or produces nothing for ``step_timeout()`` seconds (env ``SPADEKIT_VLLM_TIMEOUT``,
+default 300: a step is one decode or prefill pass, well under that), after killing the engine's
+processes (a frozen one would keep its memory and GPU). The wait is the queue's own condition,
+woken by every output, so a step pays no polling latency. An engine in this process (the
+backend's default) has no such client and is not watched; nor is a vLLM whose client lacks
+these attributes.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from typing import Any, Callable
+
+from spadekit.policy.base import PolicyError
+
+__all__ = ["TIMEOUT_ENV", "step_timeout", "watch"]
+
+TIMEOUT_ENV = "SPADEKIT_VLLM_TIMEOUT"
+DEFAULT_TIMEOUT = 300.0
+_POLL_S = 1.0
+
+
+def step_timeout() -> float:
+    """Seconds an engine step may take (env ``SPADEKIT_VLLM_TIMEOUT``, else 300)."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise PolicyError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def watch(llm: Any, lose: Callable[[str], BaseException]) -> bool:
+    """Watch the engine process of ``llm`` (a ``vllm.LLM``); False when it has none to watch."""
+    client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    outputs = getattr(client, "outputs_queue", None)
+    resources = getattr(client, "resources", None)
+    original = getattr(client, "get_output", None)
+    if not isinstance(outputs, queue.Queue) or resources is None or not callable(original):
+        return False
+    timeout = step_timeout()
+
+    def get_output() -> Any:
+        start = time.monotonic()
+        with outputs.not_empty:  # the queue's condition: put() wakes it
+            while not outputs._qsize():  # (the queue's lock is held: qsize() would deadlock)
+                if getattr(resources, "engine_dead", False):
+                    raise lose("its engine process died")
+                if time.monotonic() - start >= timeout:
+                    _kill(resources)
+                    raise lose(f"its engine process produced nothing for {timeout:g} s "
+                               f"({TIMEOUT_ENV})")
+                outputs.not_empty.wait(_POLL_S)
+        return original()  # an output (or vLLM's own error) is there: no wait
+
+    client.get_output = get_output
+    return True
+
+
+def _kill(resources: Any) -> None:
+    manager = getattr(resources, "engine_manager", None)
+    for proc in list(getattr(manager, "processes", None) or []):
+        try:
+            proc.kill()
+        except Exception:  # noqa: BLE001 - gone already, or not ours to kill
+            pass
