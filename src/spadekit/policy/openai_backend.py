@@ -63,6 +63,7 @@ from urllib.parse import urlsplit
 
 from spadekit.policy.base import (CapabilityError, Generation, GenerationRequest, PolicyError,
                                   SamplingParams, cut_at_stop, encode_text, render_text)
+from spadekit.policy.openai_safe import neutral_messages, neutral_value, text_of_ids
 from spadekit.policy.openai_wire import (  # noqa: F401 (some are re-exported)
     TIMEOUT_ENV,
     EngineLost,
@@ -425,7 +426,7 @@ class OpenAIPolicy:
         if f.token_prompts is not False:
             prompt: Any = prompt_ids
         elif self.tokenizer is not None:
-            prompt = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+            prompt = text_of_ids(self.tokenizer, prompt_ids)  # content specials stay text
         else:
             raise CapabilityError(f"{self.name}: the server takes no token-id prompts and there "
                                   "is no tokenizer to decode them (pass tokenizer=)")
@@ -439,10 +440,11 @@ class OpenAIPolicy:
         return self._finish(prompt_ids, ids, lps, text, choice, req.params)
 
     def _chat(self, req: GenerationRequest) -> Generation:
-        body: dict[str, Any] = {"model": self.model, "messages": req.messages,
+        body: dict[str, Any] = {"model": self.model,  # the server renders: break specials
+                                "messages": neutral_messages(self.tokenizer, req.messages),
                                 **sampling_fields(req.params), "logprobs": True}
         if req.tools:
-            body["tools"] = req.tools
+            body["tools"] = neutral_value(self.tokenizer, req.tools)
         if req.chat_template_kwargs:  # vLLM's / SGLang's name for template options
             body["chat_template_kwargs"] = dict(req.chat_template_kwargs)
         if self.features.extras:
