@@ -72,13 +72,28 @@ def _policy(spec: str, engine: str, seed: int):
         if hasattr(model, "merge_and_unload"):
             model = model.merge_and_unload()
         folder = Path(tempfile.mkdtemp(prefix="designer-rl-"))
-        model.save_pretrained(folder)
+        model.save_pretrained(folder, state_dict=_merged_state(model))
         policy.tokenizer.save_pretrained(folder)
         return load_policy(f"vllm:{folder}", seed=seed)
     if engine == "vllm":
         name = spec[3:] if spec.startswith("hf:") else spec
         return load_policy(f"vllm:{name}", seed=seed)
     return load_policy(spec, seed=seed)
+
+
+def _merged_state(model) -> dict:
+    """The model's weights with every LoRA layer merged into its base weight, under the base
+    model's own names (the policy runs the base module with the adapters injected, which has
+    no ``merge_and_unload`` of its own)."""
+    for module in model.modules():
+        if hasattr(module, "base_layer") and hasattr(module, "merge"):
+            module.merge()
+    out = {}
+    for name, tensor in model.state_dict().items():
+        if "lora_" in name:
+            continue
+        out[name.replace(".base_layer.", ".")] = tensor
+    return out
 
 
 def _run_programs(run_dir: Path) -> list:
