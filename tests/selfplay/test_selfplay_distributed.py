@@ -229,7 +229,7 @@ def test_only_rank0_owns_the_run_directory(runs):
     events = [json.loads(x) for x in (out / "run" / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events if e.get("kind") == "round"] == [0, 1, 2]
     ckpts = sorted(p.name for p in (out / "run" / "checkpoints").iterdir())
-    assert ckpts == ["step-0", "step-1", "step-2"]  # no leftover temp dirs of other ranks
+    assert ckpts == ["step-1", "step-2"]  # checkpoint.keep_last 2; no temp dirs of other ranks
 
 
 def test_ddp_rounds_equal_one_process(runs):

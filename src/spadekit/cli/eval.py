@@ -185,8 +185,12 @@ def invalid_table(result: dict) -> Table:
     for col in ("program", "skill", "stage", "reason", "message"):
         table.add_column(col, overflow="fold")
     for row in result.get("invalid", []):
-        table.add_row(*(terminal_text(str(row.get(k, ""))[:300]) for k in (
-            "program", "skill", "stage", "reason", "message")))
+        program = str(row.get("program", ""))
+        if "/" in program:  # a file of the suite's folder (in the title): its name, unwrapped
+            program = program.rsplit("/", 1)[1]
+        table.add_row(terminal_text(program[:300]), *(terminal_text(str(row.get(k, ""))[:300])
+                                                      for k in ("skill", "stage", "reason",
+                                                                "message")))
     return table
 
 
