@@ -182,8 +182,9 @@ def invalid_table(result: dict) -> Table:
     """The programs of a suite that failed validation, with the validator's verdict; they
     are not in the scores."""
     table = Table(title=terminal_text(f"{result['suite']}: invalid programs (not scored)"))
-    for col in ("program", "skill", "stage", "reason", "message"):
-        table.add_column(col, overflow="fold")
+    for col in ("program", "skill", "stage", "reason"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("message", overflow="fold")
     for row in result.get("invalid", []):
         program = str(row.get("program", ""))
         if "/" in program:  # a file of the suite's folder (in the title): its name, unwrapped
