@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import os
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -37,6 +38,21 @@ class PolicyError(SpadekitError):
     """A policy backend failed (server unreachable, bad response, missing capability, ...)."""
 
     reason = "policy_error"
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """A timeout in seconds from the environment variable ``name`` (unset or empty: ``default``);
+    anything but a positive finite number is a ``PolicyError`` naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise PolicyError(f"{name} must be a positive number of seconds, got {raw!r}")
+    return value
 
 
 class CapabilityError(PolicyError):

@@ -7,13 +7,12 @@ the shapes servers send (vLLM's ``token_id:N`` tokens and ``token_ids`` fields, 
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from spadekit.policy.base import PolicyError, SamplingParams
+from spadekit.policy.base import PolicyError, SamplingParams, seconds_from_env
 from spadekit.policy.weight_items import WeightSyncError
 
 __all__ = ["TIMEOUT_ENV", "EngineLost", "MalformedResponse", "ServerFeatures", "ServerHTTPError",
@@ -89,16 +88,7 @@ def sampling_fields(p: SamplingParams) -> dict[str, Any]:
 
 def env_timeout() -> float:
     """The timeout env ``SPADEKIT_OPENAI_TIMEOUT`` sets (seconds), else 120."""
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise PolicyError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
-    return value
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT)
 
 
 def retry_after(value: str | None) -> float | None:

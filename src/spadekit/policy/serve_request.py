@@ -27,13 +27,13 @@ wrong is a :class:`RequestError` (the server answers it as an OpenAI-style error
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import math
 import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from spadekit.common.loopback import is_loopback
 from spadekit.common.errors import SpadekitError
 from spadekit.policy.base import PolicyError, SamplingParams
 
@@ -56,7 +56,6 @@ API_KEY_ENV = "SPADEKIT_API_KEY"
 
 _DIGITS = re.compile(r"[0-9]{1,18}")
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-_LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
 
 
 class RequestError(SpadekitError):
@@ -354,17 +353,6 @@ def fit_context(prompt_tokens: int, params: SamplingParams, body: dict, limits: 
 
 
 # -- who may ask ------------------------------------------------------------------------------
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address, maybe in brackets) is this machine only."""
-    host = (host or "").strip().strip("[]").lower()
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
 
 def check_exposure(host: str, api_key: str | None, what: str = "the server") -> None:
     """PolicyError unless ``host`` is loopback or an API key is set."""

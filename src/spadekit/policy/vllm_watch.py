@@ -21,12 +21,11 @@ these attributes.
 
 from __future__ import annotations
 
-import os
 import queue
 import time
 from typing import Any, Callable
 
-from spadekit.policy.base import PolicyError
+from spadekit.policy.base import seconds_from_env
 
 __all__ = ["TIMEOUT_ENV", "step_timeout", "watch"]
 
@@ -37,16 +36,7 @@ _POLL_S = 1.0
 
 def step_timeout() -> float:
     """Seconds an engine step may take (env ``SPADEKIT_VLLM_TIMEOUT``, else 300)."""
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise PolicyError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
-    return value
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT)
 
 
 def watch(llm: Any, lose: Callable[[str], BaseException]) -> bool:

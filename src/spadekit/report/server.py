@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import ipaddress
 import json
 import os
 import re
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from spadekit.common.loopback import is_loopback
 from spadekit.common.errors import ConfigError
 from spadekit.report import data
 from spadekit.report.page import content_security_policy, live_page
@@ -53,20 +53,8 @@ __all__ = ["DashboardServer", "is_loopback", "make_server", "serve_run"]
 
 _SHA = re.compile(r"[0-9a-fA-F]{8,64}")
 _ID = re.compile(r"[0-9]{1,12}")
-_LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
 _NOT_FOUND = ("no environment", "no episode")  # ReportError messages of data.py
 _BAD_ID = ("not an", "environment id")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or address, maybe with brackets) is this machine only."""
-    host = host.strip("[]").lower()
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class DashboardServer(ThreadingHTTPServer):
