@@ -1,6 +1,6 @@
 """The knob-walk observer of ``watch.*`` (``tests/selfplay/test_config_knobs.py``): one round of the pool
 watch on a real run database and real sandboxes, with a program that any garbage wins and a
-program whose steps take about 0.1 s against the 0.5 ms validation recorded for it."""
+program whose steps sleep 0.2 s against the 0.5 ms validation recorded for it."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ class AnythingWinsEnv:
         return "You win.", 1.0, True, False, {}
 '''
 SLOW = r'''
+import time
+
+
 class SlowEnv:
     def __init__(self, max_turns=12, **kwargs):
         self.max_turns = max_turns
@@ -32,9 +35,7 @@ class SlowEnv:
 
     def step(self, action):
         self.t += 1
-        n = 0
-        for i in range(3_000_000):
-            n += i
+        time.sleep(0.2)  # wall clock, not a CPU loop: as slow on a fast runner as here
         return "Hm.", 0.25, self.t >= 2, False, {}
 '''
 

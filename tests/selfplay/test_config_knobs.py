@@ -219,7 +219,7 @@ probe("curriculum.rlve_window_factor", 1, curriculum, curriculum__kind="rlve",
       curriculum__rlve_envs=["Division"])
 probe("curriculum.rlve_levels", 1, curriculum, curriculum__kind="rlve",
       curriculum__rlve_envs=["Division"], curriculum__rlve_window_factor=1)
-# the watch over pooled programs (tests/knob_watch.py; SlowEnv steps take about 0.1 s)
+# the watch over pooled programs (tests/knob_watch.py; SlowEnv steps sleep 0.2 s)
 probe("watch.spot_checks", 0, watch)
 probe("watch.step_time_limit_s", 0.02, watch, watch__slow_step_factor=1e6)
 probe("watch.slow_step_factor", 1e6, watch, watch__step_time_limit_s=30.0)

@@ -81,8 +81,8 @@ class CoinEnv:
 HONEST = COIN.replace("CoinEnv", "HonestEnv").replace("import random\n", "").replace(
     "round(random.Random().random() * 0.9, 6)", "0.25")
 SLOW = HONEST.replace("HonestEnv", "SlowEnv").replace(
-    "        self.t += 1\n", "        self.t += 1\n        n = 0\n"
-    "        for i in range(3_000_000):\n            n += i\n")
+    "        self.t += 1\n", "        self.t += 1\n        time.sleep(0.2)\n").replace(
+    "class SlowEnv", "import time\n\n\nclass SlowEnv")  # a wall-clock step: CPU speed aside
 
 
 def test_a_program_that_hangs_only_in_play_is_punished_removed_and_never_validated_again(
