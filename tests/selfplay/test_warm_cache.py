@@ -22,7 +22,7 @@ def test_the_key_repeats_and_follows_what_the_examples_depend_on():
     base = cache_key(_cfg())
     assert cache_key(_cfg()) == base  # no clock, no ids: the same settings, the same key
     changed = {
-        "warmstart.programs=12": True, "warmstart.epochs=4": True,
+        "warmstart.programs=12": True, "warmstart.epochs=2": True,
         "warmstart.learning_rate=1e-4": True, "warmstart.lora_r=8": True,
         "warmstart.agent_seeds=1": True, "warmstart.lora_layers=null": True, "warmstart.held_out_share=0.2": True,
         "warmstart.seed=4": True, "warmstart.pool=library": True, "model=tiny": True,

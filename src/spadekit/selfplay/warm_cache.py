@@ -63,9 +63,9 @@ class WarmstartConfig:
     """Set by the run (never by hand): the model the warm start was built from, recorded
     with ``model`` replaced by the cached warm start's path, so that a resume finds the warm
     start again or rebuilds it where the cache was cleared."""
-    programs: int = 36
+    programs: int = 48
     """At most this many programs of the pool (a seeded draw)."""
-    epochs: int = 3
+    epochs: int = 4
     learning_rate: float = 5.0e-4
     lora_r: int = 32
     lora_layers: int | None = 15

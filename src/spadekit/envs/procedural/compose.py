@@ -131,14 +131,12 @@ def _fill(template: str, values: dict[str, str]) -> str:
     return re.sub(r"\{([a-z_]+)\}", lambda m: values.get(m.group(1), m.group(0)), template)
 
 
-def _methods(template: str, info: str, values: dict[str, str]) -> str:
-    """The hidden state's methods; without ``PARTS`` and ``fact`` when the information action
-    does not read facts (a probe), so no program carries code it never calls."""
-    text = _fill(template, values).rstrip()
-    if info == "probe":
-        text = re.sub(r"^    PARTS = .*\n\n", "", text)
-        text = text.split("\n    def fact")[0].rstrip()
-    return text
+def _methods(template: str, values: dict[str, str]) -> str:
+    """The hidden state's five members, the same for every information action (a probe never
+    calls ``fact``): a small designer that wrote one hidden state's class whole, whatever
+    follows it, was measured to drop ``fact`` where a later ``_look`` calls it when the
+    members depended on the information action."""
+    return _fill(template, values).rstrip()
 
 
 def compose(combo: Combo, words: Sequence[str], seed: int, max_turns: int | None = None):
@@ -197,7 +195,7 @@ def compose(combo: Combo, words: Sequence[str], seed: int, max_turns: int | None
         plan, "import random", "import re", "", "", _fill(_HELPER, values).rstrip(), "", "",
         f"class {helper}:", "    def __init__(self, rng):",
         _fill(hidden.setup, values).rstrip(), "",
-        _methods(hidden.methods, combo.info, values), "", "",
+        _methods(hidden.methods, values), "", "",
         f"class {name}:",
         f"    def __init__(self, max_turns={turn_cap}, **kwargs):",
         "        self.max_turns = int(max_turns)", "",
