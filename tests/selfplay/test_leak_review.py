@@ -231,6 +231,7 @@ LETTERS = st.text(string.ascii_lowercase, min_size=5, max_size=10)
 @settings(max_examples=150, deadline=None)
 @given(LETTERS, st.integers(1, 25), st.sampled_from(["reversed", "acrostic", "shift", "split"]))
 def test_encoded_needles_are_found_and_reported(word, shift, form):
+    assume(word not in STOP_WORDS)  # a stop word is never a needle (the rule skips it)
     trace = SolutionTrace([f"\\boxed{{{word}}}"])
     if form == "reversed":
         hint, mark = f"The code is {word[::-1]}.", "(reversed)"
