@@ -75,3 +75,31 @@ def test_many_requests_larger_than_a_pipe_buffer(pool):
         assert all(r == {"instances": 1} for r in raw)
     finally:
         sb.close()
+
+
+def test_close_never_waits_forever_on_a_held_request_lock(pool, monkeypatch):
+    """A request lock held by another thread (a request in flight, or a lock an interrupt left
+    held) delays ``close`` by at most ``CLOSE_LOCK_S``: the worker is killed anyway."""
+    import threading
+
+    from spadekit.sandbox import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "CLOSE_LOCK_S", 0.5)
+    sb = pool.acquire(ECHO)
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        with sb._lock:
+            held.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert held.wait(10)
+    start = time.monotonic()
+    sb.close()
+    took = time.monotonic() - start
+    done.set()
+    thread.join(10)
+    assert sb.worker.closed and not sb.alive
+    assert 0.4 <= took < 5.0, took

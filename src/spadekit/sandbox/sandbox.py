@@ -81,6 +81,10 @@ class _Tail:
         return data.decode("utf-8", "replace")
 
 
+CLOSE_LOCK_S = 5.0
+"""How long ``Sandbox.close`` waits for the request lock before it kills the worker anyway."""
+
+
 class Sandbox:
     """One worker process; load exactly one program into it with ``load`` (the pool does)."""
 
@@ -129,10 +133,16 @@ class Sandbox:
         return self.failure is None and not self.worker.closed
 
     def close(self) -> None:
-        """Kill the worker and everything it started; idempotent."""
-        with self._lock:
+        """Kill the worker and everything it started; idempotent. Never waits more than
+        ``CLOSE_LOCK_S`` for a request in flight on another thread (or a lock an interrupt
+        left held): the worker is killed anyway, and that request fails as a dead worker."""
+        got = self._lock.acquire(timeout=CLOSE_LOCK_S)
+        try:
             if not self.worker.closed:
                 self.worker.kill()
+        finally:
+            if got:
+                self._lock.release()
 
     def __enter__(self) -> "Sandbox":
         return self
