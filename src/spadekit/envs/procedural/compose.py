@@ -131,14 +131,6 @@ def _fill(template: str, values: dict[str, str]) -> str:
     return re.sub(r"\{([a-z_]+)\}", lambda m: values.get(m.group(1), m.group(0)), template)
 
 
-def _methods(template: str, values: dict[str, str]) -> str:
-    """The hidden state's five members, the same for every information action (a probe never
-    calls ``fact``): a small designer that wrote one hidden state's class whole, whatever
-    follows it, was measured to drop ``fact`` where a later ``_look`` calls it when the
-    members depended on the information action."""
-    return _fill(template, values).rstrip()
-
-
 def compose(combo: Combo, words: Sequence[str], seed: int, max_turns: int | None = None):
     """The program of ``combo`` themed on ``words`` (at least 6 distinct lowercase words; see
     :func:`surface_words`), its numbers drawn from ``seed``. Returns an ``EnvProgram``."""
@@ -195,7 +187,9 @@ def compose(combo: Combo, words: Sequence[str], seed: int, max_turns: int | None
         plan, "import random", "import re", "", "", _fill(_HELPER, values).rstrip(), "", "",
         f"class {helper}:", "    def __init__(self, rng):",
         _fill(hidden.setup, values).rstrip(), "",
-        _methods(hidden.methods, values), "", "",
+        # the same five members whatever the look (a probe never calls fact): a small designer
+        # was measured to drop fact where a later clue calls it when they depended on the look
+        _fill(hidden.methods, values).rstrip(), "", "",
         f"class {name}:",
         f"    def __init__(self, max_turns={turn_cap}, **kwargs):",
         "        self.max_turns = int(max_turns)", "",
