@@ -40,6 +40,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--strategy", default="auto", help="auto, no, ddp or fsdp")
     ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--backend", default=None,
+                    help="process-group backend (TrainConfig.ddp_backend; default NCCL on CUDA, "
+                         "else gloo): gloo puts two ranks on one GPU")
     args = ap.parse_args()
 
     g = torch.Generator().manual_seed(0)
@@ -52,6 +55,8 @@ def main() -> None:
                             loss_mask=[0] * prompt + [1] * (n - prompt),
                             behaviour_logprobs=None, advantage=float(torch.randn((), generator=g))))
     knobs = {} if args.strategy == "auto" else {"distributed_strategy": args.strategy}
+    if args.backend:
+        knobs["ddp_backend"] = args.backend
     cfg = TrainConfig(learning_rate=1e-6, per_device_train_batch_size=args.micro,
                       use_peft=args.lora, **knobs)
     policy = HFPolicy(tiny_model(0, hidden=args.hidden, layers=args.layers), tiny_tokenizer())

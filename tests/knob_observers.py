@@ -282,12 +282,15 @@ def loop(cfg: SelfPlayConfig, w: World) -> Any:
         results = sp.run()
         plays = sp.store.query("SELECT with_hint, COUNT(*) FROM plays GROUP BY with_hint")
         gen = sp.gen_policy is not None
+        # the token ledger: rollout.max_staleness leaves the last round's samples in flight
+        ledger = tuple((row["step"], row["version"], row["in_flight"] > 0, row["trained"] > 0)
+                       for row in sp.store.ledger())
     keep = ("agent_episodes", "pool_bootstrap", "designer_samples_dropped", "valid")
     return (len(results), tuple(sorted(tuple(r) for r in plays)),
             tuple(tuple(m.get(k) for k in keep) for m in results),
             tuple(e[4] for e in log), (run / "tensorboard").exists(),
             len(list((run / "checkpoints").glob("*"))) if (run / "checkpoints").exists() else 0,
-            gen)
+            gen, ledger)
 
 
 def budget(cfg: SelfPlayConfig, w: World) -> Any:

@@ -56,8 +56,9 @@ def responder(programs=PROGRAMS):
     return respond
 
 
-def build_run(tmp_dir: str | Path, rounds: int = 3) -> Path:
-    """Make ``tmp_dir/run`` with ``rounds`` committed rounds; returns the run directory."""
+def build_run(tmp_dir: str | Path, rounds: int = 3, **extra) -> Path:
+    """Make ``tmp_dir/run`` with ``rounds`` committed rounds (``extra``: more config
+    overrides); returns the run directory."""
     from spadekit.policy.registry import load_policy
     from spadekit.policy.scripted import ScriptedPolicy
     from spadekit.selfplay.loop import SelfPlay
@@ -66,7 +67,7 @@ def build_run(tmp_dir: str | Path, rounds: int = 3) -> Path:
     run = tmp_dir / "run"
     policy = load_policy("tiny")
     designer = ScriptedPolicy(policy.tokenizer, responder())
-    with SelfPlay(config(tmp_dir, rounds=rounds, tensorboard="false"), run, policy=policy,
+    with SelfPlay(config(tmp_dir, rounds=rounds, tensorboard="false", **extra), run, policy=policy,
                   designer_policy=designer) as sp:
         sp.run()
     return run

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spadekit.eval import EvalError
-from spadekit.eval.batching import CellBoundedPolicy, bounded, plan_batches
+from spadekit.common.packing import plan_batches
+from spadekit.eval.batching import CellBoundedPolicy, bounded
 from spadekit.eval.runner import EvalSettings, run_suite
 from spadekit.policy.base import GenerationRequest, SamplingParams
 from spadekit.policy.registry import load_policy
@@ -77,9 +78,9 @@ def spy(monkeypatch, policy):
     """Note ``(rows, longest prompt)`` of every call that reaches the real policy."""
     calls, real = [], policy.generate
 
-    def generate(requests):
+    def generate(requests, **kw):
         calls.append((len(requests), max(len(r.prompt_ids) for r in requests)))
-        return real(requests)
+        return real(requests, **kw)
 
     monkeypatch.setattr(policy, "generate", generate)
     return calls
@@ -126,7 +127,8 @@ def test_only_in_process_models_are_wrapped(tiny):
     from spadekit.policy.scripted import ScriptedPolicy
 
     assert isinstance(bounded(tiny, 10), CellBoundedPolicy)
-    assert bounded(tiny, None) is tiny and bounded(tiny, 0) is tiny
+    # no bound: still wrapped, so that the policy's own bound is switched off as asked
+    assert bounded(tiny, None).max_cells == bounded(tiny, 0).max_cells == 0
     scripted = ScriptedPolicy(tiny.tokenizer, lambda request: "<answer>1</answer>")
     assert bounded(scripted, 10) is scripted
 

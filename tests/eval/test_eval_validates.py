@@ -183,3 +183,25 @@ def test_validation_seeds_are_stable_63_bit(seed, sha):
 
     first = validation_seed(seed, sha)
     assert first == validation_seed(seed, sha) and 0 <= first < 2 ** 63
+
+
+def test_progress_moves_as_each_episode_ends(tmp_path):
+    """One batch holds every episode; the progress callback still hears of each as it ends
+    (the one-turn wins first, then the guessing games), not once when the batch is done."""
+    from spadekit.eval.runner import EvalSettings, run_suite
+    from spadekit.policy import load_policy
+    from spadekit.sandbox import SandboxConfig, SandboxPool
+
+    folder, _ids = hostile_folder(tmp_path, ("pays_garbage.py", "honest.py"))
+    suite = make_suite(f"envs:{folder}")
+    suite.trusted = True  # as --trusted: both are played
+    calls = []
+    pool = SandboxPool(SandboxConfig(), warm=1)
+    try:
+        result = run_suite(load_policy("tiny"), suite, EvalSettings(
+            k=3, max_new_tokens=4, max_turns=6, temperature=1.0, batch_size=64), pool=pool,
+            on_progress=lambda done, total: calls.append((done, total)))
+    finally:
+        pool.close()
+    assert calls == [(i, 6) for i in range(1, 7)]
+    assert len(result["items"]) == 2

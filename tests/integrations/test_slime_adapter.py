@@ -442,6 +442,17 @@ def test_producer_refuses_a_policy_without_token_ids(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_producer_refuses_asynchronous_rollouts(tmp_path, tiny):
+    """slime schedules its own rollouts: a config with ``rollout.max_staleness >= 1`` (which
+    needs a generation engine of spadekit's) is refused before anything is written."""
+    from spadekit.common.errors import ConfigError
+
+    cfg = producer_config(**{"generation_model": "tiny", "rollout.max_staleness": 1})
+    with pytest.raises(ConfigError, match="generation_model is not used under slime"):
+        sl.RoundProducer(cfg, tmp_path / "run", policy=tiny)
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.fixture()
 def fake_slime(monkeypatch):
     """Stand-ins with only what the glue touches, as read in slime v0.3.0."""

@@ -238,6 +238,41 @@ def test_a_selfplay_round_generates_through_vllm(engine, hf, original, tmp_path,
         push_weights(engine, original, verify=hf.model)
 
 
+def test_an_async_selfplay_run_trains_vllm_generations_with_no_mismatch(engine, hf, original,
+                                                                        tmp_path, monkeypatch):
+    """``rollout.max_staleness=1`` on vLLM (issue 24): round 1 trains round 0's vLLM-generated
+    batch beside its own generation; that batch was generated before any update, so its
+    behaviour logprobs are the trainer's: the mismatch KL is at the logprob noise, the
+    importance weights are 1, and the ledger balances with round 1's batch in flight."""
+    import spadekit.policy.registry as registry
+    from spadekit.policy.scripted import ScriptedPolicy
+    from spadekit.selfplay.loop import SelfPlay
+    from test_selfplay import WORDS, config, designer_responder
+
+    real = registry.load_policy
+    monkeypatch.setattr(registry, "load_policy", lambda spec, **kw: engine
+                        if spec == "vllm:smollm2-135m" else real(spec, **kw))
+    designer = ScriptedPolicy(hf.tokenizer, designer_responder(WORDS))
+    cfg = config(tmp_path, rounds=2, model="smollm2-135m", envs_per_round=1,
+                 generation_model="vllm:smollm2-135m", tensorboard="false",
+                 **{"train.learning_rate": 1e-4, "rollout.max_context_tokens": 2048,
+                    "rollout.max_staleness": 1})
+    try:
+        with SelfPlay(cfg, tmp_path / "run", policy=hf, designer_policy=designer) as sp:
+            m0, m1 = sp.run()
+            ledger = sp.store.ledger(1)
+        assert m0["async/samples_trained"] == 0 and m1["async/samples_trained"] == 4
+        assert m1["async/staleness_max"] == 0 and m1["train/optimizer_steps"] == 1
+        assert m1["train/num_importance_weighted"] == 4
+        assert m1["train/mismatch_kl"] < 1e-6 and abs(m1["train/tis_mean"] - 1) < 1e-3
+        assert m1["weight_sync/probe_max_abs_diff"] <= TOL
+        assert all(r["generated"] == r["trained"] + r["discarded"] + r["in_flight"]
+                   for r in ledger) and sum(r["in_flight"] for r in ledger) > 0
+    finally:
+        hf.model.load_state_dict(original)
+        push_weights(engine, original, verify=hf.model)
+
+
 def test_a_batch_of_seeded_prompts_longer_than_one_step_generates(engine):
     """More seeded prompt tokens than one engine step takes (4,096 on CPU): with vLLM's chunked
     prefill a request cut part-way had its seeded CPU generator rewound, which a CPU generator

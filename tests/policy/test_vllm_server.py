@@ -257,6 +257,40 @@ def test_refused_server_pushes_change_nothing(remote, hf, original):
     assert remote.weights_version == version  # the undone push is not counted
 
 
+def test_an_async_selfplay_run_generates_through_vllm_serve(remote, hf, original, tmp_path,
+                                                            monkeypatch):
+    """``rollout.max_staleness=1`` through a real ``vllm serve`` (issue 24): round 1 trains
+    round 0's batch while the server generates round 1, the push after it goes through the
+    server's route and is verified, and the ledger balances."""
+    import spadekit.policy.registry as registry
+    from spadekit.policy.scripted import ScriptedPolicy
+    from spadekit.selfplay.loop import SelfPlay
+    from test_selfplay import WORDS, config, designer_responder
+
+    spec = "openai:smollm2-135m@http://served"
+    real = registry.load_policy
+    monkeypatch.setattr(registry, "load_policy", lambda s, **kw: remote
+                        if s == spec else real(s, **kw))
+    designer = ScriptedPolicy(hf.tokenizer, designer_responder(WORDS))
+    cfg = config(tmp_path, rounds=2, model="smollm2-135m", envs_per_round=1,
+                 generation_model=spec, tensorboard="false",
+                 **{"train.learning_rate": 1e-4, "rollout.max_context_tokens": 2048,
+                    "rollout.max_staleness": 1})
+    try:
+        with SelfPlay(cfg, tmp_path / "run", policy=hf, designer_policy=designer) as sp:
+            m0, m1 = sp.run()
+            ledger = sp.store.ledger(1)
+        assert m0["agent_failures"] == m1["agent_failures"] == 0
+        assert m1["async/samples_trained"] == 4 and m1["train/optimizer_steps"] == 1
+        assert m1["train/mismatch_kl"] < 1e-6
+        assert m1["weight_sync/probe_max_abs_diff"] <= TOL
+        assert all(r["generated"] == r["trained"] + r["discarded"] + r["in_flight"]
+                   for r in ledger)
+    finally:
+        hf.model.load_state_dict(original)
+        push_weights(remote, original, verify=hf.model)
+
+
 def test_a_killed_server_gives_typed_errors(server, remote, original):
     proc, _ = server
     version = remote.weights_version

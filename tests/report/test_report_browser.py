@@ -136,6 +136,25 @@ def test_report_file_in_chromium(run, hostile_sha, watched, tmp_path):
     assert watched.problems == []
 
 
+def test_an_async_run_shows_its_staleness_and_token_ledger(watched, tmp_path):
+    """``rollout.max_staleness=1`` (issue 24): the overview draws the ledger and the staleness
+    of the trained batches per round, from the run's own metrics."""
+    run = build_run(tmp_path, rounds=3, generation_model="tiny",
+                    **{"rollout.max_staleness": 1})
+    out = page.write_report(run, tmp_path / "async.html")
+    pg = watched.page
+    pg.goto(out.as_uri())
+    check_overview(pg)
+    titles = pg.locator("#tab-overview .chart-title").all_inner_texts()
+    for title in ("Token ledger (loss tokens, cumulative)",
+                  "Staleness of trained batches (policy versions)"):
+        chart = pg.locator(".chart", has=pg.locator(".chart-title", has_text=title))
+        assert title in titles and chart.locator("path.line").count() >= 3, titles
+    ARTIFACTS.mkdir(exist_ok=True)
+    pg.screenshot(path=str(ARTIFACTS / "report-async.png"), full_page=True)
+    assert watched.problems == []
+
+
 def test_empty_run_says_no_data_yet(watched, tmp_path):
     RunStore(tmp_path / "empty", create=True).close()
     out = page.write_report(tmp_path / "empty", tmp_path / "empty.html")

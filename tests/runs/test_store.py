@@ -24,7 +24,7 @@ from spadekit.sandbox.validate import ValidationReport
 SRC = Path(__file__).resolve().parents[2] / "src"
 TABLES = {"schema_version", "environments", "plays", "episodes", "turns", "memory",
           "delay_buffer", "blacklist", "hint_cache", "kv", "metrics", "events", "rounds",
-          "checkpoints"}
+          "checkpoints", "rejected", "rollout_queue", "token_ledger"}
 
 
 def program(i: int = 0, skill: str = "Optimization") -> EnvProgram:
@@ -49,14 +49,14 @@ def test_schema_pragmas_and_reopen(tmp_path):
         assert s.query("PRAGMA journal_mode")[0][0] == "wal"
         assert s.query("PRAGMA foreign_keys")[0][0] == 1
         assert s.query("PRAGMA synchronous")[0][0] == 1  # NORMAL
-        assert s.schema_version == SCHEMA_VERSION == 2
+        assert s.schema_version == SCHEMA_VERSION == 3
         assert s.path == run / "run.sqlite" and s.path.exists()
     with RunStore.open(run, synchronous="FULL") as s:
         assert s.query("PRAGMA synchronous")[0][0] == 2
         assert s.integrity_check() == ["ok"]
-        assert len(s.query("SELECT * FROM schema_version")) == 2  # no repeated migration
+        assert len(s.query("SELECT * FROM schema_version")) == 3  # no repeated migration
     with RunStore(run, create=True) as s:  # create=True opens an existing run as is
-        assert s.schema_version == 2
+        assert s.schema_version == 3
     with pytest.raises(StoreNotFound):
         RunStore.open(tmp_path / "nothing")
     with pytest.raises(StoreError):
@@ -448,11 +448,14 @@ def test_a_version_1_run_is_migrated_and_keeps_rejected_outputs(tmp_path):
         s.put_state("kept", 7)
     con = sqlite3.connect(run / "run.sqlite")  # turn it back into a version-1 database
     con.execute("DROP TABLE rejected")
-    con.execute("DELETE FROM schema_version WHERE version = 2")
+    con.execute("DROP TABLE rollout_queue")
+    con.execute("DROP TABLE token_ledger")
+    con.execute("DELETE FROM schema_version WHERE version >= 2")
     con.commit()
     con.close()
     with RunStore.open(run) as s:
-        assert s.schema_version == 2 and s.get_state("kept") == 7
+        assert s.schema_version == 3 and s.get_state("kept") == 7
+        assert s.ledger() == [] and s.queued() == []
         rid = s.record_rejected(step=3, skill="Logical_Deduction", stage="load",
                                 reason="no_env_class", message="no class ends in Env",
                                 text="```python\nprint('<script>')\n```", details={"n": 1})

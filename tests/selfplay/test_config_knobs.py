@@ -247,6 +247,7 @@ probe("checkpoint_every", 2, loop)
 probe("checkpoint.keep_last", 1, loop, rounds=3)  # 2 folders -> 1
 probe("checkpoint.keep_every", 2, loop, rounds=3, checkpoint__keep_last=1)  # round 2's stays
 probe("generation_model", "tiny", loop)
+probe("rollout.max_staleness", 1, loop, generation_model="tiny")  # the last batch in flight
 
 DOCUMENTED: dict[str, str] = {
     "schedule": "structural: the per-round changes themselves (test_schedulable_keys)",

@@ -86,15 +86,17 @@ def servers():
             proc.wait()
 
 
-def _round_0_then(tmp_path: Path, servers: list, monkeypatch, fault) -> tuple[dict, Path, int]:
-    """A 3-round run generating through a server; once round 0 is committed the run is paused,
-    ``fault(server, port)`` is done to the server, and the run goes on; how it ended."""
+def _round_0_then(tmp_path: Path, servers: list, monkeypatch, fault, k: int = 0
+                  ) -> tuple[dict, Path, int]:
+    """A 3-round run generating through a server (``rollout.max_staleness=k``); once round 0
+    is committed the run is paused, ``fault(server, port)`` is done to the server, and the run
+    goes on; how it ended."""
     monkeypatch.setenv("SPADEKIT_WEIGHTS_TOKEN", TOKEN)  # the run's pushes carry it
     server, port = _server(tmp_path)
     servers.append(server)
     run = tmp_path / "run"
     spec = f"generation_model=openai:tiny@http://127.0.0.1:{port}/v1"
-    proc = chaos.start(run, 3, extra=[spec])
+    proc = chaos.start(run, 3, extra=[spec, f"rollout.max_staleness={k}"])
     try:
         line = proc.stdout.readline()
         assert json.loads(line or "{}").get("done") == 0, proc.stderr.read()
@@ -138,17 +140,20 @@ def _frozen(tmp_path):
     return fault
 
 
-@pytest.mark.parametrize("fault", ["killed", "restarted", "frozen"])
+@pytest.mark.parametrize("fault,k", [("killed", 0), ("restarted", 0), ("frozen", 0),
+                                     ("killed", 1), ("frozen", 1)])
 def test_a_generation_server_lost_mid_round_is_engine_lost_and_the_round_rolls_back(
-        tmp_path, servers, monkeypatch, fault):
+        tmp_path, servers, monkeypatch, fault, k):
     """Killed: the generations fail and the push after the update is refused, saying the server
     was lost (not that a push could not be undone). Restarted at the same address: its
     generations would come from other weights than the pushed ones, silently, and round 1 would
     commit; it must be refused the same way. Frozen: every request waits for the timeout
-    (``SPADEKIT_OPENAI_TIMEOUT``, 5 s here), not ten minutes per weight call."""
+    (``SPADEKIT_OPENAI_TIMEOUT``, 5 s here), not ten minutes per weight call. With
+    ``rollout.max_staleness=1`` (issue 24) the update of round 0's batch runs beside the lost
+    generation: the round still ends in ``EngineLost``, and the resume trains that batch."""
     monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", "5")
     make = {"killed": _killed, "restarted": _restarted, "frozen": _frozen}[fault]
-    result, run, port = _round_0_then(tmp_path, servers, monkeypatch, make(tmp_path))
+    result, run, port = _round_0_then(tmp_path, servers, monkeypatch, make(tmp_path), k)
     err = result["err"]
     assert result["rc"] not in (0, -signal.SIGKILL), (result["out"], err[-3000:])
     assert "EngineLost" in err and f"http://127.0.0.1:{port}/v1" in err, err[-3000:]
@@ -162,9 +167,17 @@ def test_a_generation_server_lost_mid_round_is_engine_lost_and_the_round_rolls_b
             old.kill()
             old.wait()
         servers.append(_server(tmp_path, port)[0])
-    again = chaos.run_through(run, 3, extra=[result["spec"]])
+    again = chaos.run_through(run, 3, extra=[result["spec"], f"rollout.max_staleness={k}"])
     assert again["rc"] == 0, again["stderr"]
     assert chaos.completed(run) == 3
+    if k:  # every round's ledger balances; round 1 (redone) trained round 0's batch once
+        with sqlite3.connect(run / "run.sqlite") as db:
+            rows = db.execute("SELECT step, generated, trained, discarded, in_flight "
+                              "FROM token_ledger").fetchall()
+            trained = db.execute("SELECT value FROM metrics WHERE name = "
+                                 "'async/samples_trained' ORDER BY step").fetchall()
+        assert rows and all(g == t + d + f for _, g, t, d, f in rows)
+        assert trained[0][0] == 0 and trained[1][0] > 0
 
 
 # -- the client against a fake server ---------------------------------------------------------

@@ -5,6 +5,7 @@ policy and engine played which role; the frozen designer's samples are rewarded,
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,9 +67,15 @@ def test_the_cli_prints_which_policy_plays_which_role(tmp_path):
          "--run-dir", str(tmp_path / "run"), "--set", "designer.model=tiny",
          "--set", "designer.max_new_tokens=16", "--set", "rollout.max_new_tokens=8"],
         capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"})
+        env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "80"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    line = next(x for x in done.stdout.splitlines() if x.startswith("roles: "))
-    assert "agent " in line and "designer " in line
-    designer = line.split("designer ", 1)[1].split(";")[0]
-    assert designer.endswith(", not trained)")  # a frozen designer model
+    lines = done.stdout.splitlines()
+    roles = {x.split(":")[0]: x for x in lines if x.split(":")[0] in ("agent", "designer", "hint")}
+    assert set(roles) == {"agent", "designer", "hint"}
+    assert roles["agent"].endswith(", trained)")
+    assert roles["designer"].endswith(", not trained)")  # a frozen designer model
+    # an 80-column terminal: the header's lines fit (none wraps mid-phrase), no source paths
+    header = lines[:lines.index(roles["hint"]) + 1]
+    assert all(len(x) <= 80 for x in header), header
+    logged = [x for x in done.stderr.splitlines() if "round 0" in x]
+    assert logged and not any(re.search(r"\w\.py:\d+", x) for x in lines + logged)

@@ -35,8 +35,8 @@ from spadekit.common.safe_text import strict_json, terminal_text
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
                   help="spadekit: self-play RL of language models in environments the model "
                        "writes itself (SPADE). Every program runs in an isolated sandbox.")
-console = Console()
-err_console = Console(stderr=True)
+console = Console(log_path=False)
+err_console = Console(stderr=True, log_path=False)
 
 UNSAFE_HELP = ("Allow running programs below the 'standard' isolation tier (see `spadekit "
                "doctor`). Only for trusted code.")

@@ -21,8 +21,8 @@ from rich.console import Console
 from spadekit.common.errors import SpadekitError
 from spadekit.common.safe_text import terminal_text
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(log_path=False)
+err_console = Console(stderr=True, log_path=False)
 
 
 def import_reference(

@@ -20,8 +20,8 @@ from rich.table import Table
 from spadekit.common.errors import SpadekitError
 from spadekit.common.safe_text import strict_json, terminal_text
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(log_path=False)
+err_console = Console(stderr=True, log_path=False)
 eval_app = typer.Typer(invoke_without_command=True, no_args_is_help=False,
                        rich_markup_mode="markdown")
 
@@ -61,7 +61,11 @@ def evaluate(
 ) -> None:
     """Evaluate a model on benchmark suites: per-item scores, a table per suite, JSON output.
     Wins count at score >= 1.0; `spadekit eval compare A.json B.json` shows deltas.
-    Environment programs (`envs:`) are validated before they are played (see `--trusted`)."""
+    Environment programs (`envs:`) are validated before they are played (see `--trusted`).
+    Their defaults are sized for a CPU (k 4, 8 turns of 256 tokens); the paper plays an
+    environment 8 times, up to 25 turns of up to 8,192 tokens: `--k 8 --max-turns 25
+    --max-new-tokens 8192`. The progress bar moves as each episode
+    ends."""
     if ctx.invoked_subcommand is not None:
         return
     if not model or not suites:

@@ -16,8 +16,8 @@ from rich.table import Table
 from spadekit.common.errors import SpadekitError
 from spadekit.common.safe_text import terminal_text
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(log_path=False)
+err_console = Console(stderr=True, log_path=False)
 UNSAFE_HELP = ("Allow running programs below the 'standard' isolation tier (see `spadekit "
                "doctor`). Only for trusted code.")
 
@@ -184,9 +184,11 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
     target = resume or run_dir or Path("runs") / _time.strftime("%Y%m%d-%H%M%S")
     target_out.append(target)
     if main:
-        console.print(f"[bold]spadekit selfplay[/bold] {'resuming' if resume else 'run'} "
-                      f"[cyan]{target}[/cyan]: {cfg.model}, {cfg.setting}, "
+        # one fact a line, each short enough for an 80-column terminal (no mid-phrase wraps)
+        console.print(f"[bold]spadekit selfplay[/bold]: {cfg.model}, {cfg.setting}, "
                       f"{cfg.curriculum.kind} curriculum, {cfg.rounds} round(s)")
+        console.print(f"{'resuming' if resume else 'run directory'} [cyan]{target}[/cyan]",
+                      overflow="fold")
     try:
         with err_console.status(f"loading {cfg.model}") if main else _nothing():
             sp = SelfPlay(cfg, target, resume=resume is not None,
@@ -202,17 +204,17 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
             from spadekit.selfplay.checkpoints import disk_use
 
             ck = sp.config.checkpoint
-            console.print(f"sandbox tier: {sp.pool.report.tier}; starting at round "
-                          f"{sp.next_step}" + (f"; {world} processes "
-                                               f"({sp.trainer.dist.strategy})"
-                                               if world > 1 else "")
-                          + f"; run dir {disk_use(sp.run_dir) / 2**20:.0f} MB, keeping the "
+            console.print(f"starting at round {sp.next_step}; sandbox tier "
+                          f"{sp.pool.report.tier}" + (f"; {world} processes "
+                                                      f"({sp.trainer.dist.strategy})"
+                                                      if world > 1 else ""))
+            console.print(f"run directory {disk_use(sp.run_dir) / 2**20:.0f} MB; keeping the "
                           f"last {ck.keep_last} checkpoint(s)"
                           + (f" and every {ck.keep_every}th" if ck.keep_every else ""))
-            console.print("roles: " + "; ".join(
-                f"{role} {terminal_text(str(r['policy']))} ({r['engine']}"
-                f"{', trained' if r['trained'] else ', not trained'})"
-                for role, r in sp.roles.items()))
+            for role, r in sp.roles.items():
+                console.print(f"{role}: {terminal_text(str(r['policy']))} ({r['engine']}, "
+                              f"{'trained' if r['trained'] else 'not trained'})",
+                              overflow="fold")
         history: list[dict] = []
         for _ in range(sp.config.rounds):
             try:

@@ -18,7 +18,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
 
 from spadekit.common.errors import SpadekitError
 
-console = Console()
+console = Console(log_path=False)
 
 
 def _bar() -> Progress:

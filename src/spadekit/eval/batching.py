@@ -8,34 +8,23 @@ byte-level ``tiny`` model, and a multi-turn episode's context grows every turn. 
 every live episode of a turn in one ``generate`` call, so ``spadekit eval --model tiny --suite
 rg-hard --limit 2`` padded 64 items to a 7,336-token prompt and took about 16 GB.
 
-:class:`CellBoundedPolicy` wraps such a policy for evaluation: each ``generate`` call is split
-into sub-calls of similar prompt length (:func:`plan_batches`, exact widths from the requests'
-token ids, on every turn), each within ``max_cells`` (one request always fits), and the
-generations come back in request order. A request carries its own seed, so splitting does not
-change what is sampled. Policies that manage their own memory (vLLM's paged attention, an
-OpenAI-compatible server) are used as they are (:func:`bounded`).
+``HFPolicy.generate`` bounds every call itself (``max_batch_cells``, default
+``DEFAULT_BATCH_CELLS``), so self-play's rollouts have the same bound. :class:`CellBoundedPolicy`
+sets evaluation's own bound (``--max-batch-cells``; 0: none): each ``generate`` call is split into
+sub-calls of similar prompt length (``plan_batches``, exact widths from the requests' token ids,
+on every turn), each within ``max_cells`` (one request always fits), handed to the policy with
+its own bound off, and the generations come back in request order. A request carries its own
+seed, so splitting does not change what is sampled. Policies that manage their own memory
+(vLLM's paged attention, an OpenAI-compatible server) are used as they are (:func:`bounded`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from spadekit.common.packing import pack_in_order
+from spadekit.common.packing import DEFAULT_BATCH_CELLS, plan_batches
 
-DEFAULT_BATCH_CELLS = 2 ** 27
-"""Keeps one call's padded attention near 1 GB for ``tiny`` and 4 GB for SmolLM2-135M."""
-
-
-def plan_batches(widths: list[int], batch_size: int, max_cells: int | None
-                 ) -> list[list[int]]:
-    """Indices into ``widths`` (prompt lengths in tokens) grouped into calls: shortest first
-    (equal widths keep their order), at most ``batch_size`` a call, and ``len(call) x
-    max(width)²`` at most ``max_cells`` unless the call holds one request. ``max_cells`` None or
-    0: no cell bound."""
-    order = sorted(range(len(widths)), key=lambda i: widths[i])
-    return pack_in_order(order, widths, max(1, int(batch_size)),
-                         lambda rows, widest: not max_cells or rows * widest ** 2 <= max_cells)
-
+__all__ = ["DEFAULT_BATCH_CELLS", "CellBoundedPolicy", "bounded", "plan_batches"]
 
 class CellBoundedPolicy:
     """``policy`` with every ``generate`` call split by :func:`plan_batches`; everything else
@@ -56,16 +45,16 @@ class CellBoundedPolicy:
         out: list[Any] = [None] * len(requests)
         for call in plan_batches(widths, rows, self.max_cells):
             self.calls.append((len(call), max(widths[i] for i in call)))
-            for i, gen in zip(call, self.policy.generate([requests[i] for i in call])):
+            for i, gen in zip(call, self.policy.generate([requests[i] for i in call],
+                                                         max_batch_cells=0)):
                 out[i] = gen
         return out
 
 
 def bounded(policy: Any, max_cells: int | None) -> Any:
     """``policy`` wrapped in :class:`CellBoundedPolicy` when it pads batches in-process (an
-    ``HFPolicy``) and ``max_cells`` is set; else ``policy`` itself."""
-    if not max_cells:
-        return policy
+    ``HFPolicy``): bounded by ``max_cells``, or by nothing when it is None or 0; any other
+    policy itself."""
     from spadekit.policy.hf import HFPolicy
 
-    return CellBoundedPolicy(policy, max_cells) if isinstance(policy, HFPolicy) else policy
+    return CellBoundedPolicy(policy, max_cells or 0) if isinstance(policy, HFPolicy) else policy

@@ -39,10 +39,14 @@ from spadekit.rollout.engine import EpisodeSpec
 
 
 class EnvPoolSuite(Suite):
-    defaults = SuiteDefaults(k=16, temperature=0.6, top_p=0.95, max_new_tokens=1024,
-                             max_turns=25, system_prompt="")
-    """``system_prompt`` empty: the rollout engine's built-in prompt of each program's setting
-    (``\\boxed{}`` commands for games, ``<tool_call>`` for tool use), as during self-play."""
+    defaults = SuiteDefaults(k=4, temperature=0.6, top_p=0.95, max_new_tokens=256,
+                             max_turns=8, system_prompt="")
+    """Sized for a CPU: a folder of a few programs finishes in minutes with a small model (k=4
+    samples, 8 turns of 256 tokens). The paper's self-play plays an environment 8 times,
+    up to 25 turns of up to 8,192 tokens (SPEC point 12): ``--k 8 --max-turns 25
+    --max-new-tokens 8192``. ``system_prompt`` empty: the rollout
+    engine's built-in prompt of each program's setting (``\\boxed{}`` commands for games,
+    ``<tool_call>`` for tool use), as during self-play."""
     sandboxed = True
 
     def __init__(self, source: str, setting: str | None = None, trusted: bool = False):

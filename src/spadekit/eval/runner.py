@@ -160,7 +160,7 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
     """Evaluate ``policy`` on ``suite``; returns the result dict (see the module docstring).
     ``pool`` (a ``SandboxPool``) is needed only by sandboxed suites (``envs:``), which it also
     validates (unless screened or trusted already).
-    ``on_progress(done_samples, total_samples)`` is called after each batch. ``journal``: a
+    ``on_progress(done_samples, total_samples)`` is called as each episode ends. ``journal``: a
     file that keeps every scored sample (see :class:`Journal`); samples already in it are not
     played again."""
     settings = settings or EvalSettings()
@@ -198,6 +198,14 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
     total = len(items) * cfg["k"]
     resumed = total - len(specs)
     done = resumed
+    ended = [0]
+
+    def episode_ended(_tr: Any) -> None:
+        ended[0] += 1
+        if on_progress is not None:
+            on_progress(resumed + ended[0], total)
+
+    engine.on_episode = episode_ended
     try:
         for start in range(0, len(specs), max(1, settings.batch_size)):
             batch = specs[start:start + max(1, settings.batch_size)]
@@ -207,8 +215,7 @@ def run_suite(policy: Any, suite: Suite, settings: EvalSettings | None = None, *
                 if book is not None:
                     book.append(items[tr.spec.tag["item"]].id, record)
             done += len(batch)
-            if on_progress is not None:
-                on_progress(done, total)
+            ended[0] = done - resumed  # every episode of the batch, however it ended
     finally:
         if book is not None:
             book.close()

@@ -25,7 +25,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from spadekit.common.errors import SpadekitError
 
@@ -94,6 +94,11 @@ class GenerationRequest:
     chat_template_kwargs: dict[str, Any] | None = None
     """Extra chat-template options for this request (messages requests only), e.g.
     ``{"enable_thinking": False}``; the config's ``chat_template`` section per role."""
+    on_token: Callable[[int, float], None] | None = field(default=None, compare=False,
+                                                         repr=False)
+    """Called with each sampled token and its logprob as it is produced, by policies whose
+    ``capabilities`` hold ``"stream"`` (the ``hf`` sampler); others ignore it. For streaming
+    (``spadekit serve``); it must return quickly and not raise."""
 
     def __post_init__(self) -> None:
         if (self.prompt_ids is None) == (self.messages is None):
@@ -128,8 +133,10 @@ class Policy(Protocol):
         ...
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
-               tools: list[dict[str, Any]] | None = None) -> list[int]:
-        """Token ids of ``messages`` through the chat template."""
+               tools: list[dict[str, Any]] | None = None,
+               chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """Token ids of ``messages`` through the chat template (``chat_template_kwargs``: its
+        extra variables, as :func:`render_text`)."""
         ...
 
 
@@ -143,8 +150,9 @@ def render_text(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
     special-token string written inside content comes back escaped, and ``encode_text`` reads
     it as text, never as the control token; the template's own markers stay real
     (``plain_text`` gives the text as the template would have written it)."""
-    kwargs: dict[str, Any] = {**(chat_template_kwargs or {}), "tokenize": False,
-                              "add_generation_prompt": add_generation_prompt}
+    kwargs: dict[str, Any] = {**{k: escape_structure(tokenizer, v)
+                                 for k, v in (chat_template_kwargs or {}).items()},
+                              "tokenize": False, "add_generation_prompt": add_generation_prompt}
     if tools:
         kwargs["tools"] = escape_structure(tokenizer, tools)
     return tokenizer.apply_chat_template(escape_structure(tokenizer, messages), **kwargs)

@@ -1,6 +1,8 @@
 """The ``hf`` backend: a Hugging Face causal LM, batched sampling with exact logprobs.
 
-Prompts of a batch are left-padded and decoded together with a KV cache; each row has its own
+Prompts of a batch are left-padded and decoded together with a KV cache (a call is split so
+that rows x longest prompt² stays within ``max_batch_cells``: the padded attention of a batch
+of very unequal prompts grows with it; a batch within the bound is generated as it comes); each row has its own
 temperature, top-p, token budget, stop strings and seeded random stream, and leaves the batch's
 work as soon as it finishes (the cache is trimmed to the rows still running). The logprob of each
 sampled token is ``log_softmax(logits / temperature)`` at that position, which is what a fresh
@@ -15,6 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from spadekit.common.packing import DEFAULT_BATCH_CELLS, within_cells
 from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, cut_at_stop,
                                   encode_text, render_text)
 
@@ -24,10 +27,10 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<
 class HFPolicy:
     """A transformers model and tokenizer as a ``Policy``."""
 
-    capabilities = frozenset({"token_ids", "logprobs", "train"})
+    capabilities = frozenset({"token_ids", "logprobs", "train", "stream"})
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "hf", max_batch_size: int = 64,
-                 seed: int = 0) -> None:
+                 seed: int = 0, max_batch_cells: int | None = DEFAULT_BATCH_CELLS) -> None:
         import torch
 
         if getattr(tokenizer, "chat_template", None) is None:
@@ -36,6 +39,11 @@ class HFPolicy:
         self.tokenizer = tokenizer
         self.name = name
         self.max_batch_size = max_batch_size
+        if max_batch_cells is not None and max_batch_cells < 0:
+            raise PolicyError(f"max_batch_cells must be >= 0, got {max_batch_cells}")
+        self.max_batch_cells = max_batch_cells
+        """At most rows x longest prompt² per batch (one request always fits; 0 or None: no
+        bound); ``common.packing.within_cells`` plans the calls."""
         self.device = next(model.parameters()).device
         if self.device.type == "cpu":
             configure_cpu_threads()
@@ -76,15 +84,21 @@ class HFPolicy:
                                                        add_generation_prompt, tools,
                                                        chat_template_kwargs))
 
-    def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+    def generate(self, requests: list[GenerationRequest],
+                 max_batch_cells: int | None | object = ...) -> list[Generation]:
+        """The generations of ``requests``, in order; ``max_batch_cells`` overrides the
+        policy's bound for this call (0: none)."""
         prompts = [list(r.prompt_ids) if r.prompt_ids is not None
                    else self.render(r.messages, True, r.tools, r.chat_template_kwargs)
                    for r in requests]
-        out: list[Generation] = []
+        cells = self.max_batch_cells if max_batch_cells is ... else max_batch_cells
+        out: list[Any] = [None] * len(requests)
         with self._lock:  # one model, one batch at a time
-            for start in range(0, len(requests), self.max_batch_size):
-                chunk = slice(start, start + self.max_batch_size)
-                out += self._generate_batch(prompts[chunk], requests[chunk])
+            for call in within_cells([len(p) for p in prompts], self.max_batch_size, cells):
+                gens = self._generate_batch([prompts[i] for i in call],
+                                            [requests[i] for i in call])
+                for i, g in zip(call, gens):
+                    out[i] = g
         return out
 
     def load_weights(self, weights: Any, version: int | None = None) -> int:
@@ -147,6 +161,7 @@ class HFPolicy:
         greedy = [p.temperature == 0 for p in params]
         gens = [torch.Generator().manual_seed(p.seed) if p.seed is not None else self._rng
                 for p in params]
+        watchers = [r.on_token for r in requests]
         new_ids: list[list[int]] = [[] for _ in range(b)]
         new_lp: list[list[float]] = [[] for _ in range(b)]
         finish = [""] * b
@@ -173,6 +188,8 @@ class HFPolicy:
                         chosen.append(tok)
                         new_ids[i].append(tok)
                         new_lp[i].append(float(logp[k, tok]))
+                        if watchers[i] is not None:
+                            watchers[i](tok, new_lp[i][-1])
                         finish[i] = self._finished(new_ids[i], params[i])
                     keep = [k for k, i in enumerate(rows) if not finish[i]]
                     if not keep:

@@ -33,12 +33,14 @@ Endpoints:
   ``return_tokens_as_token_ids`` (logprob tokens as ``token_id:N``), ``return_token_ids``
   (``token_ids`` and ``prompt_token_ids`` on each choice), ``include_stop_str_in_output`` and
   ``add_special_tokens`` (for string prompts; default true, as vLLM); ``stream``
-  (``serve_stream``: server-sent events, sent once generation is done). ``echo``, ``best_of``
+  (``serve_stream``: server-sent events, sent as the tokens are produced). ``echo``, ``best_of``
   and ``suffix`` are refused with 400.
 - ``POST /v1/chat/completions``: ``messages`` (and ``tools``) rendered through the policy's chat
   template; ``max_tokens``/``max_completion_tokens`` (default 256), ``logprobs: true`` gives
   ``logprobs.content`` (each entry's ``bytes`` are the token's own bytes, ``token_bytes``, also
-  for byte-level pieces of a character); ``stream``; the same extra fields.
+  for byte-level pieces of a character); ``stream``; ``chat_template_kwargs`` (the chat
+  template's extra variables, e.g. ``{"enable_thinking": false}``, as vLLM); the same extra
+  fields.
 
 Text follows the OpenAI convention: the stop string is left out unless
 ``include_stop_str_in_output``; ``finish_reason`` is ``stop`` or ``length``; ``stop_reason`` is
@@ -70,13 +72,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from spadekit.policy.base import Generation, GenerationRequest, Policy, PolicyError, \
-    SamplingParams
+    SamplingParams, cut_at_stop
 from spadekit.policy.serve_batch import DEFAULT_SLICE, FairBatcher, UpdateGate, wrap64
 from spadekit.policy.serve_request import (DEFAULT_MAX_TOKENS_LIMIT, MAX_BODY, MAX_CHOICES,
                                            Limits, RequestError, authorized, check_exposure,
                                            decode_chat, decode_completion, fit_context,
                                            parse_json, read_body)
-from spadekit.policy.serve_stream import EventStream, chat_events, completion_events, send_events
+from spadekit.policy.serve_stream import LiveStream, send_events
 from spadekit.policy.token_bytes import TokenBytes
 from spadekit.policy.weight_sync import MAX_REQUEST, MAX_TOTAL, WEIGHTS_PATH, WeightReceiver
 
@@ -194,7 +196,7 @@ class PolicyServer:
             raise RequestError(f"the model {model!r} does not exist here (this server serves "
                                f"{self.model_name!r})", 404, "model", "not_found_error")
 
-    def completions(self, body: dict) -> dict | EventStream:
+    def completions(self, body: dict) -> dict | LiveStream:
         prompts, params, n = decode_completion(body, self.limits)
         self._check_model(body)
         tok = self.policy.tokenizer
@@ -218,7 +220,13 @@ class PolicyServer:
         params = fit_context(max(map(len, prompt_ids)), params, body, self.limits)
         reqs = [GenerationRequest(prompt_ids=ids, params=_nth(params, k))
                 for ids in prompt_ids for k in range(n)]
-        gens = self.generate(reqs)
+        if body.get("stream"):
+            return self._live("completion", reqs, params, body,
+                              lambda gens: self._completion_answer(gens, params, body))
+        return self._completion_answer(self.generate(reqs), params, body)
+
+    def _completion_answer(self, gens: list[Generation], params: SamplingParams,
+                           body: dict) -> dict:
         want_lp = body.get("logprobs") is not None and body.get("logprobs") is not False
         choices = []
         for i, g in enumerate(gens):
@@ -234,20 +242,27 @@ class PolicyServer:
         out = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion",
                "created": int(time.time()), "model": self.model_name, "choices": choices,
                "usage": _usage(gens)}
-        return completion_events(out, gens, self, body) if body.get("stream") else out
+        return out
 
-    def chat(self, body: dict) -> dict | EventStream:
+    def chat(self, body: dict) -> dict | LiveStream:
         messages, tools, params, n = decode_chat(body, self.limits,
                                                  SamplingParams().max_new_tokens)
         self._check_model(body)
         try:  # render here so that a template error is the client's 400, not a failed batch
-            prompt = self.policy.render(messages, True, tools)
+            prompt = self.policy.render(messages, True, tools,
+                                        body.get("chat_template_kwargs") or None)
         except Exception as exc:
             raise RequestError(f"cannot render the messages with the chat template: {exc}",
                                param="messages") from exc
         params = fit_context(len(prompt), params, body, self.limits)
         reqs = [GenerationRequest(prompt_ids=prompt, params=_nth(params, k)) for k in range(n)]
-        gens = self.generate(reqs)
+        if body.get("stream"):
+            return self._live("chat", reqs, params, body,
+                              lambda gens: self._chat_answer(gens, params, body, prompt))
+        return self._chat_answer(self.generate(reqs), params, body, prompt)
+
+    def _chat_answer(self, gens: list[Generation], params: SamplingParams, body: dict,
+                     prompt: list[int]) -> dict:
         choices = []
         for i, g in enumerate(gens):
             text, stop_reason = self._visible_text(g, params, body)
@@ -265,7 +280,41 @@ class PolicyServer:
                "usage": _usage(gens)}
         if body.get("return_token_ids") and self.token_ids:
             out["prompt_token_ids"] = list(prompt)
-        return chat_events(out, gens, self, body) if body.get("stream") else out
+        return out
+
+    def _live(self, kind: str, reqs: list[GenerationRequest], params: SamplingParams,
+              body: dict, answer: Any) -> LiveStream:
+        """A streamed answer: the sequences go to the batcher with a watcher, and the events
+        are made as their tokens come (``serve_stream``)."""
+        chat = kind == "chat"
+        head = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": self.model_name}
+        want_lp = bool(body.get("logprobs")) if chat else (
+            body.get("logprobs") is not None and body.get("logprobs") is not False)
+        want_lp = want_lp and self.logprobs
+        want_ids = bool(body.get("return_token_ids")) and self.token_ids
+        tok = self.policy.tokenizer
+
+        def part(i: int, k0: int, k1: int, tokens: list[int], lps: list[float] | None) -> dict:
+            if k1 <= k0:
+                return {}
+            fields: dict[str, Any] = {}
+            if want_lp and lps is not None:
+                g = Generation(prompt_ids=[], token_ids=tokens[k0:k1], logprobs=lps[k0:k1],
+                               text="", finish_reason="")
+                fields["logprobs"] = {"content": self._chat_logprobs(g, body)} if chat \
+                    else self._completion_logprobs(g, body)
+            if want_ids:
+                fields["token_ids"] = tokens[k0:k1]
+            return fields
+
+        def visible(tokens: list[int]) -> str:
+            return cut_at_stop(tok.decode(tokens, skip_special_tokens=True), params.stop)[0]
+
+        return LiveStream(kind, head, len(reqs), params.stop,
+                          lambda watch: self._batcher.submit(reqs, watch), answer, part,
+                          visible, body, self.request_timeout)
 
     def models(self) -> dict:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model",
@@ -383,7 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
             if route is None:
                 raise RequestError(f"no route POST {path}", 404)
             answer = route(parse_json(raw))
-            send_events(self, answer) if isinstance(answer, EventStream) else \
+            send_events(self, answer) if isinstance(answer, LiveStream) else \
                 self._send(200, answer)
         except RequestError as exc:
             self._send(exc.status, exc.body())

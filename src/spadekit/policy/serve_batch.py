@@ -24,6 +24,19 @@ Batching: after the first waiting sequence the collector waits ``window`` second
 (unless a batch is already full), then generates once; if a batch fails, its sequences are
 retried one by one so that one bad request does not fail its neighbours.
 
+**Streaming** (``submit(..., watch=...)``): ``watch(index, tokens, logprobs)`` gets each
+sequence's new tokens as they come (``index``: the sequence's place in the request). A policy
+that streams (``"stream"`` in its ``capabilities``: the ``hf`` sampler) calls back per token from
+its decoding loop (``GenerationRequest.on_token``), so a streamed sequence is generated exactly
+as an unstreamed one (same slices, same seeds, same tokens). Any other policy is sliced for a
+stream even when the sequence would fit in one slice, in slices that double from
+``STREAM_FIRST`` tokens (4, 8, 16, ... up to ``slice_tokens``), and ``watch`` gets each slice's
+tokens but the last's (those come with the finished generation): the first tokens reach the
+client after one short slice, and the doubling keeps the number of slices (each prefills the
+prompt again) at about log2 of the length; such a seeded sampled stream draws its slices as any
+sliced sequence does (greedy decoding gives the unsliced tokens). With ``slice_tokens=0``
+nothing is sliced and a non-streaming policy's tokens come at the end.
+
 Weight updates (``gate``, the lock ``WeightReceiver`` takes) land between batches and never in
 the middle of a sequence: once an update waits, no new sequence starts, the sequences already
 under way finish their slices, then the update runs.
@@ -31,19 +44,23 @@ under way finish their slices, then the update runs.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from spadekit.policy.base import (Generation, GenerationRequest, Policy, PolicyError,
                                   SamplingParams, cut_at_stop)
 
-__all__ = ["DEFAULT_SLICE", "FairBatcher", "Ticket", "UpdateGate", "wrap64"]
+__all__ = ["DEFAULT_SLICE", "FairBatcher", "STREAM_FIRST", "Ticket", "UpdateGate", "wrap64"]
 
 DEFAULT_SLICE = 256
+STREAM_FIRST = 4
+"""The first slice of a sequence streamed from a policy that cannot call back per token, in
+tokens; each later one is twice the one before."""
 _SLICE_SEED = 1_000_003
 _STOP_TAIL = 64  # tokens decoded to look for a stop string, as the hf backend does
 
@@ -115,6 +132,9 @@ class _Seq:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] | None = field(default_factory=list)
     slices: int = 0
+    index: int = 0
+    watch: Callable[[int, list[int], list[float] | None], None] | None = None
+    streamed: int = 0  # tokens handed to ``watch`` so far
 
 
 class Ticket:
@@ -124,6 +144,8 @@ class Ticket:
         self.futures, self._group = futures, group
 
     def cancel(self) -> None:
+        """Drop the request: what is queued never generates again (a client that went away
+        frees its slot; a sequence inside the running batch ends with that slice)."""
         self._group.failed = True
         for f in self.futures:
             f.cancel()
@@ -138,25 +160,30 @@ class FairBatcher:
             raise PolicyError("batch_window must be >= 0, max_batch >= 1, slice_tokens >= 0")
         self.policy, self.window, self.max_batch = policy, window, max_batch
         self.gate, self.slice_tokens = gate, slice_tokens
+        self.per_token = "stream" in getattr(policy, "capabilities", ())
         self._cond = threading.Condition()
         self._line: deque[_Group] = deque()  # groups with sequences waiting, in turn order
         self._waiting = 0
         self._stop = False
         self.batches = self.requests = self.largest = self.failed_batches = self.slices = 0
+        self.cancelled = 0  # sequences dropped from the line because their request went away
         self._thread = threading.Thread(target=self._run, name="spadekit-serve-batcher",
                                         daemon=True)
         self._thread.start()
 
-    def submit(self, requests: list[GenerationRequest]) -> Ticket:
+    def submit(self, requests: list[GenerationRequest],
+               watch: Callable[[int, list[int], list[float] | None], None] | None = None
+               ) -> Ticket:
+        """Queue one request's sequences; ``watch`` streams them (module docstring)."""
         group = _Group()
         futures = []
         with self._cond:
             if self._stop:
                 raise PolicyError("the server is shutting down")
-            for r in requests:
+            for i, r in enumerate(requests):
                 fut: Future = Future()
                 futures.append(fut)
-                group.pending.append(_Seq(r, fut, group))
+                group.pending.append(_Seq(r, fut, group, index=i, watch=watch))
             if group.pending:
                 self._line.append(group)
                 self._waiting += len(group.pending)
@@ -167,7 +194,8 @@ class FairBatcher:
         with self._cond:
             return {"requests": self.requests, "batches": self.batches,
                     "largest_batch": self.largest, "failed_batches": self.failed_batches,
-                    "slices": self.slices, "queued": self._waiting}
+                    "slices": self.slices, "queued": self._waiting,
+                    "cancelled": self.cancelled}
 
     def close(self) -> None:
         with self._cond:
@@ -223,6 +251,7 @@ class FairBatcher:
                     for seq in group.pending:
                         _fail(seq, PolicyError("the request was cancelled"))
                     self._waiting -= len(group.pending)
+                    self.cancelled += len(group.pending)
                     group.pending.clear()
                     continue
                 pick = 0 if admit else next(
@@ -250,17 +279,38 @@ class FairBatcher:
                 self._waiting += 1
             self._cond.notify_all()
 
-    def _slice_request(self, seq: _Seq) -> GenerationRequest:
+    def _slice_request(self, seq: _Seq) -> tuple[GenerationRequest, bool]:
+        """The request for ``seq``'s next generation, and whether it is the whole sequence."""
         r = seq.request
-        if self.slice_tokens == 0 or (seq.slices == 0
-                                      and r.params.max_new_tokens <= self.slice_tokens):
-            return r
+        size = self.slice_tokens
+        sliced_stream = seq.watch is not None and size and not self.per_token
+        if sliced_stream:  # short slices first, then doubling
+            size = min(size, STREAM_FIRST << min(seq.slices, 30))
+        elif self.slice_tokens == 0 or (seq.slices == 0
+                                        and r.params.max_new_tokens <= self.slice_tokens):
+            return self._watched(seq, r), True
         p = r.params
-        budget = min(self.slice_tokens, p.max_new_tokens - len(seq.tokens))
+        budget = min(size, p.max_new_tokens - len(seq.tokens))
         seed = None if p.seed is None else wrap64(p.seed + _SLICE_SEED * seq.slices)
         params = SamplingParams(temperature=p.temperature, top_p=p.top_p, max_new_tokens=budget,
                                 stop=p.stop, seed=seed)
-        return GenerationRequest(prompt_ids=list(r.prompt_ids or []) + seq.tokens, params=params)
+        return self._watched(seq, GenerationRequest(
+            prompt_ids=list(r.prompt_ids or []) + seq.tokens, params=params)), False
+
+    def _watched(self, seq: _Seq, r: GenerationRequest) -> GenerationRequest:
+        """``r`` with the per-token hook of a streamed sequence (a policy that streams)."""
+        if seq.watch is None or not self.per_token:
+            return r
+        return dataclasses.replace(r, on_token=lambda tok, lp: self._emit(seq, [tok], [lp]))
+
+    def _emit(self, seq: _Seq, tokens: list[int], logprobs: list[float] | None) -> None:
+        if seq.group.failed:
+            return
+        seq.streamed += len(tokens)
+        try:
+            seq.watch(seq.index, tokens, logprobs)
+        except Exception:  # a broken watcher drops its request, never the batcher
+            seq.group.failed = True
 
     def _generate(self, batch: list[_Seq]) -> None:
         live = []
@@ -271,11 +321,13 @@ class FairBatcher:
                 live.append(seq)
         if not live:
             return
-        reqs = [self._slice_request(s) for s in live]
+        planned = [self._slice_request(s) for s in live]
+        reqs = [r for r, _whole in planned]
         with self._cond:
             self.batches += 1
             self.requests += sum(1 for s in live if s.slices == 0)
             self.largest = max(self.largest, len(live))
+        streamed = [s.streamed for s in live]
         try:
             out = self.policy.generate(reqs)
             if len(out) != len(reqs):
@@ -289,22 +341,25 @@ class FairBatcher:
                 results = [exc]
             else:
                 results = []
-                for r in reqs:
+                for seq, r, before in zip(live, reqs, streamed):
+                    if seq.streamed != before:  # tokens already went out: no second draw
+                        results.append(PolicyError(f"generation failed mid-stream: {exc}"))
+                        continue
                     try:
                         results.append(self.policy.generate([r])[0])
                     except Exception as one_exc:
                         results.append(one_exc)
         again = []
-        for seq, r, g in zip(live, reqs, results):
+        for seq, (_r, whole), g in zip(live, planned, results):
             if isinstance(g, BaseException):
                 seq.group.failed = True
                 _fail(seq, g)
-            elif r is seq.request:  # one whole, unsliced generation
+            elif whole:  # one whole, unsliced generation
                 seq.future.set_result(g)
             elif self._advance(seq, g):
                 again.append(seq)
         with self._cond:
-            self.slices += sum(1 for r, s in zip(reqs, live) if r is not s.request)
+            self.slices += sum(1 for _r, whole in planned if not whole)
         self._requeue(again)
 
     def _advance(self, seq: _Seq, g: Generation) -> bool:
@@ -330,6 +385,9 @@ class FairBatcher:
                     finish = "stop"
                     break
         if not finish and g.token_ids and len(seq.tokens) < p.max_new_tokens:
+            if seq.watch is not None and not self.per_token:
+                self._emit(seq, seq.tokens[seq.streamed:], None if seq.logprobs is None
+                           else seq.logprobs[seq.streamed:])
             return True
         text = self.policy.tokenizer.decode(seq.tokens, skip_special_tokens=True)
         text, _ = cut_at_stop(text, p.stop)

@@ -96,9 +96,20 @@ class RolloutConfig:
     """Format aid: the settings whose episodes open with the built-in example turns of a toy
     task before the first observation (prompt tokens, never trained). Empty: none."""
 
+    max_staleness: int = 0
+    """Asynchronous rollouts (read by the self-play loop, ``spadekit.selfplay.pipeline``): 0 is
+    the synchronous loop (generate, then train on it); k >= 1 generates round s while the
+    trainer updates on round s-1, and no batch is trained more than k policy versions after
+    the one that generated it (older ones are cancelled, counted). Needs a separate generation
+    engine (``generation_model``) and ``checkpoint_every: 1``. TRL's ``max_staleness``."""
+
     def __post_init__(self) -> None:
         from spadekit.rollout.aids import check_rollout_aids
         check_rollout_aids(self.response_prefix, self.demonstrations)
+        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) \
+                or self.max_staleness < 0:
+            raise ValueError(f"rollout.max_staleness must be an int >= 0, got "
+                             f"{self.max_staleness!r}")
 
 
 @dataclass
@@ -245,6 +256,9 @@ class RolloutEngine:
         self.stats: dict[str, float] = {}
         self.on_turn: Callable[[Trajectory, TurnRecord], None] | None = None
         """Called with each turn the moment its environment answered it (live display)."""
+        self.on_episode: Callable[[Trajectory], None] | None = None
+        """Called with each episode once it has ended (won, lost, cut or failed), during
+        :meth:`run`, not after the whole batch: per-episode progress."""
 
     # -- public ---------------------------------------------------------------------------
 
@@ -257,11 +271,23 @@ class RolloutEngine:
             tr.max_turns = self._cap(tr)
         if self.backend is None and any(s.program is not None for s in specs):
             raise ValueError("episodes of untrusted programs need a SandboxPool or an EnvBackend")
+        reported: set[int] = set()
+
+        def report_ended() -> None:
+            if self.on_episode is None:
+                return
+            for tr in trajs:
+                if not tr.live and tr._index not in reported:
+                    reported.add(tr._index)
+                    self.on_episode(tr)
+
         with self._session() as session:
             self._start(trajs, session)
+            report_ended()
             turn = 0
             while any(t.live for t in trajs):
                 self._turn([t for t in trajs if t.live], turn, session)
+                report_ended()
                 turn += 1
         self.stats["total_s"] = time.perf_counter() - t0
         return trajs

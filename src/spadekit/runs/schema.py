@@ -38,6 +38,13 @@ Tables (version 1)
 Version 2 adds ``rejected``: every designer output that did not enter the pool (step, skill,
 validation stage, reason code, message, the program's sha256 when one was extracted, the raw text
 as a zlib BLOB, details JSON), for the dashboard's rejected-programs view.
+
+Version 3 adds asynchronous rollouts' tables (``spadekit.selfplay.pipeline``): ``rollout_queue``
+(the training samples a round generated for the next round's update: step, policy version, the
+trainer's versions when their generation began and ended, role, group_id, packed token_ids,
+loss_mask and behaviour logprobs, advantage, weight, generated_at_step, truncated) and
+``token_ledger`` (per committed round and policy version: loss tokens generated, trained,
+discarded as stale, in flight; ``spadekit.selfplay.staleness.TokenLedger``).
 """
 
 from __future__ import annotations
@@ -196,8 +203,22 @@ _V2 = (
     "CREATE INDEX rejected_reason ON rejected(reason, step)",
 )
 
+_V3 = (
+    """CREATE TABLE rollout_queue (
+        id INTEGER PRIMARY KEY, step INTEGER NOT NULL, version INTEGER NOT NULL,
+        trainer_start INTEGER NOT NULL, trainer_end INTEGER NOT NULL, role TEXT NOT NULL,
+        group_id TEXT NOT NULL, token_ids BLOB NOT NULL, loss_mask BLOB NOT NULL, logprobs BLOB,
+        advantage REAL NOT NULL, weight REAL NOT NULL, generated_at_step INTEGER NOT NULL,
+        truncated INTEGER NOT NULL CHECK (truncated IN (0, 1)), created_at REAL NOT NULL)""",
+    "CREATE INDEX rollout_queue_step ON rollout_queue(step, id)",
+    """CREATE TABLE token_ledger (
+        step INTEGER NOT NULL, version INTEGER NOT NULL, generated INTEGER NOT NULL,
+        trained INTEGER NOT NULL, discarded INTEGER NOT NULL, in_flight INTEGER NOT NULL,
+        PRIMARY KEY (step, version))""",
+)
+
 #: version -> statements that bring a database from ``version - 1`` to ``version``.
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2}
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: _V1, 2: _V2, 3: _V3}
 #: The schema version this code writes.
 SCHEMA_VERSION = max(MIGRATIONS)
 
@@ -284,9 +305,12 @@ def unpack_array(blob: bytes | None) -> list | None:
     """Inverse of :func:`pack_array` (``None`` stays ``None``)."""
     if blob is None:
         return None
-    code = chr(blob[0])
-    arr = array.array(code)
-    arr.frombytes(zlib.decompress(blob[1:]))
+    try:
+        arr = array.array(chr(blob[0]))
+        arr.frombytes(zlib.decompress(blob[1:]))
+    except (IndexError, TypeError, ValueError, zlib.error) as exc:  # a damaged row
+        raise StoreCorruptError(f"a stored array does not decode ({type(exc).__name__}: "
+                                f"{exc}); the run database is damaged") from None
     if sys.byteorder == "big":  # pragma: no cover
         arr.byteswap()
     return arr.tolist()
@@ -454,6 +478,35 @@ def delay_row(sample: Mapping[str, Any], now: float) -> tuple:
             opt_int(sample.get("prompt_len")), pack_array(tokens, "i"), pack_array(mask, "B"),
             None if logprobs is None else pack_array(logprobs, "d"),
             dumps(dict(sample.get("meta") or {}), "meta"), now)
+
+
+QUEUE_INSERT = (
+    "INSERT INTO rollout_queue (step, version, trainer_start, trainer_end, role, group_id,"
+    " token_ids, loss_mask, logprobs, advantage, weight, generated_at_step, truncated,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def queue_row(batch: Mapping[str, Any], sample: Mapping[str, Any], now: float) -> tuple:
+    """Encode one queued training sample of ``batch`` (see ``RunStore.queue_batch``)."""
+    tokens, mask = list(sample["token_ids"]), list(sample["loss_mask"])
+    logprobs = sample.get("behaviour_logprobs")
+    if len(mask) != len(tokens) or (logprobs is not None and len(logprobs) != len(tokens)):
+        raise StoreError("token_ids, loss_mask and behaviour_logprobs must have the same length")
+    return (int(batch["step"]), int(batch["version"]), int(batch["trainer_start"]),
+            int(batch["trainer_end"]), str(sample["role"]), str(sample["group_id"]),
+            pack_array(tokens, "i"), pack_array(mask, "B"),
+            None if logprobs is None else pack_array(logprobs, "d"),
+            finite(sample["advantage"], "advantage"), finite(sample["weight"], "weight"),
+            int(sample["generated_at_step"]), int(bool(sample["truncated"])), now)
+
+
+def decode_queue(row: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for key in ("token_ids", "loss_mask", "logprobs"):
+        out[key] = unpack_array(out[key])
+    out["behaviour_logprobs"] = out.pop("logprobs")
+    out["truncated"] = bool(out["truncated"])
+    return out
 
 
 def decode_delay(row: Mapping[str, Any]) -> dict[str, Any]:

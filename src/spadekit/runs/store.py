@@ -37,9 +37,10 @@ from typing import Any
 from spadekit.envs.program import EnvProgram
 from spadekit.runs.schema import (
     APPLICATION_ID, DELAY_INSERT, ENV_INSERT, EPISODE_INSERT, MIGRATIONS, PLAY_INSERT,
-    SCHEMA_VERSION, SQLITE_MAGIC, STATS_SQL, TURN_INSERT, SchemaVersionError, StoreCorruptError,
-    StoreError, StoreNotFound, check_status, decode_delay, decode_env, decode_episode, delay_row,
-    dumps, env_row, episode_rows, finite, loads, opt_int, play_row, program_of,
+    QUEUE_INSERT, SCHEMA_VERSION, SQLITE_MAGIC, STATS_SQL, TURN_INSERT, SchemaVersionError,
+    StoreCorruptError, StoreError, StoreNotFound, check_status, decode_delay, decode_env,
+    decode_episode, decode_queue, delay_row, dumps, env_row, episode_rows, finite, loads, opt_int,
+    play_row, program_of, queue_row,
 )
 
 __all__ = ["RunStore", "SchemaVersionError", "StoreCorruptError", "StoreError", "StoreNotFound",
@@ -526,6 +527,48 @@ class RunStore:
         out = dict(rows[0])
         out["meta"] = loads(out["meta"], {})
         return out
+
+    # -- asynchronous rollouts: the queue of generated samples and the token ledger -----------
+
+    def queue_batch(self, batch: Mapping[str, Any], samples: Iterable[Mapping[str, Any]]) -> int:
+        """Queue one round's training samples for a later update (``rollout.max_staleness``).
+        ``batch``: ``step``, ``version``, ``trainer_start``, ``trainer_end``; each sample:
+        ``role``, ``group_id``, ``token_ids``, ``loss_mask``, ``behaviour_logprobs`` (or None),
+        ``advantage``, ``weight``, ``generated_at_step``, ``truncated``. Returns the count."""
+        now = time.time()
+        rows = [queue_row(batch, s, now) for s in samples]
+        with self.transaction():
+            for row in rows:
+                self._sql(QUEUE_INSERT, row)
+        return len(rows)
+
+    def queued(self) -> list[dict[str, Any]]:
+        """Every queued sample (oldest round first, in the order they were queued)."""
+        return [decode_queue(r) for r in self.query(
+            "SELECT * FROM rollout_queue ORDER BY step, id")]
+
+    def queued_steps(self) -> list[int]:
+        return [int(r[0]) for r in self.query(
+            "SELECT DISTINCT step FROM rollout_queue ORDER BY step")]
+
+    def drop_queued(self, step: int) -> int:
+        """Remove round ``step``'s queued samples (trained or cancelled); returns the count."""
+        return self.execute("DELETE FROM rollout_queue WHERE step = ?", (int(step),)).rowcount
+
+    def record_ledger(self, step: int, rows: Iterable[Mapping[str, int]]) -> None:
+        """The token ledger as of round ``step``'s commit: one row per policy version."""
+        with self.transaction():
+            for row in rows:
+                self._sql("INSERT OR REPLACE INTO token_ledger VALUES (?, ?, ?, ?, ?, ?)",
+                          (int(step), int(row["version"]), int(row["generated"]),
+                           int(row["trained"]), int(row["discarded"]), int(row["in_flight"])))
+
+    def ledger(self, step: int | None = None) -> list[dict[str, int]]:
+        """The token ledger rows of round ``step`` (default: every round), by version."""
+        sql, params = "SELECT * FROM token_ledger", ()
+        if step is not None:
+            sql, params = sql + " WHERE step = ?", (int(step),)
+        return [dict(r) for r in self.query(sql + " ORDER BY step, version", params)]
 
     # -- state, metrics, events -----------------------------------------------------------------
 

@@ -408,6 +408,8 @@ class SelfPlayConfig:
                     f"train.{knob}={getattr(self.train, knob)!r} would be replaced: self-play "
                     f"trains with {owner} ({value!r}); set {owner} instead, or leave "
                     f"train.{knob} unset")
+        if self.rollout.max_staleness:
+            check_async(self)
         if self.schedule:
             check_schedule(self)
 
@@ -418,6 +420,21 @@ class SelfPlayConfig:
             return self.num_generations
         assert self.agent_samples_per_round is not None
         return -(-self.agent_samples_per_round // max(1, pooled))
+
+
+def check_async(config: "SelfPlayConfig") -> None:
+    """What ``rollout.max_staleness >= 1`` needs (``spadekit.selfplay.pipeline``); ConfigError."""
+    k = config.rollout.max_staleness
+    if not config.generation_model:
+        raise ConfigError(
+            f"rollout.max_staleness={k} generates while the trainer updates, so generation needs "
+            "an engine of its own: set generation_model (auto: vLLM when installed; vllm:PATH, "
+            "hf:PATH or an openai: server), or rollout.max_staleness=0")
+    if config.checkpoint_every != 1:
+        raise ConfigError(
+            f"rollout.max_staleness={k} needs checkpoint_every=1: a resume must load the "
+            "weights the queued samples' policy versions were counted against (with "
+            f"checkpoint_every={config.checkpoint_every} the queue would outlive its weights)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ PLACEMENT: dict[str, str] = {
     # setting up a run (``SelfPlay._setup``)
     "open_run": SHARED, "load_model": EVERY, "prepare_generation": MAIN, "create_run": MAIN,
     "build_trainer": EVERY, "start_environment_side": SHARED, "load_checkpoint": EVERY,
-    "restore_loop_state": MAIN,
+    "restore_loop_state": MAIN, "resume_pipeline": MAIN,
     # one round (``SelfPlay._round``)
     "apply_schedule": EVERY, "begin_round": MAIN, "design_environments": MAIN, "validate": MAIN, "hint": MAIN,
     "play": MAIN, "reward": MAIN, "advantages": SHARED, "update": EVERY,

@@ -55,6 +55,7 @@ from spadekit.selfplay.checkpoints import (CheckpointWriteError, disk_use, forge
 from spadekit.selfplay.config import SelfPlayConfig, schedule_values, scheduled_config
 from spadekit.selfplay.design import Drafts, active_skills
 from spadekit.selfplay.distributed import PeerFailed, control_group, join_launch, place_steps
+from spadekit.selfplay.pipeline import AsyncRound, Pipeline, check_async_setup
 from spadekit.selfplay.rewards import EmaTracker
 from spadekit.selfplay.samples import (DueRewards, agent_samples, designer_rewards,
                                        designer_samples_from, update_ema)
@@ -78,7 +79,7 @@ class RoundState:
     started: float = field(default_factory=time.perf_counter)
 
 
-class SelfPlay(SetupSteps):
+class SelfPlay(SetupSteps, AsyncRound):
     """A self-play run in ``run_dir`` (created, or resumed when it already holds rounds)."""
 
     single_process = False
@@ -115,6 +116,7 @@ class SelfPlay(SetupSteps):
         self.config, self.run_dir = config, Path(run_dir)
         policy = self.load_model(policy)
         self.prepare_generation(policy)
+        check_async_setup(self, policy, designer_policy)  # before any file is written
         if not resume:
             self.create_run()  # only once the model is known to work
         self.policy = policy
@@ -128,9 +130,11 @@ class SelfPlay(SetupSteps):
         self.validator = self.engine = self.memory = self.corpus = self.design = None
         self.build_trainer()
         last, pointer = self.start_environment_side(resume)
+        self.pipeline = Pipeline(self.store, config.rollout.max_staleness)
         if last is not None:
-            self.load_checkpoint(pointer)
+            loaded = self.load_checkpoint(pointer)
             self.restore_loop_state()
+            self.resume_pipeline(last, pointer, loaded)
         self.next_step = 0 if last is None else last + 1
         self.sync_generation("start" if last is None else "resume")
 
@@ -188,13 +192,16 @@ class SelfPlay(SetupSteps):
 
     def _round(self, step: int) -> dict[str, Any]:
         """One round of Algorithm 1, as one process runs it (with several processes,
-        ``spadekit.selfplay.distributed.PLACEMENT`` decides where each step runs)."""
+        ``spadekit.selfplay.distributed.PLACEMENT`` decides where each step runs). With
+        ``rollout.max_staleness >= 1``: ``async_round`` (``spadekit.selfplay.pipeline``)."""
         with contextlib.ExitStack() as transaction:  # committed by commit(); else rolled back
             r = RoundState(step, transaction, metrics={"step": step})
             set_round(step)  # the fault points (spadekit.common.faults) are named by round
             self.apply_schedule(r)
             fault_point("begin")
             self.begin_round(r)
+            if self.config.rollout.max_staleness:
+                return self.async_round(r)
             if self.designs_now(step):
                 fault_point("design")
                 drafts = self.design_environments(r)
@@ -324,6 +331,10 @@ class SelfPlay(SetupSteps):
                          f"{len(samples) - r.n_agent} designer samples)"):
             stats = self.trainer.train_step(samples) if samples else {}
         r.timings["update"] = time.perf_counter() - t
+        self.update_metrics(r, stats)
+        self.pipeline.trained_now(samples, stats)
+
+    def update_metrics(self, r: RoundState, stats: dict[str, Any]) -> None:
         r.metrics.update({f"train/{k}": v for k, v in stats.items()
                           if isinstance(v, (int, float))})
 
@@ -332,10 +343,27 @@ class SelfPlay(SetupSteps):
         at the start, after a resume (``what``) and after each update (``r``)."""
         if not self.config.generation_model:
             return
-        from spadekit.policy.weight_sync import push_weights
+        from spadekit.policy.openai_wire import EngineLost
+        from spadekit.policy.weight_sync import WeightSyncError, push_weights
 
         t = time.perf_counter()
-        sync = push_weights(self.gen_policy, self.trainer) or {}
+        try:
+            sync = push_weights(self.gen_policy, self.trainer) or {}
+        except EngineLost:
+            raise  # the engine is gone: the round cannot commit
+        except WeightSyncError as exc:
+            if r is None or not self.config.rollout.max_staleness:
+                raise
+            # asynchronous: the engine keeps its old weights (the push restored them), its
+            # next batches are staler, and one past the bound is cancelled; counted, never silent
+            r.metrics["async/push_failed"] = 1
+            r.metrics["weight_sync/failed"] = 1
+            self.store.append_event({"kind": "push_failed", "step": r.step,
+                                     "error": type(exc).__name__, "message": str(exc)[:500],
+                                     "generator_version": self.pipeline.versions.generator})
+            r.timings["weight_sync"] = time.perf_counter() - t
+            return
+        self.pipeline.versions.generator = self.pipeline.versions.trainer
         if r is not None:
             r.metrics.update({f"weight_sync/{k}": v for k, v in sync.items()
                               if isinstance(v, (int, float))})
@@ -383,7 +411,10 @@ class SelfPlay(SetupSteps):
         """The checkpoint pointer, the metrics and the events, then the commit."""
         step, metrics = r.step, r.metrics
         if r.checkpoint is not None:
-            self.store.record_checkpoint(step, r.checkpoint)
+            # with the versions and ledger as this round leaves them: a resume that has to
+            # fall back to this checkpoint rolls the pipeline back to them
+            self.store.record_checkpoint(step, r.checkpoint,
+                                         meta={"pipeline": self.pipeline.state()})
         # retention: older pointers go with this commit, their folders right after it
         keep = forget_unkept(self.store, self.config.checkpoint)
         stale = unkept_folders(self.run_dir, keep)
@@ -393,6 +424,7 @@ class SelfPlay(SetupSteps):
         metrics["world_size"] = self.trainer.dist.world_size
         metrics["timings_s"] = {k: round(v, 3) for k, v in r.timings.items()}
         metrics["seconds"] = round(time.perf_counter() - r.started, 3)
+        self.pipeline.record(step, metrics)  # the token ledger, checked to balance
         self.store.log_metrics(step, {k: v for k, v in metrics.items()
                                       if isinstance(v, (int, float)) and k != "step"})
         self.store.append_event({"kind": "round", **metrics})

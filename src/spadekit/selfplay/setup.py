@@ -24,6 +24,7 @@ from spadekit.selfplay.config import SelfPlayConfig, build, save_config
 from spadekit.selfplay.design import DesignPhase
 from spadekit.selfplay.memory import EnvironmentMemory, SeedlessMemory
 from spadekit.selfplay.rewards import EmaTracker
+from spadekit.selfplay.staleness import LedgerError
 from spadekit.selfplay.watch import PoolWatch
 
 __all__ = ["ResumeError", "SetupSteps"]
@@ -168,7 +169,7 @@ class SetupSteps:
                 self.memory.seed_from_source(str(warm / "programs"), config.setting)
             return None, None
         sweep_orphans(self.store)  # folders a killed round left (pointers are pruned later)
-        pointers = [{"step": p["step"], "path": str(p["path"])}
+        pointers = [{"step": p["step"], "path": str(p["path"]), "meta": p["meta"]}
                     for p in self.store.checkpoints()[::-1]]  # newest first
         if not pointers:
             return last, None
@@ -210,17 +211,18 @@ class SetupSteps:
                              if pointers else None)
         self.restore_loop_state()
 
-    def load_checkpoint(self, pointer: dict[str, Any] | None) -> None:
+    def load_checkpoint(self, pointer: dict[str, Any] | None) -> dict[str, Any] | None:
         """The trainer's state (weights, optimizer, RNG) from the checkpoint ``pointer``; when
         it does not load, from the newest older one that does (``pointer["older"]``), after a
-        warning naming the rounds whose updates are lost (``checkpoints.load_latest_good``)."""
+        warning naming the rounds whose updates are lost (``checkpoints.load_latest_good``).
+        Returns the pointer that loaded (None without one)."""
         if pointer is None:
-            return
+            return None
         chain = [pointer, *pointer.get("older", [])]
         store = getattr(self, "store", None)
         console = getattr(self, "console", None)
         try:
-            load_latest_good(
+            return load_latest_good(
                 chain, self.trainer.load, pointer.get("last_round"),
                 warn=None if console is None else
                 (lambda text: console.print(Text(f"warning: {text}", style="yellow"))),
@@ -233,6 +235,36 @@ class SetupSteps:
                               + (f" (nor the {len(chain) - 1} older one(s))"
                                  if len(chain) > 1 else ""),
                               step=pointer["step"]) from exc
+
+    def resume_pipeline(self, last: int, pointer: dict[str, Any] | None,
+                        loaded: dict[str, Any] | None) -> None:
+        """The rollout pipeline's versions and ledger on resume: as the last round committed
+        them when its checkpoint loaded; when an older one loaded instead (the newest was
+        damaged), as committed with that checkpoint, the lost rounds' queued batches dropped
+        (``Pipeline.fall_back``; a ``pipeline_fallback`` event says what went)."""
+        pipe = self.pipeline
+        if pointer is None or loaded is None or loaded["step"] == pointer["step"]:
+            try:
+                pipe.load_state(self.store.get_state("pipeline"))
+            except LedgerError as exc:
+                raise ResumeError(f"cannot resume {self.run_dir}: {exc}", step=last) from exc
+            return
+        state = (loaded.get("meta") or {}).get("pipeline")
+        if state is None and not pipe.k:
+            # a synchronous run's checkpoint from before the versions were kept with it:
+            # nothing is queued; the versions only count updates, so they stay as committed
+            pipe.load_state(self.store.get_state("pipeline"))
+            self.store.append_event({"kind": "pipeline_fallback", "loaded": loaded["step"],
+                                     "dropped_steps": [], "versions_rolled_back": False})
+            return
+        try:
+            dropped = pipe.fall_back(state, last)
+        except LedgerError as exc:
+            raise ResumeError(f"cannot resume {self.run_dir} from the checkpoint of round "
+                              f"{loaded['step']}: {exc}", step=loaded["step"]) from exc
+        self.store.append_event({"kind": "pipeline_fallback", "loaded": loaded["step"],
+                                 "dropped_steps": dropped, "versions_rolled_back": True,
+                                 **pipe.state()})
 
     def restore_loop_state(self) -> None:
         """The loop's random stream, corpus, curriculum and win-rate trackers, as committed."""

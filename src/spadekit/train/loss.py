@@ -180,7 +180,9 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
       ``ref_logprobs`` is required and the k3 estimator is used.
 
     Stats: ``pg_loss``, ``clip_frac_low``, ``clip_frac_high``, ``clip_frac``, ``ratio_mean``,
-    ``tis_mean`` (1.0 without behaviour logprobs), ``tis_capped_frac``, ``num_tokens`` and, only
+    ``tis_mean`` (1.0 without behaviour logprobs), ``tis_capped_frac``, ``tis_sq_mean`` (the
+    weights' second moment), ``mismatch_kl`` (k3 estimate of KL(behaviour || old) over the
+    sampled tokens: 0 where the sampling engine and the trainer agree), ``num_tokens`` and, only
     when ``beta != 0``, ``kl`` (mean k3 per unmasked token). All are unweighted means over
     unmasked tokens.
     """
@@ -195,9 +197,16 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
             log_w = old_logprobs.detach() - behaviour_logprobs.detach().to(logprobs.dtype)
             capped = (log_w >= math.log(is_cap)) & m
             stats["tis_capped_frac"] = float(capped.sum()) / max(int(m.sum()), 1)
+            stats["tis_sq_mean"] = _masked_mean(tis * tis, m)
+            # k3 estimate of KL(behaviour || old) from the behaviour's own samples: the
+            # mismatch between the engine that sampled and the trainer (0 where they agree)
+            r = torch.clamp(log_w, max=50.0)
+            stats["mismatch_kl"] = _masked_mean(torch.exp(r) - r - 1.0, m)
     else:
         stats["tis_mean"] = 1.0
         stats["tis_capped_frac"] = 0.0
+        stats["tis_sq_mean"] = 1.0
+        stats["mismatch_kl"] = 0.0
     pg = aggregate(per_token, m, sample_weights, loss_type)
     loss = pg
     stats["pg_loss"] = float(pg.detach())

@@ -103,7 +103,7 @@ from spadekit.train.model_prep import (
 __all__ = ["PolicyTrainer", "pack_microbatches", "CHECKPOINT_FORMAT"]
 
 _STAT_KEYS = ("pg_loss", "clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "tis_mean",
-              "tis_capped_frac", "kl")
+              "tis_capped_frac", "tis_sq_mean", "mismatch_kl", "kl")
 def pack_microbatches(lengths: Sequence[int], max_tokens: int, max_rows: int) -> list[list[int]]:
     """Group sequence indices into micro-batches, longest first: a micro-batch holds at most
     ``max_rows`` sequences and ``rows * longest <= max_tokens`` padded tokens (a sequence longer
@@ -209,7 +209,9 @@ class PolicyTrainer:
         ``num_tokens`` (loss tokens), ``num_padded_tokens`` (forward tokens), ``num_microbatches``.
         Loss statistics (averaged over the ``optimizer_steps``): ``loss``, ``pg_loss``, ``kl``
         (only with ``beta > 0``), ``clip_frac``/``_low``/``_high``, ``ratio_mean``, ``tis_mean``,
-        ``tis_capped_frac`` (token means over the batch), ``grad_norm`` (before clipping),
+        ``tis_capped_frac``, ``tis_std``, ``mismatch_kl`` (token means over the batch; the last
+        two: the spread of the importance weights and the k3 KL between the engine that sampled
+        and the trainer), ``grad_norm`` (before clipping),
         ``grad_clipped``. Then ``step`` (optimizer steps so far), ``learning_rate``,
         ``seconds``, ``tokens_per_second``, ``peak_rss_mb`` (the process's peak resident set so
         far) and, on CUDA, ``peak_device_mb`` (this step's peak allocated device memory).
@@ -233,6 +235,9 @@ class PolicyTrainer:
         stats.update(loss=0.0, grad_norm=0.0)
         for key in (runs[0] if runs else {}):
             stats[key] = sum(r[key] for r in runs) / len(runs)
+        if "tis_sq_mean" in stats:  # the spread of the importance weights
+            stats["tis_std"] = math.sqrt(max(stats.pop("tis_sq_mean") - stats["tis_mean"] ** 2,
+                                             0.0))
         stats.update(step=self.step, optimizer_steps=len(runs),
                      learning_rate=self.optimizer.param_groups[0]["lr"],
                      seconds=time.perf_counter() - t0)

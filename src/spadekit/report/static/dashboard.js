@@ -152,6 +152,7 @@ function renderOverview(snap) {
     lineChart({title: "Throughput (tokens/s)", series: [{name: "train tokens/s", points: metricSeries(snap, "train/tokens_per_second")},
       {name: "sampled tokens / play s", points: tps}]}),
     stackedBars({title: "Phase timings (s)", rows: rounds.map(r => ({step: r.step, parts: r.timings || {}}))}),
+    ...ledgerCharts(snap),
     evalNames.length ? lineChart({title: "Evaluation win rate", yFmt: pct, yRange: [0, 1],
       series: evalNames.map(n => ({name: n.split("/")[1], points: metricSeries(snap, n)}))}) : null,
     metricPicker(snap));
@@ -163,6 +164,25 @@ function renderOverview(snap) {
       {name: "designer reward", points: rows.map(r => [r.step, r.mean_designer_reward])}]})));
   box.replaceChildren(...[tiles, section("Curves over rounds", grid),
     section("Per skill", skills.length ? multiples : note("no data yet")), renderEvals(snap)].filter(Boolean));
+}
+
+/* Asynchronous rollouts (rollout.max_staleness): how stale the trained batches were, and the
+ * token ledger (generated = trained + discarded + in flight, cumulative at each commit). */
+function ledgerCharts(snap) {
+  const rounds = snap.rounds || [];
+  const charts = [];
+  if (rounds.some(r => isNum((r.metrics || {})["async/tokens_generated"]))) {
+    charts.push(lineChart({title: "Token ledger (loss tokens, cumulative)", series: named(snap, [
+      ["async/tokens_generated", "generated"], ["async/tokens_trained", "trained"],
+      ["async/tokens_discarded", "discarded (stale)"], ["async/tokens_in_flight", "in flight"]])}));
+  }
+  if (rounds.some(r => isNum((r.metrics || {})["async/staleness_max"]))) {
+    charts.push(lineChart({title: "Staleness of trained batches (policy versions)", series: named(snap, [
+      ["async/staleness_max", "max"], ["async/staleness_mean", "mean"],
+      ["async/in_flight_mean", "in flight"], ["async/waiting_mean", "waiting"],
+      ["async/lag_mean", "engine lag"], ["async/cancelled_batches", "cancelled batches"]])}));
+  }
+  return charts;
 }
 
 function metricPicker(snap) {
