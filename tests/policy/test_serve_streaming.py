@@ -184,3 +184,34 @@ def test_chat_template_kwargs_reach_the_template(tiny):
 
         quiet, loud = prompt(), prompt(chat_template_kwargs={"loud": True})
         assert tok.decode(quiet) == "hi" and tok.decode(loud) == "hi!!!"
+
+
+def test_a_cancel_the_stream_did_not_make_ends_with_an_error_event():
+    """Only the stream's own cancel (its client is gone) ends it silently; a sequence cancelled
+    from elsewhere leaves a client that is still reading, so it gets an error event."""
+    from concurrent.futures import Future
+
+    from spadekit.policy.serve_stream import LiveStream
+
+    class Ticket:
+        def __init__(self):
+            self.futures = [Future()]
+
+        def cancel(self):
+            for f in self.futures:
+                f.cancel()
+
+    def stream():
+        return LiveStream("completion", {"id": "x"}, 1, [], submit=lambda watch: Ticket(),
+                          answer=lambda gens: {}, part=lambda *a: {},
+                          visible=lambda toks: "", body={}, timeout=5.0)
+
+    theirs = stream()
+    theirs.ticket.futures[0].cancel()  # e.g. a server closing its line
+    events = list(theirs)
+    assert events and events[-1]["object"] == "error"
+    assert "cancelled" in events[-1]["error"]["message"]
+
+    ours = stream()
+    ours.cancel()  # the client went away
+    assert list(ours) == []

@@ -16,7 +16,8 @@ to the finished answer, built by the same code as the non-streamed one.
 
 A client that goes away mid-stream (the write fails) cancels its request: its sequences leave the
 batcher's line, so the slot goes to the others (``stats()["cancelled"]``). An error after the
-headers went out is an ``{"error": ...}`` event before ``[DONE]``.
+headers went out is an ``{"error": ...}`` event before ``[DONE]``; so is a cancel that the
+stream did not make (the server closing while it streams).
 
 The body goes out with ``Transfer-Encoding: chunked`` over HTTP/1.1, one chunk per event, and
 the connection is closed at the end.
@@ -113,8 +114,10 @@ class LiveStream:
         for i, fut in enumerate(self.ticket.futures):
             fut.add_done_callback(lambda f, i=i: self._q.put(("done", i, f)))
         self.first_token_at: float | None = None
+        self.cancelled_by_us = False
 
     def cancel(self) -> None:
+        self.cancelled_by_us = True
         self.ticket.cancel()
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -144,7 +147,12 @@ class LiveStream:
                 continue
             _, i, fut = item
             if fut.cancelled():
-                return  # our own cancel: the client is gone
+                if self.cancelled_by_us:
+                    return  # our own cancel: the client is gone
+                # cancelled by someone else (the server closing, the batcher stopping): the
+                # client is still there and must not read a stream that just ends
+                yield _error_event("generation was cancelled: the server is shutting down")
+                return
             exc = fut.exception()
             if exc is not None:
                 self.cancel()
