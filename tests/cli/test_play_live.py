@@ -94,15 +94,29 @@ def test_ctrl_c_ends_cleanly_with_what_was_played(tmp_path):
         if "episode 1 turn 3:" in line:
             break
     assert any("episode 1 turn 3:" in line for line in seen), "".join(seen)
+    proc.send_signal(signal.SIGUSR1)  # a stack dump, and the play goes on
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if "episode 1 turn 4:" in line:
+            break
+    assert any("episode 1 turn 4:" in line for line in seen), "".join(seen)
     proc.send_signal(signal.SIGINT)
     try:
         rest, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # the CLI dumps every thread's stack on SIGUSR1
+        time.sleep(3)
         proc.kill()
-        raise AssertionError("play did not end within 60 s of SIGINT")
+        _, err = proc.communicate()
+        raise AssertionError("play did not end within 60 s of SIGINT; its stacks:\n"
+                             + err[-6000:])
     text = "".join(seen) + rest
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted after" in text and "Traceback" not in err
+    assert "most recent call first" in err  # SIGUSR1's dump of every thread's stack
     played = int(text.split("interrupted after")[1].split("turn(s) played")[0].split(":")[1])
     assert played >= 3
     assert "episode 1 (seed 0): " in text and "unfinished" in text

@@ -560,7 +560,23 @@ app.add_typer(eval_app, name="eval", help="Evaluate a model or checkpoint on ben
 
 
 def main() -> None:
+    _stack_dump_on_sigusr1()
     app()
+
+
+def _stack_dump_on_sigusr1() -> None:
+    """``kill -USR1 PID`` prints every thread's Python stack to stderr and the command goes on:
+    a run that seems stuck tells where it waits (no debugger needed)."""
+    import faulthandler
+    import signal
+    import sys
+
+    if hasattr(signal, "SIGUSR1"):
+        try:
+            faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True,
+                                  chain=False)
+        except (ValueError, OSError, RuntimeError, AttributeError):
+            pass  # stderr without a file descriptor (an embedding host): no dump, no failure
 
 
 if __name__ == "__main__":
