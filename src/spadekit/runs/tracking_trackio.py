@@ -53,8 +53,13 @@ class TrackioTracker(Tracker):
     def close(self) -> None:
         self._flush()
         run, self.run = self.run, None
-        if run is not None:
-            with _quiet():
+        if run is None:
+            return
+        current = getattr(getattr(self.trackio, "context_vars", None), "current_run", None)
+        with _quiet():
+            if current is not None and current.get() is run:
+                self.trackio.finish()  # also forgets it: no second finish at exit
+            else:
                 run.finish()
 
     def _flush(self) -> None:
