@@ -22,6 +22,15 @@ for _sub in sorted(p for p in _TESTS.iterdir() if p.is_dir() and any(p.glob("tes
         sys.path.append(str(_sub))
 # tests keep their caches (Reasoning Gym items, spadekit.eval.rg_cache) out of the user's home
 os.environ.setdefault("SPADEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="spadekit-test-cache-"))
+# and the trackers (logging.backends) offline, out of the home directory: trackio's store in a
+# temp dir (read once, at its import), W&B's runs in each run directory, its caches in a temp dir
+os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="spadekit-test-trackio-")
+os.environ["WANDB_MODE"] = "offline"
+os.environ["WANDB_SILENT"] = "true"
+os.environ.pop("WANDB_DIR", None)
+_WANDB_HOME = tempfile.mkdtemp(prefix="spadekit-test-wandb-")
+for _name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+    os.environ[_name] = os.path.join(_WANDB_HOME, _name.lower())
 
 from spadekit.common.errors import SandboxError  # noqa: E402
 from spadekit.sandbox import SandboxConfig, SandboxPool  # noqa: E402

@@ -6,6 +6,7 @@ the self-play config, each returning a comparable summary of what that part did.
 - ``episode``: one agent episode on a trusted in-process environment;
 - ``designer`` / ``agent``: the per-round sample functions on a real run database;
 - ``update``: two updates of the tiny model; ``loop``: one or more real rounds;
+  ``tracking``: one real round with experiment trackers;
 - ``budget``, ``curriculum``, ``policy_name``: the functions the loop calls for those fields.
 """
 
@@ -291,6 +292,24 @@ def loop(cfg: SelfPlayConfig, w: World) -> Any:
             tuple(e[4] for e in log), (run / "tensorboard").exists(),
             len(list((run / "checkpoints").glob("*"))) if (run / "checkpoints").exists() else 0,
             gen, ledger)
+
+
+def tracking(cfg: SelfPlayConfig, w: World) -> Any:
+    """One real round with ``cfg.logging``: what the run records about its trackers (which
+    started or were disabled, under which project and run name; the same whether or not the
+    package is installed) and the steps each logged (W&B offline, trackio local: conftest)."""
+    from spadekit.policy.registry import load_policy
+    from spadekit.selfplay.loop import SelfPlay
+
+    run = w.fresh() / "run"
+    with SelfPlay(cfg, run, policy=load_policy("tiny", seed=0),
+                  designer_policy=RecordingPolicy(hybrid(), designer_script(), [])) as sp:
+        sp.run()
+        events = tuple((e["kind"], e["data"]["backend"], e["data"]["project"],
+                        e["data"]["name"]) for e in sp.store.events()
+                       if e["kind"].startswith("tracking_"))
+        logged = (sp.store.get_state("tracking") or {}).get("logged")
+    return events, logged
 
 
 def budget(cfg: SelfPlayConfig, w: World) -> Any:

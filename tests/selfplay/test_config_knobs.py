@@ -33,7 +33,8 @@ import pytest
 
 from conftest import TEST_CONFIG, TIERS
 from knob_observers import (World, agent, base_config, budget, curriculum, design, designer,
-                            episode, loop, policy_name, update, write_corpus, write_pool)
+                            episode, loop, policy_name, tracking, update, write_corpus,
+                            write_pool)
 from knob_watch import watch
 from spadekit.selfplay.config import (SCHEDULABLE, SCHEDULABLE_PREFIXES, RewardConfig, ScheduleEntry,
                              SelfPlayConfig, build, scheduled_config)
@@ -248,6 +249,9 @@ probe("checkpoint.keep_last", 1, loop, rounds=3)  # 2 folders -> 1
 probe("checkpoint.keep_every", 2, loop, rounds=3, checkpoint__keep_last=1)  # round 2's stays
 probe("generation_model", "tiny", loop)
 probe("rollout.max_staleness", 1, loop, generation_model="tiny")  # the last batch in flight
+probe("logging.backends", ["wandb"], tracking)  # W&B offline (conftest), or its missing package
+probe("logging.project", "other", tracking, logging__backends=["wandb"])
+probe("logging.name", "other", tracking, logging__backends=["wandb"])
 
 DOCUMENTED: dict[str, str] = {
     "schedule": "structural: the per-round changes themselves (test_schedulable_keys)",

@@ -18,6 +18,11 @@ from spadekit.common.safe_text import terminal_text
 
 console = Console(log_path=False)
 err_console = Console(stderr=True, log_path=False)
+LOG_HELP = ("Also log every round (its metrics, the config, its environments as a table) to "
+            "an experiment tracker: wandb or trackio (optional extras: pip install -e "
+            "'.[wandb]'). Repeatable or comma-separated; sets logging.backends. On --resume "
+            "it replaces the stored trackers; the tracked run continues (same id). A "
+            "tracker that fails is turned off with one warning; the run goes on.")
 UNSAFE_HELP = ("Allow running programs below the 'standard' isolation tier (see `spadekit "
                "doctor`). Only for trusted code.")
 
@@ -41,6 +46,7 @@ def selfplay(
         None, help="spade (default): the model designs its environments; fixed: a static pool "
         "(`--set curriculum.pool=DIR`); rlve: RLVE's adaptive-difficulty environments. Same "
         "trainer and budget for all three."),
+    log: list[str] = typer.Option(None, "--log", help=LOG_HELP),
     unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and the "
                                  "budgets it implies (agent samples, plays per environment, "
@@ -60,8 +66,9 @@ def selfplay(
     events.jsonl); `--resume DIR` continues after any crash, losing at most the round in flight.
     In-loop evaluation: `--set eval.every=N --set 'eval.suites=[rg-easy]'`.
     `--dry-run [--json]` shows what a preset resolves to without starting anything.
+    `--log wandb --log trackio` also sends every round to those trackers (docs/tracking.md).
     """
-    extra = [f"curriculum.kind={curriculum}"] if curriculum else []
+    extra = ([f"curriculum.kind={curriculum}"] if curriculum else []) + _log_sets(log)
     if dry_run or as_json:
         if not dry_run:
             raise typer.BadParameter("--json needs --dry-run")
@@ -81,13 +88,22 @@ def train_fixed(
     rounds: Optional[int] = typer.Option(None, help="Rounds to play now."),
     run_dir: Optional[Path] = typer.Option(None, help="Run directory (default runs/DATE-TIME)."),
     resume: Optional[Path] = typer.Option(None, help="Continue this run."),
+    log: list[str] = typer.Option(None, "--log", help=LOG_HELP),
     unsafe: bool = typer.Option(False, "--unsafe", help=UNSAFE_HELP),
 ) -> None:
     """The fixed-environment GRPO baseline: the agent role only, on a static pool, with the
     same loss, trainer and budget (envs_per_round x plays_per_env plays a round) as
     `selfplay`. Same run directory, resume and metrics."""
     _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
-                  ["curriculum.kind=fixed", f"curriculum.pool={json.dumps(pool)}"])
+                  ["curriculum.kind=fixed", f"curriculum.pool={json.dumps(pool)}",
+                   *_log_sets(log)])
+
+
+def _log_sets(log: list[str] | None) -> list[str]:
+    """``--log a --log b,c`` as the ``--set`` of ``logging.backends`` (none: no setting)."""
+    names = [n.strip() for item in log or [] for n in item.split(",") if n.strip()]
+    names = list(dict.fromkeys(names))  # --log wandb twice is once
+    return [f"logging.backends={json.dumps(names)}"] if names else []
 
 
 def _resolve(preset, config, overrides, model, rounds, unsafe, extra: list[str]):
@@ -215,6 +231,10 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
                 console.print(f"{role}: {terminal_text(str(r['policy']))} ({r['engine']}, "
                               f"{'trained' if r['trained'] else 'not trained'})",
                               overflow="fold")
+            if sp.tracking is not None and sp.tracking.live:
+                console.print(f"tracking: {', '.join(sp.tracking.live)} (project "
+                              f"{sp.config.logging.project}, run {sp.tracking.run_id})",
+                              overflow="fold", markup=False)
         history: list[dict] = []
         for _ in range(sp.config.rounds):
             try:

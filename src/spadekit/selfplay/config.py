@@ -18,6 +18,7 @@ from typing import Any
 
 from spadekit.common.errors import ConfigError
 from spadekit.rollout.engine import RolloutConfig
+from spadekit.runs.tracking import LoggingConfig
 from spadekit.sandbox.config import SandboxConfig
 from spadekit.train.config import TrainConfig
 from spadekit.selfplay.checkpoints import CheckpointConfig
@@ -346,6 +347,9 @@ class SelfPlayConfig:
     tensorboard: bool = True
     """Also write each round's metrics to ``run_dir/tensorboard`` when the ``tensorboard``
     package is installed (``pip install -e ".[tensorboard]"``)."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Experiment trackers (W&B, trackio) each round also goes to (``spadekit.runs.tracking``,
+    ``docs/tracking.md``); none by default."""
     designer: DesignerConfig = field(default_factory=DesignerConfig)
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(
         max_turns=12, max_new_tokens=256, temperature=0.6, max_context_tokens=4096))

@@ -50,6 +50,7 @@ from typing import Any
 from spadekit.common.faults import fault_point, set_round
 from spadekit.envs.program import EnvProgram
 from spadekit.rollout.engine import EpisodeSpec, Trajectory
+from spadekit.runs.tracking import scalar_metrics
 from spadekit.selfplay.checkpoints import (CheckpointWriteError, disk_use, forget_unkept, sweep,
                                            unkept_folders)
 from spadekit.selfplay.config import SelfPlayConfig, schedule_values, scheduled_config
@@ -90,6 +91,7 @@ class SelfPlay(SetupSteps, AsyncRound):
                  designer_policy: Any = None, resume: bool = False, console: Any = None):
         self.run_dir = Path(run_dir)
         self.store = self.pool = self.tb = self.curriculum = None  # for close() on any failure
+        self.tracking = None
         self.gen_policy = self.frozen_designer = None
         # under a launcher: join the process group (same decision on every rank: same config),
         # and let spadekit.selfplay.distributed place each named step on its ranks
@@ -141,6 +143,8 @@ class SelfPlay(SetupSteps, AsyncRound):
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
+        if getattr(self, "tracking", None) is not None:
+            self.tracking.close()  # never raises (spadekit.runs.tracking); before the store
         if getattr(self, "env_backend", None) is not None:
             self.env_backend.close()
         if getattr(self, "pool", None) is not None:
@@ -432,12 +436,13 @@ class SelfPlay(SetupSteps, AsyncRound):
         r.transaction.close()  # commit the round
         fault_point("committed")
         sweep(stale)
-        if self.tb is not None:  # after the commit, like events.jsonl
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                        and key != "step":
-                    self.tb.add_scalar(key, value, step)
+        scalars = scalar_metrics(metrics)  # after the commit, like events.jsonl
+        if self.tb is not None:
+            for key, value in scalars.items():
+                self.tb.add_scalar(key, value, step)
             self.tb.flush()
+        if self.tracking is not None:  # the same scalars; never raises
+            self.tracking.log_round(step, scalars)
         return metrics
 
     # -- helpers of the steps ----------------------------------------------------------------

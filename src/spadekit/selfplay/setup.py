@@ -20,7 +20,8 @@ from spadekit.runs.store import RunStore
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.validate import Validator
 from spadekit.selfplay.checkpoints import load_latest_good, set_aside_damaged, sweep_orphans
-from spadekit.selfplay.config import SelfPlayConfig, build, save_config
+from spadekit.runs.tracking import Tracking
+from spadekit.selfplay.config import SelfPlayConfig, build, save_config, to_dict
 from spadekit.selfplay.design import DesignPhase
 from spadekit.selfplay.memory import EnvironmentMemory, SeedlessMemory
 from spadekit.selfplay.rewards import EmaTracker
@@ -154,6 +155,7 @@ class SetupSteps:
         self.watch = PoolWatch(config.watch, self.store, self.memory, self.env_backend,
                                config.turn_cap, config.setting == "tooluse", pool=self.pool)
         self.tb = _tensorboard(self.run_dir) if config.tensorboard else None
+        self.tracking = self._tracking(resume)
         self.roles = self._record_roles()
         last = self.store.latest_complete_step()
         if last is None:
@@ -174,6 +176,21 @@ class SetupSteps:
         if not pointers:
             return last, None
         return last, {**pointers[0], "older": pointers[1:], "last_round": last}
+
+    def _tracking(self, resume: bool) -> Tracking | None:
+        """The run's experiment trackers (``config.logging``; rank 0 only: this step runs
+        there), warning on the run's console; None without any."""
+        if not self.config.logging.backends:
+            return None
+        console = getattr(self, "console", None)
+        warn = (lambda _text: None) if console is None else \
+            (lambda text: console.print(Text(text, style="yellow")))
+        try:
+            return Tracking(self.config.logging, self.store, self.run_dir,
+                            to_dict(self.config), resume=resume, warn=warn)
+        except Exception as exc:  # noqa: BLE001 - Tracking handles its backends' failures;
+            warn(f"warning: experiment tracking is off: {exc}")  # this is a last resort
+            return None
 
     def _record_roles(self) -> dict[str, dict[str, Any]]:
         """Which policy and engine plays each role, in the run database (state ``roles`` and a
@@ -199,7 +216,9 @@ class SetupSteps:
 
         data = yaml.safe_load((self.run_dir / "config.yaml").read_text())
         stored = build(SelfPlayConfig, data)
-        return dataclasses.replace(stored, rounds=given.rounds)
+        # the trackers are not part of the run: ones given now (--log) replace the stored ones
+        return dataclasses.replace(stored, rounds=given.rounds, logging=(
+            given.logging if given.logging.backends else stored.logging))
 
     def _restore(self, step: int) -> None:
         """One process: load the last checkpoint and the loop state (also used by
