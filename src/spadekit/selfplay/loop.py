@@ -206,18 +206,7 @@ class SelfPlay(SetupSteps, AsyncRound):
             self.begin_round(r)
             if self.config.rollout.max_staleness:
                 return self.async_round(r)
-            if self.designs_now(step):
-                fault_point("design")
-                drafts = self.design_environments(r)
-                fault_point("validate")
-                drafts = self.validate(r, drafts)
-                fault_point("hint")
-                self.hint(r, drafts)
-            fault_point("play")
-            plays = self.play(r)
-            fault_point("reward")
-            due = self.reward(r, plays)
-            samples = self.advantages(r, plays, due)
+            samples = self.generate_round(r)
             fault_point("update")
             self.update(r, samples)
             fault_point("sync")
@@ -238,11 +227,25 @@ class SelfPlay(SetupSteps, AsyncRound):
         ``schedule`` applies first, as in ``_round``."""
         r = RoundState(step, None, timings, metrics)
         self.apply_schedule(r)
-        if self.designs_now(step):
-            self.hint(r, self.validate(r, self.design_environments(r)))
-        plays = self.play(r)
-        samples = self.advantages(r, plays, self.reward(r, plays))
+        samples = self.generate_round(r)
         return samples[:r.n_agent], samples[r.n_agent:]
+
+    def generate_round(self, r: RoundState) -> list[Sample]:
+        """The generation half of round ``r``: design (or the baseline curriculum), validate,
+        hint, play, reward and advantages, with their fault points; returns the round's samples,
+        the agent's ``r.n_agent`` first. The synchronous round, the pipelined round
+        (``async_round``) and an external trainer (``produce_samples``) all call this."""
+        if self.designs_now(r.step):
+            fault_point("design")
+            drafts = self.design_environments(r)
+            fault_point("validate")
+            drafts = self.validate(r, drafts)
+            fault_point("hint")
+            self.hint(r, drafts)
+        fault_point("play")
+        plays = self.play(r)
+        fault_point("reward")
+        return self.advantages(r, plays, self.reward(r, plays))
 
     # -- the steps of a round ----------------------------------------------------------------
 

@@ -277,18 +277,7 @@ class AsyncRound:
         update.start()
         failed = True
         try:
-            if self.designs_now(step):
-                fault_point("design")
-                drafts = self.design_environments(r)
-                fault_point("validate")
-                drafts = self.validate(r, drafts)
-                fault_point("hint")
-                self.hint(r, drafts)
-            fault_point("play")
-            plays = self.play(r)
-            fault_point("reward")
-            due = self.reward(r, plays)
-            produced = self.advantages(r, plays, due)
+            produced = self.generate_round(r)
             with pipe.lock:  # the trainer's version as this round's generation ended
                 end = pipe.versions.trainer
             generated_at = time.perf_counter()
