@@ -77,6 +77,10 @@ def pytest_collection_finish(session):
     ``vllm serve`` starts in the background while the tests before it run)."""
     if session.config.option.collectonly:
         return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # under pytest-xdist every worker collects every module but runs only some: a module's
+        # fixture starts what it needs when it runs (no server started twice, none unused)
+        return
     for module in _selected_modules(session):
         start = getattr(module, "start_early", None)
         if callable(start):
