@@ -55,7 +55,20 @@ class Resolved:
         return {"roots": dict(self.roots), "dists": dict(self.dists)}
 
 
-def _distribution(name: str):
+@functools.lru_cache(maxsize=1)
+def _owners() -> dict[str, list[str]]:
+    """Import name -> the distributions that provide it (a scan of every installed
+    distribution's file record: seconds with a few hundred installed, so once a process)."""
+    from importlib import metadata
+
+    return metadata.packages_distributions()
+
+
+def _distribution(name: str, import_name: bool = True):
+    """The installed distribution named ``name``, or, when ``import_name``, the one that
+    provides the top-level module ``name`` (``yaml`` -> PyYAML); None when there is none. A
+    requirement is a distribution name, so it is looked up with ``import_name=False``: one that
+    is not installed (its marker excluded it here) costs no scan."""
     from importlib import metadata
 
     for candidate in (name, name.replace("_", "-")):
@@ -63,7 +76,9 @@ def _distribution(name: str):
             return metadata.distribution(candidate)
         except metadata.PackageNotFoundError:
             pass
-    owners = metadata.packages_distributions().get(name) or []
+    if not import_name:
+        return None
+    owners = _owners().get(name) or []
     for owner in owners:
         try:
             return metadata.distribution(owner)
@@ -88,12 +103,13 @@ def _requirements(dist) -> list[str]:
 def resolve(names: tuple[str, ...]) -> Resolved:
     """Resolve the allowlist ``names`` (see the module docstring); cached per allowlist."""
     todo, seen, dists, missing = list(names), set(), [], []
+    allowlisted = set(names)
     while todo:
         name = todo.pop(0)
         if _norm(name) in seen:
             continue
         seen.add(_norm(name))
-        dist = _distribution(name)
+        dist = _distribution(name, import_name=name in allowlisted)
         if dist is None:
             if name in names:
                 missing.append(name)

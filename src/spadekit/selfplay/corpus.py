@@ -32,6 +32,7 @@ import gzip
 import importlib
 import inspect
 import json
+import os
 import random
 import re
 import sys
@@ -370,9 +371,18 @@ def _prose_words(text: str) -> int:
     return len(_PROSE_WORD.findall(text))
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
+_MAY_VARY = re.compile(r"(?m)^(\s*)\S.*?\s*# may vary$")
+"""An example's output line that its own docstring marks as varying (scipy.stats draws them
+at import): its value is taken out, so the document is the same in every process."""
+
+
 def _signature(obj: Any) -> str:
+    """``obj``'s signature, with the memory addresses of default values' reprs taken out
+    (``fallback=<object object at 0x7f...>``): they change with every process, and the corpus
+    must be the same in each."""
     try:
-        return str(inspect.signature(obj))
+        return _ADDRESS.sub(">", str(inspect.signature(obj)))
     except (TypeError, ValueError):
         return ""
 
@@ -416,6 +426,7 @@ def _module_documents(modname: str, origin: str, min_words: int) -> list[Documen
     def add(qualname: str, obj: Any, header: str) -> None:
         doc = inspect.getdoc(obj)
         if isinstance(doc, str) and _prose_words(doc) >= min_words:
+            doc = _MAY_VARY.sub(r"\1...  # may vary", doc)
             docs.append(Document(f"{origin}:{qualname}", f"{header}\n\n{doc.strip()}\n",
                                  f"{origin}:{modname}"))
 
@@ -470,8 +481,8 @@ json.dump({"docs": [[d.id, d.text, d.source] for d in docs], "versions": version
 
 
 def _clean_default_documents() -> tuple[list[Document], dict[str, str | None]]:
-    """:func:`build_default_documents` in a fresh interpreter (``-I``: no site hooks, no user
-    path): imported packages patch standard-library members (Ray replaces
+    """:func:`build_default_documents` in a fresh interpreter (isolated as ``-I``: no user site,
+    no ``PYTHON*`` variables, no script path; hash seed 0): imported packages patch standard-library members (Ray replaces
     ``inspect.isgenerator`` and ``zlib.compressobj``), so a corpus read from this process would
     depend on what it imported before; the fresh one is the same in every process, which a
     resumed run's document stream relies on. Falls back to this process when no interpreter
@@ -481,17 +492,37 @@ def _clean_default_documents() -> tuple[list[Document], dict[str, str | None]]:
     src = str(Path(__file__).resolve().parents[2])
     roots = sorted({m.split(".")[0] for m in DEFAULT_SCIENTIFIC_MODULES})
     try:
-        done = subprocess.run([sys.executable, "-I", "-c", _CLEAN_BUILD, src, *roots],
-                              capture_output=True, text=True, timeout=300, check=True)
+        # -I's isolation with a fixed hash seed (-I would ignore PYTHONHASHSEED): no PYTHON*
+        # variables, no user site (-s), no script directory on the path (-P); set reprs in
+        # docstrings (scipy writes some at import) then come out in the same order every time
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        done = subprocess.run([sys.executable, "-s", "-P", "-c", _CLEAN_BUILD, src, *roots],
+                              capture_output=True, text=True, timeout=300, check=True,
+                              env={**env, "PYTHONHASHSEED": "0"})
         data = json.loads(done.stdout)
         return [Document(*row) for row in data["docs"]], data["versions"]
     except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
         return build_default_documents(), {p: _version_of(p) for p in roots}
 
 
+def cached_default_documents() -> tuple[list[Document], dict[str, Any]]:
+    """:func:`_clean_default_documents`, kept on disk (``spadekit.selfplay.corpus_cache``: the
+    build takes seconds at the start of every run; a cached one reads in a fraction of that)."""
+    from spadekit.selfplay import corpus_cache
+
+    def build() -> tuple[list[list[str]], dict[str, Any]]:
+        docs, versions = _clean_default_documents()
+        return [[d.id, d.text, d.source] for d in docs], versions
+
+    roots = sorted({m.split(".")[0] for m in DEFAULT_SCIENTIFIC_MODULES})
+    rows, versions = corpus_cache.cached_build(corpus_cache.build_key(roots, Path(__file__)),
+                                               build)
+    return [Document(*row) for row in rows], versions
+
+
 @functools.lru_cache(maxsize=1)
 def _default_documents() -> tuple[tuple[Document, ...], dict[str, Any]]:
-    docs, versions = _clean_default_documents()
+    docs, versions = cached_default_documents()
     by_origin: dict[str, int] = {}
     for doc in docs:
         origin = doc.id.split(":", 1)[0]
