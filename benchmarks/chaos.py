@@ -129,12 +129,18 @@ def child(run_dir: str, rounds: int, extra: list[str]) -> None:
             sp.next_step += 1
 
 
+POPEN = subprocess.Popen
+"""How a process of the run is started: a fresh interpreter here; the tests put
+``tests/prefork.popen`` (the same call, the child forked from an interpreter that has already
+imported torch, transformers and spadekit) in its place."""
+
+
 def start(run_dir: Path, rounds: int, fault: str | None = None, extra: list[str] = ()):
     env = {**os.environ, "PYTHONPATH": SRC}
     env.pop("SPADEKIT_FAULT", None)
     if fault:
         env["SPADEKIT_FAULT"] = fault
-    return subprocess.Popen([sys.executable, __file__, "--child", str(run_dir), "--rounds",
+    return POPEN([sys.executable, __file__, "--child", str(run_dir), "--rounds",
                              str(rounds), *sum((["--set", s] for s in extra), [])], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

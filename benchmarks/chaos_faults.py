@@ -35,8 +35,8 @@ def cli(run: Path, rounds: int, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "spadekit", "selfplay", "--model", "tiny", "--rounds",
            str(rounds), *sum((["--set", s] for s in sets), []), *extra]
     cmd += ["--resume", str(run)] if (run / "run.sqlite").exists() else ["--run-dir", str(run)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"})
+    return chaos.POPEN(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"})
 
 
 def sigterm(folder: Path) -> dict:

@@ -20,6 +20,11 @@ _TESTS = Path(__file__).resolve().parent
 for _sub in sorted(p for p in _TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
     if str(_sub) not in sys.path:
         sys.path.append(str(_sub))
+# under pytest-xdist each worker's torch uses one thread: two workers on two cores with two
+# OpenMP threads each only spin against each other (a test that wants threads sets them itself)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
 # tests keep their caches (Reasoning Gym items, spadekit.eval.rg_cache) out of the user's home
 os.environ.setdefault("SPADEKIT_CACHE_DIR", tempfile.mkdtemp(prefix="spadekit-test-cache-"))
 # and the trackers (logging.backends) offline, out of the home directory: trackio's store in a
@@ -65,6 +70,39 @@ def available_tiers() -> list[str]:
 
 
 TIERS = available_tiers()
+
+
+# Under pytest-xdist (``-n``): each test file runs whole on one worker (``--dist loadfile``: a
+# module's fixtures, a vLLM engine or a model, load once), and the files that take minutes are
+# handed out first, so no worker is left with one of them at the end. Slowest first, as measured
+# on 2 cores; a file not listed keeps its place after them. Only the order changes.
+HEAVY_FIRST = (
+    "selfplay/test_faults.py", "selfplay/test_generation_faults.py",
+    "selfplay/test_learning_bundled.py", "policy/test_vllm_server.py",
+    "policy/test_vllm_engine.py", "selfplay/test_async_rollouts.py",
+    "selfplay/test_config_knobs.py", "selfplay/test_selfplay_distributed.py",
+    "selfplay/test_signals_e2e.py", "rollout/test_no_orphans.py", "selfplay/test_warmstart.py",
+    "selfplay/test_checkpoints.py", "selfplay/test_warm_cache.py", "policy/test_weight_probe.py",
+    "selfplay/test_selfplay.py", "selfplay/test_review23.py", "rollout/test_ray_envs.py",
+    "selfplay/test_review_hacks.py", "integrations/test_slime_adapter.py",
+    "train/test_distributed.py", "runs/test_tracking.py", "benchmarks/test_gpu_check.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
+
+    def key(item):
+        path = Path(str(item.fspath)).resolve()
+        try:
+            rel = path.relative_to(_TESTS).as_posix()
+        except ValueError:
+            rel = path.as_posix()
+        return rank.get(rel, len(rank))
+
+    items.sort(key=key)  # stable: the order inside each file, and of the files after, is kept
 
 
 def _selected_modules(session) -> list:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from spadekit.selfplay.staleness import (Batch, LedgerError, StaleWork, TokenLed
                                          staleness_parts)
 from spadekit.train.sample import Sample
 
+import prefork
 from test_selfplay import WORDS, config, designer_responder
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -345,7 +345,7 @@ def _child(tmp: Path, run: Path, rounds: int, resume: bool, fault: str | None = 
     env.pop("SPADEKIT_FAULT", None)
     if fault:
         env["SPADEKIT_FAULT"] = fault
-    proc = subprocess.run([sys.executable, str(script), str(run), str(rounds),
+    proc = prefork.run([sys.executable, str(script), str(run), str(rounds),
                            "1" if resume else "0", str(k)], env=env, capture_output=True, text=True,
                           timeout=600)
     for line in proc.stdout.splitlines():

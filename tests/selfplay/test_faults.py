@@ -21,6 +21,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import chaos  # noqa: E402
 import chaos_faults  # noqa: E402
+import prefork  # noqa: E402
+
+chaos.POPEN = prefork.popen  # the run's processes fork from preloaded interpreters
 
 
 def test_sigterm_rolls_the_round_back_and_exits_0_with_the_resume_line(tmp_path):
@@ -69,6 +72,7 @@ def test_a_full_disk_is_a_typed_error_and_the_previous_round_is_intact(tmp_path)
     assert r["survived"]
 
 
+@pytest.mark.timeout(900)  # 14 processes: about 180 s alone on 2 cores, 300 s beside another
 def test_a_run_killed_ten_times_equals_the_run_never_killed(tmp_path):
     """Resume equivalence (issue 25, item 2): two uninterrupted runs of the seeded config
     compare equal first (else "equal" would prove nothing); then the same run is killed with

@@ -43,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import chaos  # noqa: E402
+import prefork  # noqa: E402
+
+chaos.POPEN = prefork.popen  # the run's processes fork from preloaded interpreters
 
 SRC = str(ROOT / "src")
 TOKEN = "generation-faults-token"
@@ -56,7 +59,7 @@ def _server(tmp: Path, port: int = 0) -> tuple[subprocess.Popen, int]:
     if not token.exists():
         token.write_text(TOKEN + "\n")
         token.chmod(0o600)
-    proc = subprocess.Popen(
+    proc = prefork.popen(
         [sys.executable, "-m", "spadekit", "serve", "--model", "tiny", "--allow-weight-updates",
          "--weights-token-file", str(token), "--port", str(port)],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,

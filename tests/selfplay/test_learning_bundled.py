@@ -66,6 +66,7 @@ def learning_run(seed: int, learning_rate: float, steps: int = STEPS) -> dict:
 
 
 @pytest.mark.skipif(not TIERS, reason="no safe sandbox tier works here")
+@pytest.mark.timeout(900)  # about 150 s alone on 2 cores; 300 s beside another xdist worker
 def test_grpo_raises_held_out_return_of_the_bundled_model():
     pytest.importorskip("peft")
     run = learning_run(seed=0, learning_rate=2e-4)

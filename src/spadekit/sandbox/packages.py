@@ -122,22 +122,29 @@ def resolve(names: tuple[str, ...]) -> Resolved:
     paths: set[str] = set()
     for dist in dists:
         base = Path(dist.locate_file("")).resolve()
+        tops: set[tuple[str, bool]] = set()  # (first path part, whether it is the whole path)
         for item in dist.files or []:
-            parts = Path(str(item)).parts
-            if not parts or parts[0] in ("..", "__pycache__") or Path(str(item)).is_absolute():
+            # a record's paths are relative, "/"-separated (strings, not Paths: numpy and sympy
+            # record thousands of files, and pathlib's parsing took seconds a process)
+            text = str(item).replace("\\", "/")
+            if not text or text.startswith("/"):
                 continue
-            top = parts[0]
-            path = base / top
+            top, sep, _rest = text.partition("/")
+            if top and top not in ("..", ".", "__pycache__"):
+                tops.add((top, not sep))
+        name = dist.metadata["Name"]
+        for top, whole in sorted(tops):
+            path = str(base / top)
             if top.endswith(".dist-info"):
-                infos[_norm(dist.metadata["Name"] or top.split("-")[0])] = str(path)
-                paths.add(str(path))
+                infos[_norm(name or top.split("-")[0])] = path
+                paths.add(path)
                 continue
-            if len(parts) == 1 and top.endswith(".pth"):
+            if whole and top.endswith(".pth"):
                 continue
-            module = top.split(".")[0] if len(parts) == 1 else top
+            module = top.split(".")[0] if whole else top
             if module.isidentifier():
                 roots.setdefault(module, str(base))
-            paths.add(str(path))
+            paths.add(path)
     return Resolved(roots, infos, tuple(sorted(paths)), tuple(missing))
 
 
