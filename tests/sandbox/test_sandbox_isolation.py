@@ -406,8 +406,10 @@ def test_batched_requests_continue_stopped_workers(pool):
         envs = [sb.new_env(max_turns=5) for sb in boxes]
         for env in envs:
             env.reset()
-        time.sleep(0.1)  # both workers are stopped now
-        assert all(sb.worker.stopped for sb in boxes)
+        deadline = time.monotonic() + 10  # idle 20 ms; the stopper thread may wait its turn
+        while not all(sb.worker.stopped for sb in boxes) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(sb.worker.stopped for sb in boxes)  # both workers are stopped now
         results = step_many([(env, f"a{i}") for i, env in enumerate(envs)])
         assert [r[0] for r in results] == ["echo:a0", "echo:a1"], results
     finally:
