@@ -111,8 +111,9 @@ def test_ctrl_c_ends_cleanly_with_what_was_played(tmp_path):
         time.sleep(3)
         proc.kill()
         _, err = proc.communicate()
-        raise AssertionError("play did not end within 60 s of SIGINT; its stacks:\n"
-                             + err[-6000:])
+        dropped = [x for x in err.splitlines() if "Exception ignored" in x]
+        raise AssertionError("play did not end within 60 s of SIGINT; dropped exceptions: "
+                             f"{dropped}; its stacks:\n" + err[-6000:])
     text = "".join(seen) + rest
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted after" in text and "Traceback" not in err

@@ -4,7 +4,10 @@ The episodes run through the batched rollout engine (``spadekit.rollout``); its 
 prints every turn the moment the environment answers it (to stderr under ``--json``, so the
 JSON on stdout stays one document). Ctrl-C (SIGINT) ends the run cleanly: the sandboxes are
 released, and what was played so far (the turns of every episode, their rewards) is reported,
-with exit status 130.
+with exit status 130. A SIGINT is also remembered (``InterruptFlag``): Python raises
+``KeyboardInterrupt`` wherever the main thread is, and when that is a finalizer run by the
+garbage collector the interpreter prints "Exception ignored" and drops it (seen: the play went
+on for a minute after Ctrl-C); the next turn raises it again.
 
 Defaults fit a small model on a CPU (``PLAY_DEFAULTS``): 6 turns of at most 48 new tokens, and
 the format aids of the ``cpu-tiny`` preset (the response prefix ``\\boxed{`` for games), so the
@@ -15,6 +18,9 @@ override the budget.
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +39,35 @@ class LiveEpisode:
     seed: int
     turns: list[Any]
     trajectory: Any = None
+
+
+class InterruptFlag:
+    """Remembers that SIGINT came, so a ``KeyboardInterrupt`` the interpreter dropped (raised
+    inside a ``__del__`` or a weakref callback) is raised again at the next ``check``."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def handler(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self):
+        """The handler for SIGINT while the block runs (main thread only; elsewhere a no-op,
+        as Python allows signal handlers only there); the previous handler after."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = signal.signal(signal.SIGINT, self.handler)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def play_with_model(label: str, program: Any, model: str, episodes: int, seed: int,
@@ -66,6 +101,7 @@ def play_with_model(label: str, program: Any, model: str, episodes: int, seed: i
     live = [LiveEpisode(i, seed + i, []) for i in range(episodes)]
     out = err_console if as_json else console
     t0 = time.perf_counter()
+    flag = InterruptFlag()
 
     def on_turn(tr: Any, record: Any) -> None:
         ep = live[tr._index]
@@ -78,6 +114,7 @@ def play_with_model(label: str, program: Any, model: str, episodes: int, seed: i
                   f"{len(ep.turns)}: [bold cyan]{action}[/bold cyan]", highlight=False)
         out.print(f"         reward {record.reward:.3f}{ended}  {obs}", markup=False,
                   highlight=False)
+        flag.check()  # a Ctrl-C the interpreter dropped ends the play here
 
     engine = RolloutEngine(policy, pool, config)
     engine.on_turn = on_turn
@@ -88,8 +125,9 @@ def play_with_model(label: str, program: Any, model: str, episodes: int, seed: i
               highlight=False)
     trajs, interrupted = None, False
     try:
-        trajs = engine.run([EpisodeSpec(program, seed=seed + i, hint=hint)
-                            for i in range(episodes)])
+        with flag.installed():
+            trajs = engine.run([EpisodeSpec(program, seed=seed + i, hint=hint)
+                                for i in range(episodes)])
     except KeyboardInterrupt:
         interrupted = True
     finally:
