@@ -46,7 +46,7 @@ def client(server):
 
 
 class NoCallback:
-    """The tiny policy without the per-token hook (as a vLLM or remote policy is): the server
+    """The tiny policy without the per-token hook (as a remote ``openai:`` policy is): the server
     must stream it in short slices instead."""
 
     def __init__(self, policy):

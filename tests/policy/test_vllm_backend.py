@@ -108,7 +108,7 @@ def test_engine_is_built_with_processed_logprobs(fake_vllm):
     assert llm.kwargs == {"logprobs_mode": "processed_logprobs", **_cpu_defaults(),
                           "dtype": "float32", "gpu_memory_utilization": 0.5}
     assert isinstance(policy, Policy) and policy.name == "vllm:org/model"
-    assert policy.capabilities == frozenset({"token_ids", "logprobs"})
+    assert policy.capabilities == frozenset({"token_ids", "logprobs", "stream"})
     assert "train" not in policy.capabilities
     assert policy.logprobs_exact(SamplingParams(temperature=0.7))
     assert not policy.logprobs_exact(SamplingParams(temperature=0.7, top_p=0.9))

@@ -129,7 +129,7 @@ def one_update(hf, learning_rate: float = 3e-4):
 
 def test_the_bundled_model_is_named_through_vllm(engine, hf):
     assert engine.name == "vllm:smollm2-135m"
-    assert engine.capabilities == frozenset({"token_ids", "logprobs"})
+    assert engine.capabilities == frozenset({"token_ids", "logprobs", "stream"})
     assert engine.logprobs_mode == "processed_logits+normaliser"
     assert engine.tokenizer.get_vocab() == hf.tokenizer.get_vocab()
     assert engine.weights.route.startswith("in-process")
@@ -287,3 +287,87 @@ def test_a_batch_of_seeded_prompts_longer_than_one_step_generates(engine):
     assert all(g.token_ids for g in first)
     again = engine.generate(batch[:3])  # the same seeds alone: the same tokens
     assert [g.token_ids for g in again] == [g.token_ids for g in first[:3]]
+
+
+def test_a_streamed_batch_reaches_its_hooks_token_by_token_and_equals_the_plain_one(engine):
+    """``on_token`` (``spadekit serve`` with ``stream=True``): every token reaches its hook in
+    the engine step that sampled it, not at the end, with the logprob the answer holds; the
+    answer equals ``LLM.generate``'s for the same seeded requests (here at top_p 0.9, where the
+    logprob needs the recorded normaliser)."""
+    import dataclasses
+    import time
+
+    plain_reqs = requests(engine, 0.8, 0.9, tokens=48)
+    plain = engine.generate(plain_reqs)
+    heard: list[list[tuple[int, float, float]]] = [[] for _ in plain_reqs]
+
+    def hook(i):
+        return lambda tok, lp: heard[i].append((tok, lp, time.monotonic()))
+
+    t0 = time.monotonic()
+    streamed = engine.generate([dataclasses.replace(r, on_token=hook(i))
+                                for i, r in enumerate(plain_reqs)])
+    t1 = time.monotonic()
+    for i, (a, b) in enumerate(zip(plain, streamed)):
+        assert b.token_ids == a.token_ids and b.text == a.text
+        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-6)
+        assert [tok for tok, _lp, _t in heard[i]] == b.token_ids
+        assert [lp for _tok, lp, _t in heard[i]] == pytest.approx(b.logprobs, abs=1e-6)
+    longest = max(range(len(plain)), key=lambda i: len(plain[i].token_ids))
+    assert len(plain[longest].token_ids) >= 16
+    first = heard[longest][0][2]
+    assert first - t0 < 0.5 * (t1 - t0)  # the first token long before the last
+    again = engine.generate(plain_reqs)  # the engine is left as it was: no request behind
+    assert [g.token_ids for g in again] == [g.token_ids for g in plain]
+
+
+def test_spadekit_serve_streams_vllm_token_by_token_to_the_openai_client(engine):
+    """``spadekit serve`` over the vLLM engine with ``stream=True`` (the official ``openai``
+    client): an event a token, the first long before the last, and the streamed text equals
+    the unstreamed answer."""
+    import time
+
+    openai = pytest.importorskip("openai")
+    from spadekit.policy.serve import serve
+
+    with serve(engine, model_name="vllm") as srv, \
+            openai.OpenAI(base_url=srv.url, api_key="none", max_retries=0, timeout=300) as c:
+        kwargs = {"model": "vllm", "prompt": "Once upon a time", "max_tokens": 48,
+                  "temperature": 0}
+        plain = c.completions.create(**kwargs).choices[0]
+        t0 = time.perf_counter()
+        stamps, parts = [], []
+        for chunk in c.completions.create(stream=True, **kwargs):
+            if chunk.choices and chunk.choices[0].text:
+                stamps.append(time.perf_counter() - t0)
+                parts.append(chunk.choices[0].text)
+        total = time.perf_counter() - t0
+    assert "".join(parts) == plain.text
+    if plain.finish_reason == "length":
+        assert len(stamps) >= 24  # a token (or a few) an event, not slices that double
+    assert len(stamps) >= 2 and stamps[0] < 0.5 * total, (stamps[:3], total)
+
+
+def test_another_thread_generates_what_the_calling_thread_does(engine):
+    """The session set torch's thread count before the engine was built (``bundled_hf``:
+    ``configure_cpu_threads``); vLLM's CPU attention then failed in any thread but the one that
+    built it ("Check failed: input->metadata->thread_num == thread_num"). The engine is built
+    and stepped on its own thread (``vllm_thread``), so every caller gets the same seeded
+    tokens."""
+    import threading
+
+    reqs = requests(engine, 0.7, tokens=6)
+    here = engine.generate(reqs)
+    box: dict = {}
+
+    def other():
+        try:
+            box["gens"] = engine.generate(reqs)
+        except Exception as exc:  # reported below
+            box["exc"] = exc
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(120)
+    assert "exc" not in box, box.get("exc")
+    assert [g.token_ids for g in box["gens"]] == [g.token_ids for g in here]

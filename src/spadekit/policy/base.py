@@ -97,7 +97,7 @@ class GenerationRequest:
     on_token: Callable[[int, float], None] | None = field(default=None, compare=False,
                                                          repr=False)
     """Called with each sampled token and its logprob as it is produced, by policies whose
-    ``capabilities`` hold ``"stream"`` (the ``hf`` sampler); others ignore it. For streaming
+    ``capabilities`` hold ``"stream"`` (the ``hf`` sampler, the ``vllm`` engine); others ignore it. For streaming
     (``spadekit serve``); it must return quickly and not raise."""
 
     def __post_init__(self) -> None:

@@ -26,9 +26,10 @@ retried one by one so that one bad request does not fail its neighbours.
 
 **Streaming** (``submit(..., watch=...)``): ``watch(index, tokens, logprobs)`` gets each
 sequence's new tokens as they come (``index``: the sequence's place in the request). A policy
-that streams (``"stream"`` in its ``capabilities``: the ``hf`` sampler) calls back per token from
-its decoding loop (``GenerationRequest.on_token``), so a streamed sequence is generated exactly
-as an unstreamed one (same slices, same seeds, same tokens). Any other policy is sliced for a
+that streams (``"stream"`` in its ``capabilities``: the ``hf`` sampler and the in-process
+``vllm`` engine) calls back per token from its decoding loop (``GenerationRequest.on_token``), so a streamed sequence is generated exactly
+as an unstreamed one (same slices, same seeds, same tokens). Any other policy (a remote
+``openai:`` server) is sliced for a
 stream even when the sequence would fit in one slice, in slices that double from
 ``STREAM_FIRST`` tokens (4, 8, 16, ... up to ``slice_tokens``), and ``watch`` gets each slice's
 tokens but the last's (those come with the finished generation): the first tokens reach the

@@ -20,6 +20,17 @@ seeded ~200-token prompts, a 2-game evaluation of 32 seeds, were enough. Without
 prompt is scheduled only when it fits whole (``max_num_batched_tokens`` becomes the model
 length), so nothing is discarded.
 
+An engine this backend builds lives on its own thread (``vllm_thread.EngineThread``): built
+there, and every generation runs there, whichever thread calls ``generate`` (vLLM's CPU
+attention refuses a step from a thread whose OpenMP thread count differs from the builder's).
+
+Streaming: when a request carries ``on_token`` (``spadekit serve`` with ``stream=True``), the
+batch runs through the engine's own step loop instead (``llm_engine.add_request`` with
+cumulative outputs, then ``step()`` until every request is done): each token reaches its hook
+in the step that sampled it, with the logprob the final answer will hold (the normaliser is
+read as it is recorded, ``vllm_logprobs.peek``). The tokens, logprobs and text returned are
+those of ``LLM.generate`` for the same seeded requests.
+
 Requests go to one ``LLM.generate`` call per batch, prompts as token ids
 (``{"prompt_token_ids": ids}``), one ``vllm.SamplingParams`` per request: ``temperature``,
 ``top_p``, ``max_tokens``, ``stop``, ``seed``, ``logprobs=0`` (the sampled token's logprob only),
@@ -89,7 +100,7 @@ def _import_vllm() -> Any:
 class VLLMPolicy:
     """An in-process ``vllm.LLM`` as a ``Policy`` (token_ids, logprobs; no in-process training)."""
 
-    capabilities = frozenset({"token_ids", "logprobs"})
+    capabilities = frozenset({"token_ids", "logprobs", "stream"})
 
     def __init__(self, model: str | None = None, *, llm: Any = None, tokenizer: Any = None,
                  name: str | None = None, logprobs_mode: str | None = None,
@@ -118,11 +129,21 @@ class VLLMPolicy:
             kwargs.setdefault("worker_extension_cls",  # pushes to the engine processes
                               "spadekit.policy.vllm_server.WorkerExtension")
         self.logprobs_mode = logprobs_mode
+        self._thread: Any = None
+        """``EngineThread`` the engine was built on and generates on (``vllm_thread``); None
+        for an engine built by the caller, which generates in the calling thread."""
         if llm is None:
             if not model:
                 raise PolicyError("the vllm backend needs a model id or path (vllm:ID_OR_PATH)")
-            llm = self._build(vllm, model, "processed_logits" if logprobs_mode == EXACT
-                              else logprobs_mode, kwargs)
+            from spadekit.policy.vllm_thread import EngineThread
+
+            self._thread = EngineThread()
+            try:
+                llm = self._thread.call(self._build, vllm, model, "processed_logits"
+                                        if logprobs_mode == EXACT else logprobs_mode, kwargs)
+            except BaseException:
+                self._thread.stop()
+                raise
         else:  # an engine built by the caller: read its mode where vLLM records it
             mode = getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None),
                            "logprobs_mode", None)
@@ -206,10 +227,16 @@ class VLLMPolicy:
         inputs = [{"prompt_token_ids": p} for p in prompts]  # a vllm TokensPrompt
         keys = [uuid.uuid4().hex if self.logprobs_mode == EXACT else None for _ in requests]
         params = [self.sampling_params(r.params, k) for r, k in zip(requests, keys)]
+        watchers = [r.on_token for r in requests]
         with self._lock:
             self._alive()
             try:
-                outputs = self.llm.generate(inputs, sampling_params=params, use_tqdm=False)
+                if any(w is not None for w in watchers):
+                    outputs = self._on_engine_thread(self._stepped, inputs, params, watchers,
+                                                     keys)
+                else:
+                    outputs = self._on_engine_thread(self.llm.generate, inputs,
+                                                     sampling_params=params, use_tqdm=False)
             except Exception as exc:
                 if self.logprobs_mode == EXACT:
                     from spadekit.policy import vllm_logprobs
@@ -224,6 +251,74 @@ class VLLMPolicy:
                               f"{len(requests)} prompts")
         return [self._generation(p, o, r.params, k)
                 for p, o, r, k in zip(prompts, outputs, requests, keys)]
+
+    def _on_engine_thread(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn`` on the thread the engine was built on (``vllm_thread``), else here."""
+        if self._thread is None:
+            return fn(*args, **kwargs)
+        return self._thread.call(fn, *args, **kwargs)
+
+    def _stepped(self, inputs: list[dict], params: list[Any], watchers: list[Any],
+                 keys: list[str | None]) -> list[Any]:
+        """``LLM.generate`` as the engine's step loop, calling each request's hook with every
+        token in the step that sampled it (module docstring); the final outputs in order."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        base = f"spadekit-stream-{uuid.uuid4().hex}-"
+        ids = [base + str(i) for i in range(len(inputs))]
+        seen = [0] * len(inputs)
+        final: dict[int, Any] = {}
+        added: list[str] = []
+        try:
+            for rid, item, sp in zip(ids, inputs, params):
+                sp.output_kind = RequestOutputKind.CUMULATIVE
+                engine.add_request(rid, item, sp)
+                added.append(rid)
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    i = ids.index(out.request_id) if out.request_id in ids else -1
+                    if i < 0:
+                        continue
+                    seq = out.outputs[0]
+                    self._emit(watchers[i], seq, seen[i], keys[i])
+                    seen[i] = len(seq.token_ids)
+                    if out.finished:
+                        final[i] = out
+        except BaseException:
+            live = [rid for k, rid in enumerate(added) if k not in final]
+            if live and self.lost is None:
+                try:
+                    engine.abort_request(live)
+                except Exception:  # the engine is gone: nothing left to abort
+                    pass
+            raise
+        if len(final) != len(inputs):
+            raise PolicyError(f"{self.name}: the engine stopped with {len(inputs) - len(final)} "
+                              "of its requests unfinished")
+        return [final[i] for i in range(len(inputs))]
+
+    def _emit(self, watch: Any, seq: Any, start: int, key: str | None) -> None:
+        """Hands ``watch`` the tokens of ``seq`` from ``start`` on, each with its logprob as
+        ``_generation`` will return it."""
+        if watch is None:
+            return
+        ids = [int(t) for t in seq.token_ids]
+        if len(ids) <= start:
+            return
+        if seq.logprobs is None or len(seq.logprobs) != len(ids):
+            _sampled_logprobs(seq.logprobs, ids, self.name)  # raises the typed error
+        for k in range(start, len(ids)):
+            lp = _sampled_logprobs([seq.logprobs[k]], [ids[k]], self.name)[0]
+            if key is not None:
+                from spadekit.policy import vllm_logprobs
+
+                norm = vllm_logprobs.peek(key, k)
+                if norm is None:
+                    raise PolicyError(f"{self.name}: no normaliser recorded for position {k} "
+                                      "(the logits processor did not see it)")
+                lp -= norm
+            watch(ids[k], lp)
 
     def _generation(self, prompt: list[int], output: Any, params: SamplingParams,
                     key: str | None = None) -> Generation:

@@ -1,0 +1,56 @@
+"""One thread for an in-process vLLM engine: it is built there and every generation runs there.
+
+vLLM's CPU build binds its OpenMP threads in the thread that builds the engine, and its attention
+kernel checks that the thread running a step has the same OpenMP thread count as the metadata
+built at start. Another thread may not: when torch's thread count was set before the engine was
+built (``spadekit.policy.hf.configure_cpu_threads`` does, for the trainer), a generation from
+any other thread (``spadekit serve``'s batcher, a rollout worker) failed with "Check failed:
+input->metadata->thread_num == thread_num (2 vs. 1)". Built and stepped on one thread, the
+counts agree whoever calls.
+
+The thread is a daemon (a frozen engine never holds the interpreter's exit) and serves one call
+at a time; a call made from the engine thread itself (a hook calling back) runs inline.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+
+class EngineThread:
+    """Runs callables on one long-lived daemon thread, in order; ``call`` waits for the result
+    (or re-raises the exception) in the caller."""
+
+    def __init__(self, name: str = "spadekit-vllm") -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fut, fn, args, kwargs = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to the caller, who re-raises it
+                fut.set_exception(exc)
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is self._thread:
+            return fn(*args, **kwargs)
+        if not self._thread.is_alive():
+            raise RuntimeError("the engine thread has stopped")
+        fut: Future = Future()
+        self._jobs.put((fut, fn, args, kwargs))
+        return fut.result()
+
+    def stop(self) -> None:
+        """Ends the thread after the calls already queued."""
+        self._jobs.put(None)
