@@ -39,7 +39,7 @@ def test_a_sigint_raised_inside_a_finalizer_is_dropped_by_python_but_not_by_the_
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)
     before = signal.getsignal(signal.SIGINT)
     flag = InterruptFlag()
-    with flag.installed():
+    with pytest.raises(KeyboardInterrupt), flag.installed():  # leaving raises it again
         assert signal.getsignal(signal.SIGINT) == flag.handler
         _drop_in_finalizer()  # no KeyboardInterrupt reaches this frame ...
         assert [type(d.exc_value) for d in dropped] == [KeyboardInterrupt]  # Python dropped it
@@ -59,9 +59,45 @@ def test_without_a_sigint_check_does_nothing_and_the_handler_is_restored():
 
 def test_a_sigint_in_ordinary_code_is_a_keyboard_interrupt_at_once():
     flag = InterruptFlag()
-    with flag.installed(), pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt), flag.installed():
         os.kill(os.getpid(), signal.SIGINT)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             pass
     assert flag.requested
+
+
+def test_a_sigint_dropped_after_the_last_check_still_ends_the_block():
+    """The last turn's check has passed and Python drops a Ctrl-C (a finalizer) before the
+    play returns: leaving the block raises it, so the play still ends as interrupted."""
+    flag = InterruptFlag()
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        with flag.installed():
+            flag.requested = True  # what the handler leaves when its exception was dropped
+    assert signal.getsignal(signal.SIGINT) == before
+
+
+def test_a_sigint_while_the_handler_is_put_back_is_not_lost_and_the_handler_is(monkeypatch):
+    """The handler fires between the block's end and the restore (it raises there): the restore
+    is tried again, the previous handler is back, and the interrupt goes on."""
+    import spadekit.cli.play_live as play_live
+
+    real = signal.signal
+    calls = []
+
+    def flaky(signum, handler):
+        calls.append(handler)
+        if len(calls) == 2:  # the restore: the handler ran first and raised
+            raise KeyboardInterrupt
+        return real(signum, handler)
+
+    monkeypatch.setattr(play_live.signal, "signal", flaky)
+    before = signal.getsignal(signal.SIGINT)
+    flag = InterruptFlag()
+    with pytest.raises(KeyboardInterrupt):
+        with flag.installed():
+            pass
+    monkeypatch.undo()
+    assert len(calls) == 3 and flag.requested
+    assert signal.getsignal(signal.SIGINT) == before

@@ -208,14 +208,34 @@ def test_vllm_prompts_are_token_ids_built_the_same_way(tok, monkeypatch):
     seen = []
     end = tok.convert_tokens_to_ids("<|im_end|>")
 
+    class Steps:  # vLLM's step API: what was added is answered, finished, by the next step
+        def __init__(self):
+            self.pending = []
+
+        def add_request(self, request_id, prompt, params):
+            seen.append(prompt)
+            self.pending.append((request_id, prompt))
+
+        def has_unfinished_requests(self):
+            return bool(self.pending)
+
+        def step(self):
+            batch, self.pending = self.pending, []
+            outs = [_Output(p["prompt_token_ids"], end) for _rid, p in batch]
+            for (rid, _p), out in zip(batch, outs):
+                out.request_id, out.finished = rid, True
+            return outs
+
     class Engine:
-        def generate(self, inputs, sampling_params=None, use_tqdm=False):
-            seen.extend(inputs)
-            return [_Output(i["prompt_token_ids"], end) for i in inputs]
+        llm_engine = Steps()
 
     fake = types.ModuleType("vllm")
-    fake.SamplingParams = lambda **kwargs: kwargs
+    fake.SamplingParams = types.SimpleNamespace
+    kinds = types.ModuleType("vllm.sampling_params")
+    kinds.RequestOutputKind = types.SimpleNamespace(CUMULATIVE=1, FINAL_ONLY=2)
+    fake.sampling_params = kinds
     monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", kinds)
     from spadekit.policy.vllm_backend import VLLMPolicy
 
     policy = VLLMPolicy(llm=Engine(), tokenizer=tok, logprobs_mode="processed_logprobs")

@@ -53,6 +53,7 @@ class FakeLLM:
         self.script = []
         self.resets = 0
         self.tok = None
+        self.llm_engine = FakeEngine(self)
 
     def get_tokenizer(self):
         return self.tok
@@ -73,6 +74,33 @@ class FakeLLM:
         self.resets += 1
 
 
+
+class FakeEngine:
+    """vLLM's step API over ``FakeLLM.generate``: the requests added since the last step are
+    answered, all finished, by the next ``step()``."""
+
+    def __init__(self, llm):
+        self.llm, self.pending, self.aborted = llm, [], []
+
+    def add_request(self, request_id, prompt, params):
+        self.pending.append((request_id, prompt, params))
+
+    def has_unfinished_requests(self):
+        return bool(self.pending)
+
+    def abort_request(self, ids):
+        self.aborted.extend(ids)
+        self.pending = [p for p in self.pending if p[0] not in ids]
+
+    def step(self):
+        batch, self.pending = self.pending, []
+        outs = self.llm.generate([p for _r, p, _sp in batch], sampling_params=[
+            sp for _r, _p, sp in batch], use_tqdm=False)
+        for (rid, _p, _sp), out in zip(batch, outs):
+            out.request_id, out.finished = rid, True
+        return outs
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch, tokenizer):
     mod = types.ModuleType("vllm")
@@ -86,7 +114,12 @@ def fake_vllm(monkeypatch, tokenizer):
     mod.LLM = LLM
     mod.SamplingParams = FakeSamplingParams
     mod.built = []
+    kinds = types.ModuleType("vllm.sampling_params")
+    kinds.RequestOutputKind = types.SimpleNamespace(CUMULATIVE="cumulative",
+                                                    FINAL_ONLY="final_only")
+    mod.sampling_params = kinds
     monkeypatch.setitem(sys.modules, "vllm", mod)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", kinds)
     return mod
 
 
@@ -228,8 +261,7 @@ def test_wrapping_an_existing_engine(fake_vllm, tokenizer):
     from spadekit.policy.vllm_backend import VLLMPolicy
 
     engine = FakeLLM("x")
-    engine.llm_engine = types.SimpleNamespace(model_config=types.SimpleNamespace(
-        logprobs_mode="processed_logprobs"))
+    engine.llm_engine.model_config = types.SimpleNamespace(logprobs_mode="processed_logprobs")
     policy = VLLMPolicy(llm=engine, tokenizer=tokenizer)
     assert policy.logprobs_mode == "processed_logprobs" and policy.tokenizer is tokenizer
     assert "load_weights" in policy.explain_capabilities()

@@ -348,6 +348,40 @@ def test_spadekit_serve_streams_vllm_token_by_token_to_the_openai_client(engine)
     assert len(stamps) >= 2 and stamps[0] < 0.5 * total, (stamps[:3], total)
 
 
+def test_a_client_gone_mid_stream_frees_the_engine_at_once(engine):
+    """A streamed client that disconnects after its first event: its request leaves the
+    engine within a step or two (the hook answers False, the backend aborts it), not after
+    the 1,500 tokens it asked for."""
+    import json
+    import socket
+    import time
+    from urllib.parse import urlparse
+
+    from spadekit.policy.serve import serve
+
+    with serve(engine, model_name="vllm") as srv:
+        url = urlparse(srv.url)
+        body = json.dumps({"model": "vllm", "prompt": "Once upon a time", "max_tokens": 1500,
+                           "temperature": 1.0, "seed": 3, "stream": True}).encode()
+        sock = socket.create_connection((url.hostname, url.port), timeout=120)
+        sock.sendall(f"POST {url.path}/completions HTTP/1.1\r\nHost: x\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                     "\r\n".encode() + body)
+        got = b""
+        while b"data:" not in got:  # the headers, then the first event
+            chunk = sock.recv(4096)
+            assert chunk, got
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
+        sock.close()  # the client goes away
+        t0 = time.monotonic()
+        deadline = t0 + 60
+        while time.monotonic() < deadline and not _engine_idle(engine):
+            time.sleep(0.05)
+        freed = time.monotonic() - t0
+    assert freed < 8, freed  # the whole answer would take ~25 s on a CPU
+
+
 def test_another_thread_generates_what_the_calling_thread_does(engine):
     """The session set torch's thread count before the engine was built (``bundled_hf``:
     ``configure_cpu_threads``); vLLM's CPU attention then failed in any thread but the one that
@@ -371,3 +405,59 @@ def test_another_thread_generates_what_the_calling_thread_does(engine):
     t.join(120)
     assert "exc" not in box, box.get("exc")
     assert [g.token_ids for g in box["gens"]] == [g.token_ids for g in here]
+
+
+def _engine_idle(engine) -> bool:
+    """No request of anyone left in the engine (asked on its own thread, after its work)."""
+    return not engine._thread.call(engine.llm.llm_engine.has_unfinished_requests)
+
+
+def test_a_hook_that_says_stop_aborts_its_request_and_the_rest_of_the_batch_goes_on(engine):
+    import dataclasses
+
+    reqs = requests(engine, 0.0, tokens=40)
+    plain = engine.generate(reqs)
+    heard: list[int] = []
+
+    def stop_at_three(tok, lp):
+        heard.append(tok)
+        return len(heard) < 3
+
+    mixed = engine.generate([dataclasses.replace(reqs[0], on_token=stop_at_three), *reqs[1:]])
+    assert mixed[0].finish_reason == "abort" and mixed[0].token_ids == heard
+    assert len(heard) == 3 and heard == plain[0].token_ids[:3]
+    assert [g.token_ids for g in mixed[1:]] == [g.token_ids for g in plain[1:]]
+    assert _engine_idle(engine)
+
+
+def test_an_interrupted_caller_stops_the_engine_before_the_interrupt_goes_on(engine):
+    """Ctrl-C while ``generate`` waits on the engine thread: the batch is aborted at the next
+    step and the caller returns only then (no hook fires afterwards, nothing is left in the
+    engine, a weight push could not race it); the next generation is unaffected."""
+    import dataclasses
+    import os
+    import signal
+    import threading
+    import time
+
+    short = requests(engine, 0.0, tokens=8)
+    before = engine.generate(short)
+    heard: list[int] = []
+    long = [dataclasses.replace(r, params=SamplingParams(temperature=1.0, max_new_tokens=3000,
+                                                         seed=5),
+                                on_token=lambda tok, lp: heard.append(tok)) for r in short]
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engine.generate(long)
+    finally:
+        timer.cancel()
+    elapsed = time.monotonic() - t0
+    count = len(heard)
+    assert 0 < count < 3 * 3000 and elapsed < 20, (count, elapsed)
+    time.sleep(0.5)
+    assert len(heard) == count  # nothing after the caller got its interrupt
+    assert _engine_idle(engine)
+    assert [g.token_ids for g in engine.generate(short)] == [g.token_ids for g in before]

@@ -67,7 +67,14 @@ class InterruptFlag:
         try:
             yield self
         finally:
-            signal.signal(signal.SIGINT, previous)
+            restored = False
+            while not restored:  # a SIGINT in between raises before the restore: again
+                try:
+                    signal.signal(signal.SIGINT, previous)
+                    restored = True
+                except KeyboardInterrupt:
+                    self.requested = True
+            self.check()  # a SIGINT caught here still ends the play
 
 
 def play_with_model(label: str, program: Any, model: str, episodes: int, seed: int,
@@ -128,6 +135,7 @@ def play_with_model(label: str, program: Any, model: str, episodes: int, seed: i
         with flag.installed():
             trajs = engine.run([EpisodeSpec(program, seed=seed + i, hint=hint)
                                 for i in range(episodes)])
+            flag.check()  # a Ctrl-C dropped after the last turn's check
     except KeyboardInterrupt:
         interrupted = True
     finally:

@@ -304,14 +304,19 @@ class FairBatcher:
             return r
         return dataclasses.replace(r, on_token=lambda tok, lp: self._emit(seq, [tok], [lp]))
 
-    def _emit(self, seq: _Seq, tokens: list[int], logprobs: list[float] | None) -> None:
+    def _emit(self, seq: _Seq, tokens: list[int], logprobs: list[float] | None) -> bool:
+        """Hands ``tokens`` to the sequence's watcher; False once its request is dropped
+        (cancelled, its client gone, or a broken watcher): a policy that streams per token
+        may then stop generating it (``GenerationRequest.on_token``)."""
         if seq.group.failed:
-            return
+            return False
         seq.streamed += len(tokens)
         try:
             seq.watch(seq.index, tokens, logprobs)
         except Exception:  # a broken watcher drops its request, never the batcher
             seq.group.failed = True
+            return False
+        return True
 
     def _generate(self, batch: list[_Seq]) -> None:
         live = []

@@ -24,19 +24,23 @@ An engine this backend builds lives on its own thread (``vllm_thread.EngineThrea
 there, and every generation runs there, whichever thread calls ``generate`` (vLLM's CPU
 attention refuses a step from a thread whose OpenMP thread count differs from the builder's).
 
-Streaming: when a request carries ``on_token`` (``spadekit serve`` with ``stream=True``), the
-batch runs through the engine's own step loop instead (``llm_engine.add_request`` with
-cumulative outputs, then ``step()`` until every request is done): each token reaches its hook
-in the step that sampled it, with the logprob the final answer will hold (the normaliser is
-read as it is recorded, ``vllm_logprobs.peek``). The tokens, logprobs and text returned are
-those of ``LLM.generate`` for the same seeded requests.
-
-Requests go to one ``LLM.generate`` call per batch, prompts as token ids
+Requests go to the engine's step loop, one batch per ``generate`` (what ``LLM.generate`` runs:
+``llm_engine.add_request`` per request, then ``step()`` until all are done), prompts as token ids
 (``{"prompt_token_ids": ids}``), one ``vllm.SamplingParams`` per request: ``temperature``,
 ``top_p``, ``max_tokens``, ``stop``, ``seed``, ``logprobs=0`` (the sampled token's logprob only),
 ``stop_token_ids`` = the tokenizer's end-of-turn tokens (the ``hf`` backend's stop set),
 ``include_stop_str_in_output=True``. Sampled ids include the token that ended generation; the
-text is re-decoded from them and cut after the first stop string, as every backend does.
+text is re-decoded from them and cut after the first stop string, as every backend does. The
+loop is ours so that it can stop: a caller interrupted (Ctrl-C) aborts the batch at the next
+step and returns only once the engine holds none of it (``vllm_thread``).
+
+Streaming: a request that carries ``on_token`` (``spadekit serve`` with ``stream=True``) gets
+cumulative outputs, and each token reaches its hook in the step that sampled it, with the
+logprob the final answer will hold (the normaliser is read as it is recorded,
+``vllm_logprobs.peek``); tokens, logprobs and text are those of the same seeded request
+unstreamed. A hook that returns ``False`` (its client went away) has its request aborted at
+once, freeing its slot in the engine; its generation ends with ``finish_reason="abort"`` and
+the tokens it had.
 
 Logprob semantics (measured with vLLM 0.32 on CPU, ``tests/policy/test_vllm_engine.py``). spadekit's
 logprob is ``log_softmax(logits / temperature)`` before top-p truncation, what the trainer's
@@ -72,6 +76,7 @@ import os
 import threading
 import uuid
 import warnings
+import weakref
 from typing import Any, Iterable
 
 from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, SamplingParams,
@@ -138,6 +143,7 @@ class VLLMPolicy:
             from spadekit.policy.vllm_thread import EngineThread
 
             self._thread = EngineThread()
+            weakref.finalize(self, self._thread.stop)
             try:
                 llm = self._thread.call(self._build, vllm, model, "processed_logits"
                                         if logprobs_mode == EXACT else logprobs_mode, kwargs)
@@ -228,87 +234,112 @@ class VLLMPolicy:
         keys = [uuid.uuid4().hex if self.logprobs_mode == EXACT else None for _ in requests]
         params = [self.sampling_params(r.params, k) for r, k in zip(requests, keys)]
         watchers = [r.on_token for r in requests]
+        cancel = threading.Event()
         with self._lock:
             self._alive()
             try:
-                if any(w is not None for w in watchers):
-                    outputs = self._on_engine_thread(self._stepped, inputs, params, watchers,
-                                                     keys)
-                else:
-                    outputs = self._on_engine_thread(self.llm.generate, inputs,
-                                                     sampling_params=params, use_tqdm=False)
-            except Exception as exc:
+                if self._thread is None:
+                    outputs, stopped = self._stepped(inputs, params, watchers, keys, cancel)
+                else:  # an interrupted caller stops the engine's work before it goes on
+                    outputs, stopped = self._thread.call(
+                        self._stepped, inputs, params, watchers, keys, cancel,
+                        on_interrupt=cancel.set)
+            except BaseException as exc:
                 if self.logprobs_mode == EXACT:
                     from spadekit.policy import vllm_logprobs
 
                     vllm_logprobs.forget([k for k in keys if k])
+                if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
+                    raise
                 if self.lost is not None or _engine_dead(exc):
                     raise self._lose(f"its engine died ({type(exc).__name__})") from exc
+                if isinstance(exc, PolicyError):
+                    raise
                 raise PolicyError(f"{self.name}: generation failed: {type(exc).__name__}: "
                                   f"{exc}") from exc
         if len(outputs) != len(requests):
             raise PolicyError(f"{self.name}: vLLM returned {len(outputs)} outputs for "
                               f"{len(requests)} prompts")
-        return [self._generation(p, o, r.params, k)
-                for p, o, r, k in zip(prompts, outputs, requests, keys)]
+        out = []
+        for i, (p, o, r, k) in enumerate(zip(prompts, outputs, requests, keys)):
+            if i in stopped:  # its hook asked to stop (a streamed client went away)
+                if k is not None:
+                    from spadekit.policy import vllm_logprobs
 
-    def _on_engine_thread(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``fn`` on the thread the engine was built on (``vllm_thread``), else here."""
-        if self._thread is None:
-            return fn(*args, **kwargs)
-        return self._thread.call(fn, *args, **kwargs)
+                    vllm_logprobs.forget([k])
+                ids, lps = stopped[i]
+                out.append(Generation(prompt_ids=p, token_ids=ids, logprobs=lps,
+                                      text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                                      finish_reason="abort"))
+            else:
+                out.append(self._generation(p, o, r.params, k))
+        return out
 
     def _stepped(self, inputs: list[dict], params: list[Any], watchers: list[Any],
-                 keys: list[str | None]) -> list[Any]:
-        """``LLM.generate`` as the engine's step loop, calling each request's hook with every
-        token in the step that sampled it (module docstring); the final outputs in order."""
+                 keys: list[str | None], cancel: threading.Event
+                 ) -> tuple[list[Any], dict[int, tuple[list[int], list[float]]]]:
+        """The batch through the engine's step loop (what ``LLM.generate`` runs, with a way
+        out): requests with a hook get cumulative outputs and each new token is handed to the
+        hook in the step that sampled it (module docstring); a hook that returns ``False``
+        has its request aborted (its tokens so far are kept in ``stopped``); ``cancel`` set
+        (the caller was interrupted) aborts the whole batch at the next step. The final
+        outputs in order (None where stopped), and ``{index: (token_ids, logprobs)}`` of the
+        stopped requests."""
         from vllm.sampling_params import RequestOutputKind
 
         engine = self.llm.llm_engine
-        base = f"spadekit-stream-{uuid.uuid4().hex}-"
+        base = f"spadekit-{uuid.uuid4().hex}-"
         ids = [base + str(i) for i in range(len(inputs))]
-        seen = [0] * len(inputs)
+        index = {rid: i for i, rid in enumerate(ids)}
+        heard: list[tuple[list[int], list[float]]] = [([], []) for _ in inputs]
         final: dict[int, Any] = {}
+        stopped: dict[int, tuple[list[int], list[float]]] = {}
         added: list[str] = []
         try:
-            for rid, item, sp in zip(ids, inputs, params):
-                sp.output_kind = RequestOutputKind.CUMULATIVE
+            for rid, item, sp, watch in zip(ids, inputs, params, watchers):
+                sp.output_kind = (RequestOutputKind.FINAL_ONLY if watch is None
+                                  else RequestOutputKind.CUMULATIVE)
                 engine.add_request(rid, item, sp)
                 added.append(rid)
-            while engine.has_unfinished_requests():
+            while len(final) + len(stopped) < len(inputs):
+                if cancel.is_set():
+                    raise _Cancelled("the caller was interrupted")
+                if not engine.has_unfinished_requests():
+                    raise PolicyError(f"{self.name}: the engine stopped with "
+                                      f"{len(inputs) - len(final) - len(stopped)} of its "
+                                      "requests unfinished")
                 for out in engine.step():
-                    i = ids.index(out.request_id) if out.request_id in ids else -1
-                    if i < 0:
+                    i = index.get(out.request_id, -1)
+                    if i < 0 or i in stopped or cancel.is_set():
                         continue
-                    seq = out.outputs[0]
-                    self._emit(watchers[i], seq, seen[i], keys[i])
-                    seen[i] = len(seq.token_ids)
-                    if out.finished:
+                    if not self._emit(watchers[i], out.outputs[0], heard[i], keys[i]):
+                        stopped[i] = heard[i]
+                        engine.abort_request([ids[i]])
+                    elif out.finished:
                         final[i] = out
         except BaseException:
-            live = [rid for k, rid in enumerate(added) if k not in final]
+            live = [rid for k, rid in enumerate(added) if k not in final and k not in stopped]
             if live and self.lost is None:
                 try:
                     engine.abort_request(live)
                 except Exception:  # the engine is gone: nothing left to abort
                     pass
             raise
-        if len(final) != len(inputs):
-            raise PolicyError(f"{self.name}: the engine stopped with {len(inputs) - len(final)} "
-                              "of its requests unfinished")
-        return [final[i] for i in range(len(inputs))]
+        return [final.get(i) for i in range(len(inputs))], stopped
 
-    def _emit(self, watch: Any, seq: Any, start: int, key: str | None) -> None:
-        """Hands ``watch`` the tokens of ``seq`` from ``start`` on, each with its logprob as
-        ``_generation`` will return it."""
+    def _emit(self, watch: Any, seq: Any, heard: tuple[list[int], list[float]],
+              key: str | None) -> bool:
+        """Hands ``watch`` the tokens of ``seq`` it has not had yet, each with its logprob as
+        ``_generation`` will return it (kept in ``heard``); False when the hook asks to stop."""
         if watch is None:
-            return
+            return True
         ids = [int(t) for t in seq.token_ids]
-        if len(ids) <= start:
-            return
+        sent_ids, sent_lps = heard
+        if len(ids) <= len(sent_ids):
+            return True
         if seq.logprobs is None or len(seq.logprobs) != len(ids):
             _sampled_logprobs(seq.logprobs, ids, self.name)  # raises the typed error
-        for k in range(start, len(ids)):
+        for k in range(len(sent_ids), len(ids)):
             lp = _sampled_logprobs([seq.logprobs[k]], [ids[k]], self.name)[0]
             if key is not None:
                 from spadekit.policy import vllm_logprobs
@@ -318,7 +349,11 @@ class VLLMPolicy:
                     raise PolicyError(f"{self.name}: no normaliser recorded for position {k} "
                                       "(the logits processor did not see it)")
                 lp -= norm
-            watch(ids[k], lp)
+            sent_ids.append(ids[k])
+            sent_lps.append(lp)
+            if watch(ids[k], lp) is False:
+                return False
+        return True
 
     def _generation(self, prompt: list[int], output: Any, params: SamplingParams,
                     key: str | None = None) -> Generation:
@@ -416,6 +451,11 @@ class VLLMPolicy:
     def confirm_weights(self) -> None:
         """The last push was checked and stands (``push_weights`` calls this)."""
         self.weights.confirm()
+
+
+class _Cancelled(RuntimeError):
+    """The engine's work stopped because its caller was interrupted (never seen by callers:
+    they re-raise their own ``KeyboardInterrupt``)."""
 
 
 def _engine_dead(exc: BaseException | None) -> bool:

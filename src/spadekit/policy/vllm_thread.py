@@ -9,7 +9,9 @@ input->metadata->thread_num == thread_num (2 vs. 1)". Built and stepped on one t
 counts agree whoever calls.
 
 The thread is a daemon (a frozen engine never holds the interpreter's exit) and serves one call
-at a time; a call made from the engine thread itself (a hook calling back) runs inline.
+at a time; a call made from the engine thread itself (a hook calling back) runs inline. A caller
+interrupted while it waits asks the call to stop and waits for it to end (``call``). The thread
+ends when its owner is collected (``stop``, through the policy's finalizer).
 """
 
 from __future__ import annotations
@@ -41,15 +43,37 @@ class EngineThread:
                 fut.set_result(fn(*args, **kwargs))
             except BaseException as exc:  # handed to the caller, who re-raises it
                 fut.set_exception(exc)
+            del job, fut, fn, args, kwargs  # hold nothing of the owner between calls
 
-    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def call(self, fn: Callable[..., Any], *args: Any,
+             on_interrupt: Callable[[], None] | None = None, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on the thread; its result, or its exception raised here.
+        When the caller is interrupted while it waits (``KeyboardInterrupt``, a signal
+        handler's ``SystemExit``), ``on_interrupt`` is called (it asks ``fn`` to stop) and the
+        caller still waits for ``fn`` to end before the interrupt goes on: the engine is never
+        left working for nobody (hooks firing, a weight push racing it), and the interpreter
+        never exits under a thread inside the engine's native code (that aborts the process:
+        "terminate called without an active exception")."""
         if threading.current_thread() is self._thread:
             return fn(*args, **kwargs)
         if not self._thread.is_alive():
             raise RuntimeError("the engine thread has stopped")
         fut: Future = Future()
         self._jobs.put((fut, fn, args, kwargs))
-        return fut.result()
+        try:
+            return fut.result()
+        except BaseException:
+            if fut.done():
+                raise  # fn's own exception
+            if on_interrupt is not None:
+                on_interrupt()
+            while True:  # more Ctrl-C while fn winds down changes nothing
+                try:
+                    fut.exception()
+                    break
+                except BaseException:
+                    continue
+            raise
 
     def stop(self) -> None:
         """Ends the thread after the calls already queued."""
