@@ -435,6 +435,8 @@ def test_a_vllm_engine_process_lost_mid_generation_is_engine_lost_not_a_hang(mod
                           text=True, timeout=500, env={**os.environ, "PYTHONPATH": SRC})
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert lines, (proc.stdout[-2000:], proc.stderr[-3000:])
+    # vLLM's own logs go to stderr: stdout is the program's (a --json command's document)
+    assert [x for x in proc.stdout.splitlines() if x.strip()] == lines, proc.stdout[-2000:]
     result = json.loads(lines[-1][len("RESULT "):])
     for step in ("generate", "again", "push"):
         got = result[step]

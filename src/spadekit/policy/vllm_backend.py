@@ -20,6 +20,9 @@ seeded ~200-token prompts, a 2-game evaluation of 32 seeds, were enough. Without
 prompt is scheduled only when it fits whole (``max_num_batched_tokens`` becomes the model
 length), so nothing is discarded.
 
+vLLM's own logs go to stderr (``VLLM_LOGGING_STREAM``, unless set), so a command's stdout
+(``play --json``) stays one document.
+
 An engine this backend builds lives on its own thread (``vllm_thread.EngineThread``): built
 there, and every generation runs there, whichever thread calls ``generate`` (vLLM's CPU
 attention refuses a step from a thread whose OpenMP thread count differs from the builder's).
@@ -118,6 +121,9 @@ class VLLMPolicy:
         where it can (module docstring). ``keep_weights_copy`` keeps a CPU copy of
         pushed weights so that a failed push can be undone (``vllm_weights``)."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # vLLM logs to stdout unless told otherwise: a command's stdout (``--json``) must
+        # stay its own (read at vLLM's first import)
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
         vllm = _import_vllm()
         self._SamplingParams = vllm.SamplingParams
         kwargs = {**_cpu_defaults(), **llm_kwargs}
