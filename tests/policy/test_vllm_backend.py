@@ -101,6 +101,17 @@ class FakeEngine:
         return outs
 
 
+def install_fake_vllm(monkeypatch, mod) -> None:
+    """``mod`` as the ``vllm`` package, with the ``vllm.sampling_params.RequestOutputKind`` the
+    backend's step loop sets (also used by ``test_special_tokens``)."""
+    kinds = types.ModuleType("vllm.sampling_params")
+    kinds.RequestOutputKind = types.SimpleNamespace(CUMULATIVE="cumulative",
+                                                    FINAL_ONLY="final_only")
+    mod.sampling_params = kinds
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    monkeypatch.setitem(sys.modules, "vllm.sampling_params", kinds)
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch, tokenizer):
     mod = types.ModuleType("vllm")
@@ -114,12 +125,7 @@ def fake_vllm(monkeypatch, tokenizer):
     mod.LLM = LLM
     mod.SamplingParams = FakeSamplingParams
     mod.built = []
-    kinds = types.ModuleType("vllm.sampling_params")
-    kinds.RequestOutputKind = types.SimpleNamespace(CUMULATIVE="cumulative",
-                                                    FINAL_ONLY="final_only")
-    mod.sampling_params = kinds
-    monkeypatch.setitem(sys.modules, "vllm", mod)
-    monkeypatch.setitem(sys.modules, "vllm.sampling_params", kinds)
+    install_fake_vllm(monkeypatch, mod)
     return mod
 
 

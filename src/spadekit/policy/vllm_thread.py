@@ -37,8 +37,7 @@ class EngineThread:
             if job is None:
                 return
             fut, fn, args, kwargs = job
-            if not fut.set_running_or_notify_cancel():
-                continue
+            fut.set_running_or_notify_cancel()  # nobody cancels these futures
             try:
                 fut.set_result(fn(*args, **kwargs))
             except BaseException as exc:  # handed to the caller, who re-raises it
