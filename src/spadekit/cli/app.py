@@ -462,8 +462,9 @@ def serve(
     Dashboard: a read-only web UI of the run directory that follows it while it trains
     (curves, environments with code, hints and episodes, rejected programs, curriculum); it
     prints its URL. Model: an OpenAI-compatible server (/v1/completions with token ids and
-    logprobs, /v1/chat/completions, /v1/models, /health), batching concurrent requests fairly.
-    Both bind 127.0.0.1 unless --host says otherwise, and then refuse to start without an API
+    logprobs, /v1/chat/completions, /v1/models, /health), batching concurrent requests fairly;
+    `stream: true` sends each token as it is made (transformers and vllm: models; a client that
+    leaves frees its slot). Both bind 127.0.0.1 unless --host says otherwise, and then refuse to start without an API
     key (--api-key-file or SPADEKIT_API_KEY; never on the command line). Weight pushes need
     --allow-weight-updates and a token. Ctrl-C stops."""
     for given, file_opt, env in ((api_key, "--api-key-file", "SPADEKIT_API_KEY"),
