@@ -171,6 +171,60 @@ def test_ipc_is_denied_and_nothing_survives(pool):
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="per-worker uids exist only as root")
 
 
+def _ids(pid: int) -> dict[str, list[str]]:
+    with open(f"/proc/{pid}/status") as fh:
+        rows = dict(line.rstrip("\n").split(":", 1) for line in fh if ":" in line)
+    return {k: rows[k].split() for k in ("Uid", "Gid", "Groups", "CapPrm", "CapEff", "CapAmb")}
+
+
+@needs_root
+@tiers
+@pytest.mark.parametrize("setpriv", [True, False], ids=["setpriv", "popen-user"])
+def test_a_worker_runs_as_its_uid_alone_however_it_was_started(tier, setpriv, monkeypatch):
+    """Each host process of a worker has real, effective, saved and filesystem ids all equal to
+    its uid, no supplementary group and no capability: when ``setpriv`` drops the ids (Python
+    may then ``vfork``, the caller's page tables are not copied) and when ``Popen`` does."""
+    from spadekit.sandbox import launch
+
+    if setpriv and launch.setpriv_path() is None:
+        pytest.skip("no setpriv on this machine")
+    if not setpriv:
+        monkeypatch.setattr(launch, "setpriv_path", lambda: None)
+    seen = []
+    real_popen = subprocess.Popen
+
+    def spy(argv, *args, **kwargs):
+        seen.append((list(argv), sorted(kwargs)))
+        return real_popen(argv, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    groups = os.getgroups()
+    os.setgroups([4242])  # a supplementary group of the caller the worker must not keep
+    pool = SandboxPool(SandboxConfig(tier=tier, **TEST_CONFIG), warm=0)
+    try:
+        sb = pool.acquire(ECHO)
+        env = sb.new_env(max_turns=3)
+        assert env.reset(seed=1)[0] == "echo ready"
+        uid = sb.worker.uid
+        assert uid is not None and uid != 0
+        pids = sorted(sb.worker.host_pids)
+        for pid in pids:
+            ids = _ids(pid)
+            assert ids["Uid"] == [str(uid)] * 4 and ids["Gid"] == [str(uid)] * 4, (pid, ids)
+            assert ids["Groups"] == [], (pid, ids)
+            assert {int(ids[k][0], 16) for k in ("CapPrm", "CapEff", "CapAmb")} == {0}, ids
+        spawned = [(argv, kw) for argv, kw in seen if "start_new_session" in kw]
+        assert spawned, seen
+        for argv, kw in spawned:
+            if tier == "strong":
+                assert ("user" not in kw) == setpriv, (argv, kw)
+                assert (argv[0] == launch.setpriv_path()) == setpriv, argv
+        sb.close()
+    finally:
+        pool.close()
+        os.setgroups(groups)
+
+
 @needs_root
 def test_two_allocators_never_hand_out_one_uid():
     """Two allocators stand for two processes (the old allocator derived uids from the pid, so
