@@ -72,20 +72,62 @@ def available_tiers() -> list[str]:
 TIERS = available_tiers()
 
 
-# Under pytest-xdist (``-n``): each test file runs whole on one worker (``--dist loadfile``: a
-# module's fixtures, a vLLM engine or a model, load once), and the files that take minutes are
-# handed out first, so no worker is left with one of them at the end. Slowest first, as measured
-# on 2 cores; a file not listed keeps its place after them. Only the order changes.
+# The whole suite (``python3 -m pytest -q``, or any directory of it) runs in pytest-xdist
+# workers, one per core (2 to 4; ``SPADEKIT_TEST_WORKERS=N`` sets it, 0 for one process), each
+# test file whole on one worker (``--dist loadfile``: a module's fixtures, a vLLM engine or a
+# model, load once). Much of a test's time is spent waiting (sandbox timeouts, processes that
+# start, get killed and resume), which the other worker fills. Test files or test ids named on
+# the command line run in this process, as do ``-n``/``-p no:xdist``/``--pdb`` choices.
+def default_workers(args: list[str], env: dict[str, str], cpus: int | None) -> int:
+    """How many xdist workers a session gets by default (0: no xdist)."""
+    wanted = env.get("SPADEKIT_TEST_WORKERS", "").strip()
+    if wanted:
+        try:
+            return max(0, int(wanted))
+        except ValueError:
+            raise pytest.UsageError(f"SPADEKIT_TEST_WORKERS={wanted!r}: a number of workers "
+                                    "(0 runs every test in this process)") from None
+    paths = [a for a in args if not a.startswith("-")]
+    if any("::" in a or not os.path.isdir(a) for a in paths):
+        return 0  # named files or tests: in-process, quick to start and to debug
+    return max(2, min(cpus or 1, 4))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Fills in ``-n`` when the user left it out (and what pytest-xdist derives from it: one
+    ``popen`` gateway a worker, so that this works before or after xdist's own hook)."""
+    if not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    opt = config.option
+    if opt.numprocesses is not None or opt.tx or opt.usepdb or opt.collectonly:
+        return
+    workers = default_workers(list(config.args), dict(os.environ), os.cpu_count())
+    if workers:
+        opt.numprocesses = workers
+        opt.tx = ["popen"] * workers
+        if opt.dist == "no":
+            opt.dist = "loadfile"
+
+
+# The files that take longest are handed out first, so no worker is left with one of them at
+# the end. Slowest first, as measured under xdist on 2 cores (tests/conftest.py's default); a
+# file not listed keeps its place after them. Only the order changes.
 HEAVY_FIRST = (
-    "selfplay/test_faults.py", "selfplay/test_generation_faults.py",
-    "selfplay/test_learning_bundled.py", "policy/test_vllm_server.py",
-    "policy/test_vllm_engine.py", "selfplay/test_async_rollouts.py",
-    "selfplay/test_config_knobs.py", "selfplay/test_selfplay_distributed.py",
-    "selfplay/test_signals_e2e.py", "rollout/test_no_orphans.py", "selfplay/test_warmstart.py",
-    "selfplay/test_checkpoints.py", "selfplay/test_warm_cache.py", "policy/test_weight_probe.py",
-    "selfplay/test_selfplay.py", "selfplay/test_review23.py", "rollout/test_ray_envs.py",
-    "selfplay/test_review_hacks.py", "integrations/test_slime_adapter.py",
-    "train/test_distributed.py", "runs/test_tracking.py", "benchmarks/test_gpu_check.py",
+    "selfplay/test_generation_faults.py", "policy/test_vllm_engine.py",
+    "selfplay/test_config_knobs.py", "selfplay/test_faults.py", "policy/test_vllm_server.py",
+    "selfplay/test_learning_bundled.py", "rollout/test_no_orphans.py",
+    "selfplay/test_selfplay_distributed.py", "selfplay/test_async_rollouts.py",
+    "selfplay/test_watch.py", "selfplay/test_selfplay.py", "sandbox/test_validate_hacks.py",
+    "security/test_parent_scans.py", "selfplay/test_signals_e2e.py",
+    "integrations/test_slime_adapter.py", "rollout/test_ray_envs.py",
+    "sandbox/test_sandbox_replies.py", "selfplay/test_checkpoints.py",
+    "policy/test_hf_cell_bound.py", "sandbox/test_sandbox_attacks.py",
+    "benchmarks/test_gpu_check.py", "policy/test_bundled.py", "selfplay/test_warm_cache.py",
+    "selfplay/test_warmstart.py", "train/test_sft.py", "cli/test_play_live.py",
+    "security/test_untrusted_json.py", "eval/test_eval_batching.py",
+    "sandbox/test_sandbox_isolation.py", "report/test_report_browser.py",
+    "policy/test_weight_probe.py",
 )
 
 

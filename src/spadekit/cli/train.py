@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from spadekit.common.errors import SpadekitError
@@ -163,6 +164,13 @@ def _raise_terminated(signum, _frame) -> None:
     raise Terminated(signum)
 
 
+def resume_arg(target) -> str:
+    """``--resume PATH`` as console markup: printed with ``soft_wrap=True`` it stays one piece
+    however long the path (a log file keeps the command whole, ready to paste), and a ``[`` in
+    the path is text, not markup."""
+    return escape(f"--resume {target}")
+
+
 def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
                   extra: list[str]) -> None:
     """``spadekit selfplay``; a SIGTERM (a scheduler's preemption, ``kill``) rolls the round in
@@ -178,7 +186,8 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
         where = target[0] if target else (resume or run_dir)
         err_console.print("[yellow]stopped by SIGTERM[/yellow]: the round in flight was "
                           "rolled back; every committed round is kept"
-                          + (f"; continue with --resume {where}" if where else ""))
+                          + (f"; continue with {resume_arg(where)}" if where else ""),
+                          soft_wrap=True)
         raise typer.Exit(0) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -203,8 +212,8 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
         # one fact a line, each short enough for an 80-column terminal (no mid-phrase wraps)
         console.print(f"[bold]spadekit selfplay[/bold]: {cfg.model}, {cfg.setting}, "
                       f"{cfg.curriculum.kind} curriculum, {cfg.rounds} round(s)")
-        console.print(f"{'resuming' if resume else 'run directory'} [cyan]{target}[/cyan]",
-                      overflow="fold")
+        console.print(f"{'resuming' if resume else 'run directory'} "
+                      f"[cyan]{escape(str(target))}[/cyan]", overflow="fold")
     try:
         with err_console.status(f"loading {cfg.model}") if main else _nothing():
             sp = SelfPlay(cfg, target, resume=resume is not None,
@@ -243,7 +252,7 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
                 err_console.print(f"[red]{'' if main else f'rank {rank}: '}round "
                                   f"{sp.next_step} failed:[/red] {terminal_text(exc.message)}\n"
                                   "Nothing of that round was committed; fix the cause and "
-                                  f"continue with --resume {target}")
+                                  f"continue with {resume_arg(target)}", soft_wrap=True)
                 raise typer.Exit(1) from None
             sp.next_step += 1
             history.append(metrics)
@@ -253,7 +262,8 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
         from spadekit.selfplay.round_report import summary_line
 
         console.print(summary_line(history), highlight=False)
-        console.print(f"done: {target} (resume with --resume {target})")
+        console.print(f"done: {escape(str(target))} (resume with {resume_arg(target)})",
+                      soft_wrap=True)
     _leave_process_group()
 
 
