@@ -45,7 +45,9 @@ def _workers(where: Path, *args: str, **env: str) -> set[str]:
     done = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
                            "-p", "conftest", str(where), *args], cwd=where.parent,
                           capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT / "tests"), **env})
+                          env={**{k: v for k, v in os.environ.items()
+                                  if not k.startswith("PYTEST_XDIST_")},  # a session of its own
+                               "PYTHONPATH": str(ROOT / "tests"), **env})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "2 passed" in done.stdout, done.stdout[-3000:]
     return {line for line in done.stdout.splitlines() if line.startswith("created: ")}
