@@ -73,11 +73,55 @@ TIERS = available_tiers()
 
 
 # The whole suite (``python3 -m pytest -q``, or any directory of it) runs in pytest-xdist
-# workers, one per core (2 to 4; ``SPADEKIT_TEST_WORKERS=N`` sets it, 0 for one process), each
-# test file whole on one worker (``--dist loadfile``: a module's fixtures, a vLLM engine or a
-# model, load once). Much of a test's time is spent waiting (sandbox timeouts, processes that
+# workers, one per usable core (2 to 4; ``SPADEKIT_TEST_WORKERS=N`` sets it, 0 for one process),
+# each test file whole on one worker (``--dist loadfile``: a module's fixtures, a vLLM engine or
+# a model, load once). Much of a test's time is spent waiting (sandbox timeouts, processes that
 # start, get killed and resume), which the other worker fills. Test files or test ids named on
-# the command line run in this process, as do ``-n``/``-p no:xdist``/``--pdb`` choices.
+# the command line run in this process, and so does a session that asks for what workers cannot
+# give: output as it is printed (``-s``), a debugger (``--pdb``, ``--trace``), the setup plan
+# (``--setup-plan``, ``--setup-only``, ``--setup-show``); ``-n``, ``--dist no`` and
+# ``-p no:xdist`` are the user's own choice.
+def usable_cpus() -> int:
+    """The CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota (a
+    container limited to 2 CPUs on a 64-core host has 2)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    return max(1, min(cpus, quota)) if quota else max(1, cpus)
+
+
+def _cgroup_cpu_quota() -> int | None:
+    """CPUs' worth of quota of this process's cgroup (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``),
+    rounded up; None when unlimited or unknown."""
+    import math
+
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _hier, controllers, path = line.split(":", 2)
+        rel = path.lstrip("/")
+        try:
+            if controllers == "":  # cgroup v2
+                quota, period = Path("/sys/fs/cgroup", rel, "cpu.max").read_text().split()[:2]
+                if quota != "max":
+                    return math.ceil(int(quota) / int(period))
+            elif "cpu" in controllers.split(","):
+                base = Path("/sys/fs/cgroup", controllers)
+                if not base.exists():
+                    base = Path("/sys/fs/cgroup/cpu")
+                quota = int((base / rel / "cpu.cfs_quota_us").read_text())
+                period = int((base / rel / "cpu.cfs_period_us").read_text())
+                if quota > 0:
+                    return math.ceil(quota / period)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def default_workers(args: list[str], env: dict[str, str], cpus: int | None) -> int:
     """How many xdist workers a session gets by default (0: no xdist)."""
     wanted = env.get("SPADEKIT_TEST_WORKERS", "").strip()
@@ -93,21 +137,34 @@ def default_workers(args: list[str], env: dict[str, str], cpus: int | None) -> i
     return max(2, min(cpus or 1, 4))
 
 
+def _wants_one_process(config) -> bool:
+    """The session asked for something pytest-xdist's workers cannot give, or chose itself."""
+    opt = config.option
+    raw = [str(a) for a in config.invocation_params.args]
+    chose_dist = any(a in ("--dist", "-d", "--tx") or a.startswith(("--dist=", "--tx="))
+                     for a in raw)
+    return bool(opt.numprocesses is not None or opt.tx or opt.collectonly or opt.usepdb
+                or getattr(opt, "trace", False) or opt.capture == "no"
+                or getattr(opt, "setupplan", False) or getattr(opt, "setuponly", False)
+                or getattr(opt, "setupshow", False) or (chose_dist and opt.dist == "no"))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
     """Fills in ``-n`` when the user left it out (and what pytest-xdist derives from it: one
     ``popen`` gateway a worker, so that this works before or after xdist's own hook)."""
     if not config.pluginmanager.hasplugin("xdist") or os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    opt = config.option
-    if opt.numprocesses is not None or opt.tx or opt.usepdb or opt.collectonly:
+    if _wants_one_process(config):
         return
-    workers = default_workers(list(config.args), dict(os.environ), os.cpu_count())
+    workers = default_workers(list(config.args), dict(os.environ), usable_cpus())
+    if config.option.maxprocesses:
+        workers = min(workers, config.option.maxprocesses)
     if workers:
-        opt.numprocesses = workers
-        opt.tx = ["popen"] * workers
-        if opt.dist == "no":
-            opt.dist = "loadfile"
+        config.option.numprocesses = workers
+        config.option.tx = ["popen"] * workers
+        if config.option.dist == "no":
+            config.option.dist = "loadfile"
 
 
 # The files that take longest are handed out first, so no worker is left with one of them at

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import default_workers
+from conftest import default_workers, usable_cpus
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,8 +59,51 @@ def test_a_directory_runs_in_workers_unless_told_otherwise(tmp_path):
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "test_two.py").write_text(TWO_TESTS)
-    cores = max(2, min(os.cpu_count() or 1, 4))
+    cores = max(2, min(usable_cpus(), 4))
     env = {"SPADEKIT_TEST_WORKERS": ""}
     assert _workers(suite, **env) == {f"created: {cores}/{cores} workers"}
     assert _workers(suite, "-n", "0", **env) == set()
     assert _workers(suite / "test_two.py", **env) == set()
+    # what workers cannot give, or the user's own choice: one process
+    for asks in (["-s"], ["--setup-show"], ["--dist=no"]):
+        assert _workers(suite, *asks, **env) == set(), asks
+    assert _workers(suite, "--maxprocesses", "1", **env) == {"created: 1/1 worker"}
+    assert _workers(suite, "--dist", "load", **env) == {f"created: {cores}/{cores} workers"}
+
+
+CPUS_OF_A_CHILD = "import sys; sys.path.insert(0, sys.argv[1]); import conftest; print(conftest.usable_cpus())"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to narrow")
+def test_usable_cpus_follow_the_affinity_mask():
+    one = next(iter(os.sched_getaffinity(0)))
+    done = subprocess.run(["taskset", "-c", str(one), sys.executable, "-c", CPUS_OF_A_CHILD,
+                           str(ROOT / "tests")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "1"
+
+
+def _cpu_cgroup_dir() -> Path | None:
+    for base in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct")):
+        if (base / "cpu.cfs_quota_us").exists() and os.access(base, os.W_OK):
+            return base
+    return None
+
+
+@pytest.mark.skipif(_cpu_cgroup_dir() is None, reason="no writable cgroup v1 cpu controller")
+def test_usable_cpus_follow_a_cgroup_cpu_quota():
+    """A child moved into a cgroup with 1.5 CPUs of quota counts 2 usable CPUs (never more than
+    its affinity allows)."""
+    group = _cpu_cgroup_dir() / f"spadekit-test-cpus-{os.getpid()}"
+    group.mkdir()
+    try:
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text("150000")
+        code = (f"import os; open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))"
+                "\n" + CPUS_OF_A_CHILD.replace("; ", "\n"))
+        done = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split()[-1] == str(min(2, len(os.sched_getaffinity(0))))
+    finally:
+        group.rmdir()

@@ -225,24 +225,88 @@ def test_a_worker_runs_as_its_uid_alone_however_it_was_started(tier, setpriv, mo
         os.setgroups(groups)
 
 
+FAKE_SETPRIVS = {
+    # busybox's applet: four options, --reuid is not one of them
+    "rejects": "#!/bin/sh\necho 'Usage: setpriv [OPTIONS] PROG ARGS' >&2\nexit 1\n",
+    # takes the options and runs the program unchanged, still root
+    "does-nothing": "#!/bin/sh\nwhile [ \"$1\" != -- ]; do shift; done\nshift\nexec \"$@\"\n",
+}
+
+
+@needs_root
+@pytest.mark.parametrize("kind", sorted(FAKE_SETPRIVS))
+def test_a_setpriv_that_does_not_do_the_job_is_not_used(kind, tmp_path, monkeypatch):
+    """``setpriv_path`` probes the binary (ids and groups of a ``cat`` run through it): one that
+    rejects the options or leaves the ids alone is passed over and ``Popen`` changes them."""
+    from spadekit.sandbox import launch
+
+    fake = tmp_path / "setpriv"
+    fake.write_text(FAKE_SETPRIVS[kind])
+    fake.chmod(0o755)
+    monkeypatch.setattr(launch, "SETPRIV_CANDIDATES", (str(fake),))
+    launch.setpriv_path.cache_clear()
+    try:
+        assert launch.setpriv_path() is None
+        argv, kwargs = launch.as_user(["/bin/true"], 1_234_567)
+        assert argv == ["/bin/true"] and kwargs == {"user": 1_234_567, "group": 1_234_567,
+                                                   "extra_groups": []}
+    finally:
+        monkeypatch.undo()
+        launch.setpriv_path.cache_clear()
+    assert launch.setpriv_path() in (None, *launch.SETPRIV_CANDIDATES)
+
+
+@needs_root
+@pytest.mark.skipif("strong" not in TIERS, reason="the strong tier does not boot here")
+def test_a_worker_that_cannot_start_says_what_its_launcher_printed(tmp_path, monkeypatch):
+    """Whatever ends a worker before its hello (here a launcher that refuses its options), the
+    start error carries the end of what it printed, not only an exit code."""
+    from spadekit.common.errors import SandboxStartError
+    from spadekit.sandbox import launch
+
+    fake = tmp_path / "setpriv"
+    fake.write_text(FAKE_SETPRIVS["rejects"])
+    fake.chmod(0o755)
+    monkeypatch.setattr(launch, "as_user",
+                        lambda argv, uid: ([str(fake), f"--reuid={uid}", "--", *argv], {}))
+    pool = SandboxPool(SandboxConfig(tier="strong", **TEST_CONFIG), warm=0)
+    try:
+        with pytest.raises(SandboxStartError, match="Usage: setpriv") as info:
+            pool.acquire(ECHO)
+        assert "did not start" in info.value.message
+    finally:
+        pool.close()
+
+
 @needs_root
 def test_two_allocators_never_hand_out_one_uid():
     """Two allocators stand for two processes (the old allocator derived uids from the pid, so
     two processes whose pids agree modulo 100 got the same ones)."""
     base = 3_100_000
+    cursor = Path(uid_lock_dir()) / f"next-{base}"  # host-wide: it outlives every process
+    cursor.write_text("0")  # this range is the test's own
     a, b = _UidAllocator(), _UidAllocator()
     got_a = [a.take(base) for _ in range(4)]
     got_b = [b.take(base) for _ in range(4)]
     assert len(set(got_a) | set(got_b)) == 8, (got_a, got_b)
     a.give(got_a[0])
-    c = _UidAllocator()  # a third process: a uid given back is free again, host-wide
+    # round robin host-wide: neither another process nor the one that gave a uid back takes it
+    # again at once (a process still seen under it then belongs to the worker that had it,
+    # never to its successor: under pytest-xdist two workers' sandboxes come and go together)
+    c = _UidAllocator()  # a third process
+    taken = [c.take(base), a.take(base), b.take(base)]
+    assert len(set(taken)) == 3 and not set(taken) & set(got_a + got_b), (taken, got_a, got_b)
+    for uid, owner in zip(taken, (c, a, b)):
+        owner.give(uid)
+    assert got_a[0] == base and taken == [base + 8, base + 9, base + 10], (got_a, taken)
+    # a uid given back is free again, host-wide, when the turn comes round to it
+    cursor.write_text(str(got_a[2] - base))
+    assert c.take(base) == base + 8  # the next free one after the cursor
+    cursor.write_text("damaged\x00")  # a damaged cursor starts from the beginning of the range
     assert c.take(base) == got_a[0]
+    c.give(base + 8)
     c.give(got_a[0])
-    # round robin: the process that gave a uid back does not take it again at once (a process
-    # still seen under it then belongs to the worker that had it, never to its successor)
-    again = a.take(base)
-    assert again != got_a[0] and again not in got_a + got_b, (again, got_a, got_b)
-    for uid in got_a[1:] + [again]:
+    for uid in got_a[1:]:
         a.give(uid)
     for uid in got_b:
         b.give(uid)

@@ -244,11 +244,13 @@ def test_a_run_made_before_the_layout_change_resumes(tmp_path):
     """``tests/data/run_before_layout`` was written by the code before the issue-14 module move
     (tiny model, cpu-tiny, one round); the CLI resumes it after the move: round 1 runs from
     round 0's checkpoint and round 0's records are kept."""
+    import shlex
     import shutil
     import sqlite3
 
-    # a path longer than the console and with a bracket: the resume command is printed whole
-    run = tmp_path / ("old-run-" + "x" * 120 + " [gw0]")
+    # a path longer than the console, with a space, a bracket, an emoji code and a trailing
+    # backslash: the resume command is printed whole, quoted for a shell, character for character
+    run = tmp_path / ("old-run-" + "x" * 120 + " [gw0] :x:\\")
     shutil.copytree(Path(__file__).parents[1] / "data" / "run_before_layout", run)
     before = sqlite3.connect(run / "run.sqlite")
     envs_before = {r[0] for r in before.execute("SELECT sha256 FROM environments")}
@@ -261,7 +263,7 @@ def test_a_run_made_before_the_layout_change_resumes(tmp_path):
                           env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "120"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "starting at round 1" in done.stdout
-    assert f"(resume with --resume {run})" in done.stdout, done.stdout[-2000:]
+    assert f"(resume with --resume {shlex.quote(str(run))})" in done.stdout, done.stdout[-2000:]
     after = sqlite3.connect(run / "run.sqlite")
     steps = [r[0] for r in after.execute("SELECT DISTINCT step FROM metrics ORDER BY step")]
     assert steps == [0, 1]

@@ -6,13 +6,14 @@ Registered on the main ``app`` by ``spadekit.cli.app`` (this module only defines
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from spadekit.common.errors import SpadekitError
 from spadekit.common.safe_text import terminal_text
@@ -165,10 +166,11 @@ def _raise_terminated(signum, _frame) -> None:
 
 
 def resume_arg(target) -> str:
-    """``--resume PATH`` as console markup: printed with ``soft_wrap=True`` it stays one piece
-    however long the path (a log file keeps the command whole, ready to paste), and a ``[`` in
-    the path is text, not markup."""
-    return escape(f"--resume {target}")
+    """``--resume PATH``, quoted for a shell where the path needs it, as plain text: printed in
+    a ``Text`` with ``soft_wrap=True`` it stays one piece however long the path (a log file
+    keeps the command whole, ready to paste), and nothing in it is read as markup or as an
+    emoji code."""
+    return terminal_text("--resume " + shlex.quote(str(target)), markup=False)
 
 
 def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,
@@ -184,10 +186,10 @@ def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, uns
                          extra, target)
     except Terminated:
         where = target[0] if target else (resume or run_dir)
-        err_console.print("[yellow]stopped by SIGTERM[/yellow]: the round in flight was "
-                          "rolled back; every committed round is kept"
-                          + (f"; continue with {resume_arg(where)}" if where else ""),
-                          soft_wrap=True)
+        err_console.print(Text.assemble(
+            ("stopped by SIGTERM", "yellow"), ": the round in flight was rolled back; every "
+            "committed round is kept", *(("; continue with ", resume_arg(where)) if where else ())),
+            soft_wrap=True)
         raise typer.Exit(0) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -212,8 +214,9 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
         # one fact a line, each short enough for an 80-column terminal (no mid-phrase wraps)
         console.print(f"[bold]spadekit selfplay[/bold]: {cfg.model}, {cfg.setting}, "
                       f"{cfg.curriculum.kind} curriculum, {cfg.rounds} round(s)")
-        console.print(f"{'resuming' if resume else 'run directory'} "
-                      f"[cyan]{escape(str(target))}[/cyan]", overflow="fold")
+        console.print(Text.assemble("resuming " if resume else "run directory ",
+                                    (terminal_text(target, markup=False), "cyan")),
+                      overflow="fold")
     try:
         with err_console.status(f"loading {cfg.model}") if main else _nothing():
             sp = SelfPlay(cfg, target, resume=resume is not None,
@@ -249,10 +252,11 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
             try:
                 metrics = sp.round(sp.next_step)
             except SpadekitError as exc:
-                err_console.print(f"[red]{'' if main else f'rank {rank}: '}round "
-                                  f"{sp.next_step} failed:[/red] {terminal_text(exc.message)}\n"
-                                  "Nothing of that round was committed; fix the cause and "
-                                  f"continue with {resume_arg(target)}", soft_wrap=True)
+                err_console.print(Text.assemble(
+                    (f"{'' if main else f'rank {rank}: '}round {sp.next_step} failed:", "red"),
+                    " ", terminal_text(exc.message, markup=False), "\nNothing of that round "
+                    "was committed; fix the cause and continue with ", resume_arg(target)),
+                    soft_wrap=True)
                 raise typer.Exit(1) from None
             sp.next_step += 1
             history.append(metrics)
@@ -262,8 +266,8 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
         from spadekit.selfplay.round_report import summary_line
 
         console.print(summary_line(history), highlight=False)
-        console.print(f"done: {escape(str(target))} (resume with {resume_arg(target)})",
-                      soft_wrap=True)
+        console.print(Text(f"done: {terminal_text(target, markup=False)} "
+                           f"(resume with {resume_arg(target)})"), soft_wrap=True)
     _leave_process_group()
 
 

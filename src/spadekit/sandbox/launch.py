@@ -18,6 +18,7 @@ requests.
 from __future__ import annotations
 
 import atexit
+import compileall
 import ctypes
 import fcntl
 import functools
@@ -88,6 +89,10 @@ def runtime_lib() -> str:
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(src, dst)
+    # compiled once here: a worker runs with -B and cannot write bytecode, so without these it
+    # would compile the worker script, its replies module and spadekit.envs from source at every
+    # start (an interpreter of another version ignores them and compiles as before)
+    compileall.compile_dir(root, quiet=2, workers=1)
     for dirpath, dirnames, filenames in os.walk(root):
         for d in dirnames:
             os.chmod(os.path.join(dirpath, d), 0o755)
@@ -150,30 +155,41 @@ class _UidAllocator:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.held: dict[int, int] = {}  # uid -> fd of its locked file
-        self.cursor: dict[int, int] = {}  # base -> offset to try first
 
     def take(self, base: int) -> int:
         """A free uid in ``[base, base + UID_RANGE)``, tried round robin from the one after the
-        last handed out: a uid just given back is not reused at once (so a process still seen
-        under it belongs to the worker that had it, not to its successor)."""
+        last handed out by any process on the host (``next-BASE`` in the lock folder, read and
+        advanced under its own lock): a uid just given back is not reused at once, here or in
+        another process (so a process still seen under it belongs to the worker that had it,
+        not to its successor)."""
         with self.lock:
             folder = uid_lock_dir()
             busy = uids_in_use(base, base + UID_RANGE)
-            start = self.cursor.get(base, 0)
-            for step in range(UID_RANGE):
-                uid = base + (start + step) % UID_RANGE
-                if uid in self.held or uid in busy:
-                    continue
-                fd = os.open(os.path.join(folder, str(uid)),
+            cursor = os.open(os.path.join(folder, f"next-{base}"),
                              os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(cursor, fcntl.LOCK_EX)
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:  # another process holds it
-                    os.close(fd)
-                    continue
-                self.held[uid] = fd
-                self.cursor[base] = (uid - base + 1) % UID_RANGE
-                return uid
+                    start = int(os.pread(cursor, 32, 0).decode("ascii").strip() or 0) % UID_RANGE
+                except (ValueError, UnicodeDecodeError):  # damaged: start from the beginning
+                    start = 0
+                for step in range(UID_RANGE):
+                    uid = base + (start + step) % UID_RANGE
+                    if uid in self.held or uid in busy:
+                        continue
+                    fd = os.open(os.path.join(folder, str(uid)),
+                                 os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError:  # another process holds it
+                        os.close(fd)
+                        continue
+                    self.held[uid] = fd
+                    os.ftruncate(cursor, 0)
+                    os.pwrite(cursor, str((uid - base + 1) % UID_RANGE).encode("ascii"), 0)
+                    return uid
+            finally:
+                os.close(cursor)  # and its lock
         raise SandboxStartError(f"no free per-worker uid in [{base}, {base + UID_RANGE})")
 
     def give(self, uid: int | None) -> None:
@@ -475,13 +491,39 @@ def sweep_stale_dirs() -> int:
     return removed
 
 
+PROBE_UID = 65534  # nobody: only ever the id of the probe below, which runs ``cat``
+SETPRIV_CANDIDATES = ("/usr/bin/setpriv", "/bin/setpriv")
+
+
 @functools.lru_cache(maxsize=1)
 def setpriv_path() -> str | None:
-    """util-linux's ``setpriv`` from the system directories (never from ``PATH``), or None."""
-    for path in ("/usr/bin/setpriv", "/bin/setpriv"):
-        if os.access(path, os.X_OK):
+    """util-linux's ``setpriv`` from the system directories (never from ``PATH``), once it has
+    shown that it does the job; else None (``as_user`` then lets ``Popen`` change the ids).
+
+    The probe runs ``cat /proc/self/status`` through it as uid and gid ``PROBE_UID`` with the
+    options ``as_user`` gives and checks every uid and gid field and the empty group list: a
+    ``setpriv`` that rejects an option (busybox's applet knows only four) or does less than
+    asked is not used."""
+    cat = next((c for c in ("/usr/bin/cat", "/bin/cat") if os.access(c, os.X_OK)), None)
+    for path in SETPRIV_CANDIDATES:
+        if cat is None or not os.access(path, os.X_OK):
+            continue
+        try:
+            done = subprocess.run([*_setpriv_argv(path, PROBE_UID), cat, "/proc/self/status"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=10, env={"PATH": "/usr/bin:/bin"}, close_fds=True)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        fields = dict(line.split(":", 1) for line in done.stdout.splitlines() if ":" in line)
+        want = [str(PROBE_UID)] * 4
+        if (done.returncode == 0 and fields.get("Uid", "").split() == want
+                and fields.get("Gid", "").split() == want and not fields.get("Groups", "x").split()):
             return path
     return None
+
+
+def _setpriv_argv(setpriv: str, uid: int) -> list[str]:
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
 
 
 def as_user(argv: list[str], uid: int) -> tuple[list[str], dict]:
@@ -498,7 +540,7 @@ def as_user(argv: list[str], uid: int) -> tuple[list[str], dict]:
     setpriv = setpriv_path()
     if setpriv is None:
         return argv, {"user": uid, "group": uid, "extra_groups": []}
-    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv], {}
+    return [*_setpriv_argv(setpriv, uid), *argv], {}
 
 
 def bwrap_argv(plan: Plan, scratch_mb: int, env: dict[str, str],

@@ -34,6 +34,7 @@ from typing import Any
 from spadekit.common.errors import (ERROR_TYPES, EnvRaised, InvalidResult, ProgramLoadError,
                              ProtocolViolation, ResourceLimit, SandboxClosed, SandboxError,
                              SandboxStartError, SandboxTimeout, WorkerDied)
+from spadekit.common.safe_text import terminal_text
 from spadekit.envs import refstyle
 from spadekit.sandbox import replies
 from spadekit.sandbox import worker_replies as checks
@@ -121,7 +122,12 @@ class Sandbox:
             hello = sb._checked(replies.check_hello, hello, "start")
         except SandboxError as exc:
             sb.close()
-            raise SandboxStartError(f"sandbox worker did not start: {exc.message}",
+            # nothing untrusted has run yet: what the worker printed is the launcher's (bwrap,
+            # setpriv, the interpreter) and names the cause
+            tail = getattr(exc, "stderr_tail", "") or ""
+            said = terminal_text(tail.strip()[-400:], markup=False) if tail.strip() else ""
+            raise SandboxStartError(f"sandbox worker did not start: {exc.message}"
+                                    + (f"; it printed: {said}" if said else ""),
                                     tier=plan.tier, cause=exc.to_dict()) from exc
         sb.layers = hello["layers"]
         worker.hello = hello
