@@ -6,9 +6,10 @@ the key in ``VLLM_API_KEY``): it answers 401 on every route without the key, dev
 included, and cannot be reached on this machine's other addresses.
 
 One server for the module (SmolLM2-135M, float32, eager, ``VLLM_SERVER_DEV_MODE=1`` and
-spadekit's worker extension; about 30 s to start), started in the background as soon as
-collection ends (``start_early``, called by conftest.py) so that its start overlaps the tests
-that run before this module, under a watchdog that takes it down if pytest dies. The trainer's
+spadekit's worker extension; about 30 s to start), under a watchdog that takes it down if
+pytest dies. In a one-process session it starts in the background as soon as collection ends
+(``start_early``, called by conftest.py) so that its start overlaps the tests that run before
+this module; under the suite's default pytest-xdist workers the module's fixture starts it. The trainer's
 side is the session's bundled model (``bundled_hf``, conftest.py), put back on its loaded weights
 after every push (checked after the module). Skipped with the reason when vLLM cannot be
 imported.
