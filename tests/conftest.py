@@ -93,33 +93,53 @@ def usable_cpus() -> int:
 
 
 def _cgroup_cpu_quota() -> int | None:
-    """CPUs' worth of quota of this process's cgroup (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``),
-    rounded up; None when unlimited or unknown."""
+    """CPUs' worth of the tightest CPU quota over this process's cgroup and its ancestors (v2
+    ``cpu.max``, v1 ``cpu.cfs_quota_us``; a container's own files at the mount root count too),
+    rounded up; None when unlimited or unknown. Never raises: odd files are skipped."""
     import math
 
+    def v2(folder: Path) -> float | None:
+        quota, period = (folder / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" or int(period) <= 0 else int(quota) / int(period)
+
+    def v1(folder: Path) -> float | None:
+        quota = int((folder / "cpu.cfs_quota_us").read_text())
+        period = int((folder / "cpu.cfs_period_us").read_text())
+        return quota / period if quota > 0 and period > 0 else None
+
+    found: list[float] = []
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
-        return None
+        lines = []
+    mounts = [(v2, Path("/sys/fs/cgroup"))]
     for line in lines:
-        _hier, controllers, path = line.split(":", 2)
-        rel = path.lstrip("/")
-        try:
-            if controllers == "":  # cgroup v2
-                quota, period = Path("/sys/fs/cgroup", rel, "cpu.max").read_text().split()[:2]
-                if quota != "max":
-                    return math.ceil(int(quota) / int(period))
-            elif "cpu" in controllers.split(","):
-                base = Path("/sys/fs/cgroup", controllers)
-                if not base.exists():
-                    base = Path("/sys/fs/cgroup/cpu")
-                quota = int((base / rel / "cpu.cfs_quota_us").read_text())
-                period = int((base / rel / "cpu.cfs_period_us").read_text())
-                if quota > 0:
-                    return math.ceil(quota / period)
-        except (OSError, ValueError):
+        parts = line.split(":", 2)
+        if len(parts) != 3:
             continue
-    return None
+        _hier, controllers, path = parts
+        if controllers == "":
+            root, read = Path("/sys/fs/cgroup"), v2
+        elif "cpu" in controllers.split(","):
+            root, read = Path("/sys/fs/cgroup", controllers), v1
+            if not root.exists():
+                root = Path("/sys/fs/cgroup/cpu")
+            mounts.append((v1, root))
+        else:
+            continue
+        rel = [p for p in path.split("/") if p]
+        if ".." in rel:  # outside this cgroup namespace: only the mount root below counts
+            continue
+        for depth in range(len(rel), 0, -1):  # the cgroup, then each ancestor
+            mounts.append((read, root.joinpath(*rel[:depth])))
+    for read, folder in mounts:
+        try:
+            cpus = read(folder)
+        except (OSError, ValueError, IndexError):
+            continue
+        if cpus:
+            found.append(cpus)
+    return max(1, math.ceil(min(found))) if found else None
 
 
 def default_workers(args: list[str], env: dict[str, str], cpus: int | None) -> int:
@@ -139,14 +159,23 @@ def default_workers(args: list[str], env: dict[str, str], cpus: int | None) -> i
 
 def _wants_one_process(config) -> bool:
     """The session asked for something pytest-xdist's workers cannot give, or chose itself."""
+    import shlex
+
     opt = config.option
     raw = [str(a) for a in config.invocation_params.args]
+    try:  # where else pytest reads options from: the environment and the ini file
+        raw += shlex.split(os.environ.get("PYTEST_ADDOPTS", "")) + list(config.getini("addopts"))
+    except ValueError:
+        pass
     chose_dist = any(a in ("--dist", "-d", "--tx") or a.startswith(("--dist=", "--tx="))
                      for a in raw)
     return bool(opt.numprocesses is not None or opt.tx or opt.collectonly or opt.usepdb
                 or getattr(opt, "trace", False) or opt.capture == "no"
                 or getattr(opt, "setupplan", False) or getattr(opt, "setuponly", False)
-                or getattr(opt, "setupshow", False) or (chose_dist and opt.dist == "no"))
+                or getattr(opt, "setupshow", False) or getattr(opt, "showfixtures", False)
+                or getattr(opt, "show_fixtures_per_test", False)
+                or (opt.maxprocesses is not None and opt.maxprocesses < 1)
+                or (chose_dist and opt.dist == "no"))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -67,6 +67,7 @@ def test_a_directory_runs_in_workers_unless_told_otherwise(tmp_path):
     # what workers cannot give, or the user's own choice: one process
     for asks in (["-s"], ["--setup-show"], ["--dist=no"]):
         assert _workers(suite, *asks, **env) == set(), asks
+    assert _workers(suite, PYTEST_ADDOPTS="--dist no", **env) == set()
     assert _workers(suite, "--maxprocesses", "1", **env) == {"created: 1/1 worker"}
     assert _workers(suite, "--dist", "load", **env) == {f"created: {cores}/{cores} workers"}
 
@@ -93,18 +94,41 @@ def _cpu_cgroup_dir() -> Path | None:
 
 @pytest.mark.skipif(_cpu_cgroup_dir() is None, reason="no writable cgroup v1 cpu controller")
 def test_usable_cpus_follow_a_cgroup_cpu_quota():
-    """A child moved into a cgroup with 1.5 CPUs of quota counts 2 usable CPUs (never more than
-    its affinity allows)."""
+    """A child moved into a cgroup with half a CPU of quota, or into an unlimited cgroup below
+    it (a systemd slice, a pod), counts 1 usable CPU."""
     group = _cpu_cgroup_dir() / f"spadekit-test-cpus-{os.getpid()}"
     group.mkdir()
+    inner = group / "unlimited"
     try:
         (group / "cpu.cfs_period_us").write_text("100000")
-        (group / "cpu.cfs_quota_us").write_text("150000")
-        code = (f"import os; open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))"
-                "\n" + CPUS_OF_A_CHILD.replace("; ", "\n"))
-        done = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests")],
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert done.stdout.split()[-1] == str(min(2, len(os.sched_getaffinity(0))))
+        (group / "cpu.cfs_quota_us").write_text("50000")
+        inner.mkdir()
+        for where in (group, inner):
+            code = (f"import os; open({str(where / 'cgroup.procs')!r}, 'w')"
+                    ".write(str(os.getpid()))\n" + CPUS_OF_A_CHILD.replace("; ", "\n"))
+            done = subprocess.run([sys.executable, "-c", code, str(ROOT / "tests")],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert done.stdout.split()[-1] == "1", where
     finally:
+        if inner.exists():
+            inner.rmdir()
         group.rmdir()
+
+
+def test_odd_cgroup_files_never_stop_a_session(tmp_path, monkeypatch):
+    """Lines without colons, a period of 0, a path that climbs out: skipped, never raised."""
+    import conftest
+
+    real = Path
+    fake = tmp_path / "cgroup"
+    fake.write_text("garbage\n\n1:cpu:/../../x\n0::/a:b\n")
+
+    def path(*parts):
+        joined = real(*parts)
+        return fake if str(joined) == "/proc/self/cgroup" else joined
+
+    monkeypatch.setattr(conftest, "Path", path)
+    quota = conftest._cgroup_cpu_quota()
+    assert quota is None or quota >= 1
+    assert conftest.usable_cpus() >= 1

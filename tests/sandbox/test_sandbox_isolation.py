@@ -276,6 +276,15 @@ def test_a_worker_that_cannot_start_says_what_its_launcher_printed(tmp_path, mon
         assert "did not start" in info.value.message
     finally:
         pool.close()
+    # one that prints its cause and then hangs: the start times out, and still says it
+    fake.write_text("#!/bin/sh\necho 'stuck on a mount' >&2\nexec sleep 60\n")
+    pool = SandboxPool(SandboxConfig(tier="strong", start_timeout=2.0, **TEST_CONFIG), warm=0)
+    try:
+        with pytest.raises(SandboxStartError, match="stuck on a mount") as info:
+            pool.acquire(ECHO)
+        assert "timed out" in info.value.message
+    finally:
+        pool.close()
 
 
 @needs_root
@@ -313,6 +322,48 @@ def test_two_allocators_never_hand_out_one_uid():
     lock_dir = uid_lock_dir()
     st = os.stat(lock_dir)
     assert st.st_uid == 0 and not st.st_mode & 0o022
+
+
+@needs_root
+def test_a_held_or_odd_cursor_never_stalls_a_worker_start(tmp_path):
+    """The host-wide cursor only orders the search: a process that keeps it locked (a child
+    forked while its parent held it keeps the lock for its life) or a cursor that is not a
+    regular file costs at most ``CURSOR_WAIT_S``, and uids are still handed out uniquely."""
+    import fcntl
+
+    from spadekit.sandbox import launch
+
+    base = 3_300_000
+    cursor = Path(uid_lock_dir()) / f"next-{base}"
+    cursor.unlink(missing_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(cursor)!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n")],
+        stdout=subprocess.PIPE, text=True)
+    a = _UidAllocator()
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t = time.monotonic()
+        got = [a.take(base), a.take(base)]
+        assert time.monotonic() - t < 4 * launch.CURSOR_WAIT_S + 1, time.monotonic() - t
+        assert len(set(got)) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    for uid in got:
+        a.give(uid)
+    cursor.unlink()
+    os.mkfifo(cursor, 0o600)  # not a regular file: passed over, no seek error, no hang
+    try:
+        uid = a.take(base)
+        assert base <= uid < base + launch.UID_RANGE
+        a.give(uid)
+    finally:
+        cursor.unlink()
+    fd = os.open(cursor, os.O_RDWR | os.O_CREAT, 0o600)  # and a plain one works again
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fd)
 
 
 @needs_root
@@ -581,3 +632,16 @@ def test_doctor_reports_limits_per_tier():
                          env={**os.environ, "PYTHONPATH": str(SRC)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert set(json.loads(out.stdout)["sandbox"]["tiers"]) == {"strong", "standard"}
+
+
+def test_the_runtime_library_is_byte_compiled_for_the_workers():
+    """Every module of the workers' runtime library has its bytecode next to it, in the plain
+    (not optimized) form the workers read, wherever this process keeps its own."""
+    from spadekit.sandbox import launch
+
+    root = Path(launch.runtime_lib())
+    tag = sys.implementation.cache_tag
+    sources = sorted(root.rglob("*.py"))
+    assert sources
+    for src in sources:
+        assert (src.parent / "__pycache__" / f"{src.stem}.{tag}.pyc").is_file(), src

@@ -6,6 +6,7 @@ Registered on the main ``app`` by ``spadekit.cli.app`` (this module only defines
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -169,8 +170,18 @@ def resume_arg(target) -> str:
     """``--resume PATH``, quoted for a shell where the path needs it, as plain text: printed in
     a ``Text`` with ``soft_wrap=True`` it stays one piece however long the path (a log file
     keeps the command whole, ready to paste), and nothing in it is read as markup or as an
-    emoji code."""
-    return terminal_text("--resume " + shlex.quote(str(target)), markup=False)
+    emoji code. A path with characters a terminal would not show as themselves (tabs, control
+    characters, bytes that are not UTF-8) is written in bash's ``$'...'`` form, byte by
+    byte."""
+    path = str(target)
+    if path.isprintable():
+        return "--resume " + shlex.quote(path)
+    out = []
+    for byte in os.fsencode(path):
+        char = chr(byte)
+        out.append("\\" + char if char in "'\\" else
+                   char if 0x20 <= byte < 0x7F else f"\\x{byte:02x}")
+    return "--resume $'" + "".join(out) + "'"
 
 
 def _run_selfplay(preset, config, overrides, model, rounds, run_dir, resume, unsafe,

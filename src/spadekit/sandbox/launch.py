@@ -18,12 +18,12 @@ requests.
 from __future__ import annotations
 
 import atexit
-import compileall
 import ctypes
 import fcntl
 import functools
 import json
 import os
+import py_compile
 import shutil
 import signal
 import stat
@@ -90,9 +90,17 @@ def runtime_lib() -> str:
         else:
             shutil.copy2(src, dst)
     # compiled once here: a worker runs with -B and cannot write bytecode, so without these it
-    # would compile the worker script, its replies module and spadekit.envs from source at every
-    # start (an interpreter of another version ignores them and compiles as before)
-    compileall.compile_dir(root, quiet=2, workers=1)
+    # would compile its replies module, spadekit.common and spadekit.envs from source at every
+    # start (the worker script itself, run as __main__, is always compiled). Written next to
+    # each source whatever this process's pycache prefix or -O (the workers run without
+    # either); an interpreter of another version ignores them and compiles as before.
+    tag = sys.implementation.cache_tag
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            if name.endswith(".py") and tag:
+                py_compile.compile(os.path.join(dirpath, name), cfile=os.path.join(
+                    dirpath, "__pycache__", f"{name[:-3]}.{tag}.pyc"), doraise=False,
+                    quiet=2, optimize=0)
     for dirpath, dirnames, filenames in os.walk(root):
         for d in dirnames:
             os.chmod(os.path.join(dirpath, d), 0o755)
@@ -155,24 +163,28 @@ class _UidAllocator:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.held: dict[int, int] = {}  # uid -> fd of its locked file
+        self.cursor: dict[int, int] = {}  # base -> where to start when the host's cursor is out
 
     def take(self, base: int) -> int:
         """A free uid in ``[base, base + UID_RANGE)``, tried round robin from the one after the
         last handed out by any process on the host (``next-BASE`` in the lock folder, read and
         advanced under its own lock): a uid just given back is not reused at once, here or in
         another process (so a process still seen under it belongs to the worker that had it,
-        not to its successor)."""
+        not to its successor). The cursor only orders the search; the per-uid locks alone make
+        a uid ours. A cursor that cannot be locked within ``CURSOR_WAIT_S`` (a child forked
+        while this process held it keeps the lock for its life) or opened as a regular file is
+        passed over for this process's own."""
         with self.lock:
             folder = uid_lock_dir()
             busy = uids_in_use(base, base + UID_RANGE)
-            cursor = os.open(os.path.join(folder, f"next-{base}"),
-                             os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            cursor = _lock_cursor(os.path.join(folder, f"next-{base}"))
             try:
-                fcntl.flock(cursor, fcntl.LOCK_EX)
-                try:
-                    start = int(os.pread(cursor, 32, 0).decode("ascii").strip() or 0) % UID_RANGE
-                except (ValueError, UnicodeDecodeError):  # damaged: start from the beginning
-                    start = 0
+                start = self.cursor.get(base, 0)
+                if cursor is not None:
+                    try:
+                        start = int(os.pread(cursor, 32, 0).decode("ascii").strip() or 0)
+                    except (ValueError, UnicodeDecodeError, OSError):  # damaged: from the start
+                        start = 0
                 for step in range(UID_RANGE):
                     uid = base + (start + step) % UID_RANGE
                     if uid in self.held or uid in busy:
@@ -185,11 +197,18 @@ class _UidAllocator:
                         os.close(fd)
                         continue
                     self.held[uid] = fd
-                    os.ftruncate(cursor, 0)
-                    os.pwrite(cursor, str((uid - base + 1) % UID_RANGE).encode("ascii"), 0)
+                    after = (uid - base + 1) % UID_RANGE
+                    self.cursor[base] = after
+                    if cursor is not None:
+                        try:
+                            os.ftruncate(cursor, 0)
+                            os.pwrite(cursor, str(after).encode("ascii"), 0)
+                        except OSError:
+                            pass
                     return uid
             finally:
-                os.close(cursor)  # and its lock
+                if cursor is not None:
+                    os.close(cursor)  # and its lock
         raise SandboxStartError(f"no free per-worker uid in [{base}, {base + UID_RANGE})")
 
     def give(self, uid: int | None) -> None:
@@ -197,6 +216,34 @@ class _UidAllocator:
             fd = self.held.pop(uid, None)
         if fd is not None:
             os.close(fd)
+
+
+CURSOR_WAIT_S = 0.5
+
+
+def _lock_cursor(path: str) -> int | None:
+    """The host-wide cursor file, open and exclusively locked, or None when it is not a regular
+    file or stays locked for ``CURSOR_WAIT_S`` (never an unbounded wait)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK,
+                     0o600)
+    except OSError:  # a symlink, a directory
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device
+            raise OSError("not a regular file")
+        deadline = time.monotonic() + CURSOR_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
+    except OSError:
+        os.close(fd)
+        return None
 
 
 UIDS = _UidAllocator()
