@@ -265,26 +265,23 @@ def test_a_worker_that_cannot_start_says_what_its_launcher_printed(tmp_path, mon
     from spadekit.sandbox import launch
 
     fake = tmp_path / "setpriv"
-    fake.write_text(FAKE_SETPRIVS["rejects"])
-    fake.chmod(0o755)
     monkeypatch.setattr(launch, "as_user",
                         lambda argv, uid: ([str(fake), f"--reuid={uid}", "--", *argv], {}))
-    pool = SandboxPool(SandboxConfig(tier="strong", **TEST_CONFIG), warm=0)
-    try:
-        with pytest.raises(SandboxStartError, match="Usage: setpriv") as info:
-            pool.acquire(ECHO)
-        assert "did not start" in info.value.message
-    finally:
-        pool.close()
-    # one that prints its cause and then hangs: the start times out, and still says it
-    fake.write_text("#!/bin/sh\necho 'stuck on a mount' >&2\nexec sleep 60\n")
-    pool = SandboxPool(SandboxConfig(tier="strong", start_timeout=2.0, **TEST_CONFIG), warm=0)
-    try:
-        with pytest.raises(SandboxStartError, match="stuck on a mount") as info:
-            pool.acquire(ECHO)
-        assert "timed out" in info.value.message
-    finally:
-        pool.close()
+    # one that dies at once, and one that prints its cause and then hangs (the start times out)
+    for script, printed, how in (
+            (FAKE_SETPRIVS["rejects"], "Usage: setpriv", "did not start"),
+            ("#!/bin/sh\necho 'stuck on a mount' >&2\nexec sleep 60\n", "stuck on a mount",
+             "timed out")):
+        fake.write_text(script)
+        fake.chmod(0o755)
+        pool = SandboxPool(SandboxConfig(tier="strong", start_timeout=2.0, **TEST_CONFIG),
+                           warm=0)
+        try:
+            with pytest.raises(SandboxStartError, match=printed) as info:
+                pool.acquire(ECHO)
+            assert how in info.value.message
+        finally:
+            pool.close()
 
 
 @needs_root

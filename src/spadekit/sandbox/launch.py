@@ -95,9 +95,9 @@ def runtime_lib() -> str:
     # each source whatever this process's pycache prefix or -O (the workers run without
     # either); an interpreter of another version ignores them and compiles as before.
     tag = sys.implementation.cache_tag
-    for dirpath, _dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root) if tag else ():
         for name in filenames:
-            if name.endswith(".py") and tag:
+            if name.endswith(".py"):
                 py_compile.compile(os.path.join(dirpath, name), cfile=os.path.join(
                     dirpath, "__pycache__", f"{name[:-3]}.{tag}.pyc"), doraise=False,
                     quiet=2, optimize=0)
@@ -179,12 +179,7 @@ class _UidAllocator:
             busy = uids_in_use(base, base + UID_RANGE)
             cursor = _lock_cursor(os.path.join(folder, f"next-{base}"))
             try:
-                start = self.cursor.get(base, 0)
-                if cursor is not None:
-                    try:
-                        start = int(os.pread(cursor, 32, 0).decode("ascii").strip() or 0)
-                    except (ValueError, UnicodeDecodeError, OSError):  # damaged: from the start
-                        start = 0
+                start = self.cursor.get(base, 0) if cursor is None else _read_cursor(cursor)
                 for step in range(UID_RANGE):
                     uid = base + (start + step) % UID_RANGE
                     if uid in self.held or uid in busy:
@@ -197,14 +192,9 @@ class _UidAllocator:
                         os.close(fd)
                         continue
                     self.held[uid] = fd
-                    after = (uid - base + 1) % UID_RANGE
-                    self.cursor[base] = after
+                    self.cursor[base] = (uid - base + 1) % UID_RANGE
                     if cursor is not None:
-                        try:
-                            os.ftruncate(cursor, 0)
-                            os.pwrite(cursor, str(after).encode("ascii"), 0)
-                        except OSError:
-                            pass
+                        _write_cursor(cursor, self.cursor[base])
                     return uid
             finally:
                 if cursor is not None:
@@ -244,6 +234,23 @@ def _lock_cursor(path: str) -> int | None:
     except OSError:
         os.close(fd)
         return None
+
+
+def _read_cursor(fd: int) -> int:
+    """The offset a locked cursor file holds; 0 (the start of the range) when it is damaged."""
+    try:
+        return int(os.pread(fd, 32, 0).decode("ascii").strip() or 0)
+    except (ValueError, UnicodeDecodeError, OSError):
+        return 0
+
+
+def _write_cursor(fd: int, offset: int) -> None:
+    """Best effort: a cursor that cannot be written only orders the next search less well."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(offset).encode("ascii"), 0)
+    except OSError:
+        pass
 
 
 UIDS = _UidAllocator()
@@ -552,8 +559,10 @@ def setpriv_path() -> str | None:
     ``setpriv`` that rejects an option (busybox's applet knows only four) or does less than
     asked is not used."""
     cat = next((c for c in ("/usr/bin/cat", "/bin/cat") if os.access(c, os.X_OK)), None)
+    if cat is None:
+        return None
     for path in SETPRIV_CANDIDATES:
-        if cat is None or not os.access(path, os.X_OK):
+        if not os.access(path, os.X_OK):
             continue
         try:
             done = subprocess.run([*_setpriv_argv(path, PROBE_UID), cat, "/proc/self/status"],

@@ -124,8 +124,8 @@ class Sandbox:
             sb.close()
             # nothing untrusted has run yet: what the worker printed is the launcher's (bwrap,
             # setpriv, the interpreter) and names the cause
-            tail = getattr(exc, "stderr_tail", "") or sb._tail.text(wait=0.2)
-            said = terminal_text(tail.strip()[-400:], markup=False) if tail.strip() else ""
+            tail = (getattr(exc, "stderr_tail", "") or sb._tail.text(wait=0.2)).strip()
+            said = terminal_text(tail[-400:], markup=False) if tail else ""
             raise SandboxStartError(f"sandbox worker did not start: {exc.message}"
                                     + (f"; it printed: {said}" if said else ""),
                                     tier=plan.tier, cause=exc.to_dict()) from exc
