@@ -23,6 +23,7 @@ pytest.importorskip("transformers")
 from spadekit.policy import load_policy  # noqa: E402
 from spadekit.policy.base import cut_at_stop  # noqa: E402
 from spadekit.policy.serve import serve  # noqa: E402
+from spadekit.policy.serve_batch import DEFAULT_SLICE  # noqa: E402
 from spadekit.policy.serve_stream import REPLACEMENT, StreamText  # noqa: E402
 
 openai = pytest.importorskip("openai")
@@ -115,9 +116,12 @@ def test_the_first_event_comes_long_before_the_last(client):
     assert stamps[0] < 0.5 * total, (stamps[0], total)
 
 
-def test_a_disconnected_stream_frees_its_slot(server, client):
+def test_a_disconnected_stream_frees_its_slot(server, client, tiny, monkeypatch):
     prompt = _long_greedy_prompt(client)
     before = server.stats()["cancelled"]
+    made: list = []  # what the policy generated, call by call
+    real = type(tiny).generate
+    monkeypatch.setattr(tiny, "generate", lambda reqs: made.append(real(tiny, reqs)) or made[-1])
     body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 4000,
                        "temperature": 0, "stream": True}).encode()
     with socket.create_connection((server.host, server.port), timeout=60) as sock:
@@ -133,6 +137,11 @@ def test_a_disconnected_stream_frees_its_slot(server, client):
         time.sleep(0.05)
     assert server.stats()["cancelled"] == before + 1
     assert server.stats()["queued"] == 0
+    # the sampler stopped the sequence at the token after the client was found gone (the hook
+    # answered False), not at the end of its slice (that ended by "length")
+    assert len(made) == 1 and len(made[0]) == 1, [len(m) for m in made]
+    assert made[0][0].finish_reason == "abort"
+    assert len(made[0][0].token_ids) < DEFAULT_SLICE
     r = client.completions.create(model="tiny", prompt="Hi", max_tokens=4)  # the slot is free
     assert r.choices[0].finish_reason in ("length", "stop")
 

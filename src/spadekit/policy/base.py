@@ -99,8 +99,9 @@ class GenerationRequest:
     """Called with each sampled token and its logprob as it is produced, by policies whose
     ``capabilities`` hold ``"stream"`` (the ``hf`` sampler, the ``vllm`` engine); others ignore
     it. For streaming (``spadekit serve``); it must return quickly and not raise. Returning
-    ``False`` asks the policy to stop the request (vLLM aborts it at once; its generation's
-    ``finish_reason`` is ``"abort"``); the ``hf`` sampler ignores the answer."""
+    ``False`` asks the policy to stop the request at once: its generation ends with that token
+    and its ``finish_reason`` is ``"abort"`` (the ``hf`` sampler drops the row from the running
+    batch, vLLM aborts the request); the other requests of the batch go on unchanged."""
 
     def __post_init__(self) -> None:
         if (self.prompt_ids is None) == (self.messages is None):

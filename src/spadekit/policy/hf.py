@@ -188,9 +188,11 @@ class HFPolicy:
                         chosen.append(tok)
                         new_ids[i].append(tok)
                         new_lp[i].append(float(logp[k, tok]))
-                        if watchers[i] is not None:
-                            watchers[i](tok, new_lp[i][-1])
-                        finish[i] = self._finished(new_ids[i], params[i])
+                        # a watcher that answers False (its client is gone) ends the row now
+                        if watchers[i] is not None and watchers[i](tok, new_lp[i][-1]) is False:
+                            finish[i] = "abort"
+                        else:
+                            finish[i] = self._finished(new_ids[i], params[i])
                     keep = [k for k, i in enumerate(rows) if not finish[i]]
                     if not keep:
                         break

@@ -146,7 +146,9 @@ class Ticket:
 
     def cancel(self) -> None:
         """Drop the request: what is queued never generates again (a client that went away
-        frees its slot; a sequence inside the running batch ends with that slice)."""
+        frees its slot); a sequence inside the running batch ends at its next token with a
+        policy that streams per token (``hf``, ``vllm``: the hook answers False), else with
+        that slice."""
         self._group.failed = True
         for f in self.futures:
             f.cancel()
