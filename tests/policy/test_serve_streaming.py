@@ -224,3 +224,74 @@ def test_a_cancel_the_stream_did_not_make_ends_with_an_error_event():
     ours = stream()
     ours.cancel()  # the client went away
     assert list(ours) == []
+
+
+@pytest.mark.parametrize("slice_tokens", [0, 40])
+def test_a_request_dropped_mid_batch_always_fails_as_cancelled(tiny, slice_tokens):
+    """However a running sequence is dropped (its watcher breaks, or its ticket is cancelled
+    with or without a stream), its future fails with "the request was cancelled" and counts in
+    ``cancelled``, whole or sliced; the policy stopped a streamed one at once ("abort")."""
+    import threading
+
+    from concurrent.futures import wait
+
+    from spadekit.policy import GenerationRequest, SamplingParams
+    from spadekit.policy.serve_batch import FairBatcher, UpdateGate
+
+    made: list = []
+    running = threading.Event()
+
+    class Recording:
+        def __init__(self, policy):
+            self.tokenizer, self.name = policy.tokenizer, policy.name
+            self.capabilities, self._p = policy.capabilities, policy
+
+        def generate(self, requests):
+            running.set()
+            made.append(self._p.generate(requests))
+            return made[-1]
+
+    prompt = tiny.tokenizer("Once upon a time")["input_ids"]
+
+    def requests(n, budget):
+        return [GenerationRequest(prompt_ids=prompt, params=SamplingParams(
+            temperature=0, max_new_tokens=budget)) for _ in range(n)]
+
+    heard: list[int] = []
+
+    def breaks(index, tokens, logprobs):
+        heard.append(index)
+        if len(heard) == 3:
+            raise RuntimeError("the watcher broke")
+
+    def run(n, watch, cancel):
+        batcher = FairBatcher(Recording(tiny), 0.0, 8, UpdateGate(), slice_tokens=slice_tokens)
+        made.clear()
+        running.clear()
+        try:
+            # a budget the 0.05 s before a cancel can never use up
+            ticket = batcher.submit(requests(n, 1000 if cancel else 100), watch)
+            if cancel:
+                assert running.wait(60)
+                time.sleep(0.05)
+                ticket.cancel()
+            wait(ticket.futures, timeout=120)
+            errors = [f.exception() for f in ticket.futures]
+            deadline = time.monotonic() + 10
+            while batcher.stats()["cancelled"] < n and time.monotonic() < deadline:
+                time.sleep(0.02)
+            return errors, batcher.stats()["cancelled"]
+        finally:
+            batcher.close()
+
+    for watch, cancel in ((breaks, False), (lambda i, t, lp: None, True), (None, True)):
+        heard.clear()
+        errors, cancelled = run(2, watch, cancel)
+        assert [str(e) for e in errors] == ["the request was cancelled"] * 2, (watch, errors)
+        assert cancelled == 2
+        if watch is breaks:  # at its third token: the sampler ended both rows at once
+            assert [g.finish_reason for g in made[0]] == ["abort", "abort"]
+            assert [len(g.token_ids) for g in made[0]] == [2, 2]
+        elif watch is not None:  # cancelled while it streamed: stopped long before its budget
+            assert all(g.finish_reason in ("abort", "length") for g in made[-1])
+            assert sum(len(g.token_ids) for m in made for g in m) < 2 * 1000

@@ -146,9 +146,10 @@ class Ticket:
 
     def cancel(self) -> None:
         """Drop the request: what is queued never generates again (a client that went away
-        frees its slot); a sequence inside the running batch ends at its next token with a
-        policy that streams per token (``hf``, ``vllm``: the hook answers False), else with
-        that slice."""
+        frees its slot). A streamed sequence (submitted with ``watch``) inside the running
+        batch ends at its next token with a policy that streams per token (``hf``, ``vllm``:
+        its hook answers False); any other ends with that slice. Either way its future
+        fails with "the request was cancelled" and it counts in ``cancelled``."""
         self._group.failed = True
         for f in self.futures:
             f.cancel()
@@ -169,7 +170,7 @@ class FairBatcher:
         self._waiting = 0
         self._stop = False
         self.batches = self.requests = self.largest = self.failed_batches = self.slices = 0
-        self.cancelled = 0  # sequences dropped from the line because their request went away
+        self.cancelled = 0  # sequences dropped, queued or mid-batch: their request went away
         self._thread = threading.Thread(target=self._run, name="spadekit-serve-batcher",
                                         daemon=True)
         self._thread.start()
@@ -362,6 +363,10 @@ class FairBatcher:
             if isinstance(g, BaseException):
                 seq.group.failed = True
                 _fail(seq, g)
+            elif seq.group.failed:  # dropped while it ran (a policy that streams per token
+                _fail(seq, PolicyError("the request was cancelled"))  # may have cut it short)
+                with self._cond:
+                    self.cancelled += 1
             elif whole:  # one whole, unsliced generation
                 seq.future.set_result(g)
             elif self._advance(seq, g):
