@@ -253,9 +253,8 @@ class FairBatcher:
                 group = self._line.popleft()
                 if group.failed:
                     for seq in group.pending:
-                        _fail(seq, PolicyError("the request was cancelled"))
+                        self._drop(seq)
                     self._waiting -= len(group.pending)
-                    self.cancelled += len(group.pending)
                     group.pending.clear()
                     continue
                 pick = 0 if admit else next(
@@ -321,11 +320,18 @@ class FairBatcher:
             return False
         return True
 
+    def _drop(self, seq: _Seq) -> None:
+        """Fail a sequence whose request went away (queued, about to run or mid-batch) and
+        count it in ``cancelled``."""
+        _fail(seq, PolicyError("the request was cancelled"))
+        with self._cond:  # reentrant: _take calls this with it held
+            self.cancelled += 1
+
     def _generate(self, batch: list[_Seq]) -> None:
         live = []
         for seq in batch:
             if seq.group.failed or seq.future.cancelled():
-                _fail(seq, PolicyError("the request was cancelled"))
+                self._drop(seq)
             elif seq.slices or seq.future.set_running_or_notify_cancel():
                 live.append(seq)
         if not live:
@@ -363,10 +369,8 @@ class FairBatcher:
             if isinstance(g, BaseException):
                 seq.group.failed = True
                 _fail(seq, g)
-            elif seq.group.failed:  # dropped while it ran (a policy that streams per token
-                _fail(seq, PolicyError("the request was cancelled"))  # may have cut it short)
-                with self._cond:
-                    self.cancelled += 1
+            elif seq.group.failed:  # dropped while it ran (maybe cut short: its hook said so)
+                self._drop(seq)
             elif whole:  # one whole, unsliced generation
                 seq.future.set_result(g)
             elif self._advance(seq, g):
