@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,8 +141,24 @@ def test_hostile_programs_fail_alike_and_alone(backend, local):
         assert tr.failure is None and tr.turns
 
 
+def kill_and_wait(ray, actor, within_s: float = 60.0) -> None:
+    """Kills ``actor`` and returns once it is dead. ``ray.kill`` only asks for the kill: the actor
+    may still answer a call or two, which would make the turn it dies on a matter of timing."""
+    ray.kill(actor, no_restart=True)
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            ray.get(actor.ping.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"the actor still answers {within_s:.0f} s after ray.kill")
+
+
 class KillingPolicy(ScriptedPolicy):
-    """Kills the Ray actor in slot 0 during its second generate call."""
+    """Kills the Ray actor in slot 0 during its second generate call, before it returns."""
 
     def __init__(self, ray, backend) -> None:
         super().__init__(TOK, lambda _i, _t: "\\boxed{1}", decode_prompt=False)
@@ -150,7 +167,7 @@ class KillingPolicy(ScriptedPolicy):
     def generate(self, requests):
         self.n += 1
         if self.n == 2:
-            self.ray.kill(self.backend.actors()[0], no_restart=True)
+            kill_and_wait(self.ray, self.backend.actors()[0])
         return super().generate(requests)
 
 

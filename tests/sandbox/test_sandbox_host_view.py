@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -106,6 +107,21 @@ def test_no_syscall_tells_a_live_host_pid_from_a_dead_one(tier_pool):
         sb.close()
 
 
+def _another_process_scratch(line: str) -> bool:
+    """True for a mountinfo line that is the scratch tmpfs of a sandbox another process made."""
+    fields = line.split()
+    found = re.fullmatch(r"/tmp/spadekit-sbx-(\d+)-\d+-\w+", fields[4]) if len(fields) > 4 else None
+    return bool(found) and int(found.group(1)) != os.getpid() and " - tmpfs " in line
+
+
+def test_another_process_scratch_is_told_from_this_process_mounts():
+    mine = f"50 27 0:44 / /tmp/spadekit-sbx-{os.getpid()}-7-ab_c rw,nosuid - tmpfs tmpfs rw"
+    theirs = mine.replace(f"sbx-{os.getpid()}-", f"sbx-{os.getpid() + 1}-")
+    assert _another_process_scratch(theirs) and not _another_process_scratch(mine)
+    assert not _another_process_scratch(theirs.replace(" - tmpfs ", " - ext4 "))
+    assert not _another_process_scratch("50 27 0:44 / /tmp/scratch rw - tmpfs tmpfs rw")
+
+
 def test_standard_tier_hides_host_processes_and_host_paths():
     if "standard" not in TIERS:
         pytest.skip("the standard tier does not boot here")
@@ -130,9 +146,12 @@ def test_standard_tier_hides_host_processes_and_host_paths():
                 assert host_path not in text, f"{host_path} shown to the program"
             assert seen["cwd"] == seen["readlink_cwd"] == "/tmp/scratch"
             # the view's mounts stay in the worker's namespace; the host's table is unchanged
-            # but for the scratch tmpfs the parent mounts itself
+            # but for the scratch tmpfs the parent mounts itself (and the scratch of sandboxes
+            # that another test process, a pytest-xdist worker, starts meanwhile: the table is
+            # the machine's)
             after = [line for line in open("/proc/self/mountinfo").read().splitlines()
-                     if line not in before and f" {scratch} " not in line]
+                     if line not in before and f" {scratch} " not in line
+                     and not _another_process_scratch(line)]
             assert after == []
         finally:
             sb.close()

@@ -11,6 +11,7 @@ still serves the next program.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import ECHO, assert_pool_works, live_processes_of_uid, process_alive
 from spadekit.common.errors import InvalidResult, ProtocolViolation, SandboxClosed, SandboxError
-from spadekit.sandbox import SandboxConfig
+from spadekit.sandbox import SandboxConfig, SandboxPool
 from spadekit.sandbox import replies
 from spadekit.sandbox.batch import start_many, step_many
 from spadekit.sandbox.sandbox import RemoteEnv, Sandbox
@@ -477,19 +478,46 @@ def test_a_forged_reply_in_a_batch_fails_that_worker_only(pool, case):
     no_survivors(pool, bad, since)
 
 
+LATE = ("threading.Thread(target=lambda: (time.sleep(0.2), os.write(_MAIN.PROTO_OUT, "
+        "b'{\"id\":99,\"ok\":true,\"result\":[\"won\",1.0,true,false,{}]}\\n'))).start()")
+
+
 def test_a_late_reply_from_a_thread_is_caught_at_the_next_request(pool):
-    late = ("threading.Thread(target=lambda: (time.sleep(0.2), os.write(_MAIN.PROTO_OUT, "
-            "b'{\"id\":99,\"ok\":true,\"result\":[\"won\",1.0,true,false,{}]}\\n'))).start()")
-    sb = pool.acquire(forger(step=late))
+    """A worker that keeps running between requests (idle stopping off) lets the program's thread
+    write its reply 0.2 s after the step: the next request finds the bytes waiting and is
+    refused before it is sent."""
+    running = SandboxPool(dataclasses.replace(pool.config, idle_stop_ms=0), warm=0)
+    try:
+        sb = running.acquire(forger(step=LATE))
+        env = sb.new_env()
+        env.reset(seed=0)
+        assert env.step("go")[0] == "obs"  # the real reply came first
+        time.sleep(0.5)
+        since = ticks()
+        with pytest.raises(ProtocolViolation, match="before step was sent"):
+            env.step("go")
+        no_survivors(running, sb, since)
+    finally:
+        running.close()
+
+
+def test_a_late_reply_from_a_stopped_worker_is_never_taken(pool):
+    """A worker stopped while idle (``idle_stop_ms``, on in ``pool``) writes the late reply only
+    once the next request wakes it, racing the true reply: that request is refused (the forged
+    line came first) or answered truly (it came after, and the next request finds it waiting).
+    Either way the forged win is never taken, and a refusal comes within a few requests (each
+    step starts another late writer)."""
+    sb = pool.acquire(forger(step=LATE))
     env = sb.new_env()
     env.reset(seed=0)
-    assert env.step("go")[0] == "obs"  # the real reply came first
-    time.sleep(0.5)
     since = ticks()
-    # caught as bytes waiting before the request, or (when the idle worker was stopped
-    # before its thread wrote) as a reply with the wrong id
+    answers = []
     with pytest.raises(ProtocolViolation):
-        env.step("go")
+        for _ in range(6):
+            answers.append(env.step("go")[0])
+            time.sleep(0.3)
+    assert answers and set(answers) == {"obs"}, answers
+    assert sb.worker.stops >= 1  # the worker was stopped between the steps
     no_survivors(pool, sb, since)
 
 
