@@ -37,6 +37,7 @@ _WANDB_HOME = tempfile.mkdtemp(prefix="spadekit-test-wandb-")
 for _name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
     os.environ[_name] = os.path.join(_WANDB_HOME, _name.lower())
 
+from spadekit.common.cpus import usable_cpus  # noqa: E402,F401  (default_workers; tests use it)
 from spadekit.common.errors import SandboxError  # noqa: E402
 from spadekit.sandbox import SandboxConfig, SandboxPool  # noqa: E402
 
@@ -81,67 +82,6 @@ TIERS = available_tiers()
 # give: output as it is printed (``-s``), a debugger (``--pdb``, ``--trace``), the setup plan
 # (``--setup-plan``, ``--setup-only``, ``--setup-show``); ``-n``, ``--dist no`` and
 # ``-p no:xdist`` are the user's own choice.
-def usable_cpus() -> int:
-    """The CPUs this process may use: its affinity mask, capped by its cgroup's CPU quota (a
-    container limited to 2 CPUs on a 64-core host has 2)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    quota = _cgroup_cpu_quota()
-    return max(1, min(cpus, quota)) if quota else max(1, cpus)
-
-
-def _cgroup_cpu_quota() -> int | None:
-    """CPUs' worth of the tightest CPU quota over this process's cgroup and its ancestors (v2
-    ``cpu.max``, v1 ``cpu.cfs_quota_us``; a container's own files at the mount root count too),
-    rounded up; None when unlimited or unknown. Never raises: odd files are skipped."""
-    import math
-
-    def v2(folder: Path) -> float | None:
-        quota, period = (folder / "cpu.max").read_text().split()[:2]
-        return None if quota == "max" or int(period) <= 0 else int(quota) / int(period)
-
-    def v1(folder: Path) -> float | None:
-        quota = int((folder / "cpu.cfs_quota_us").read_text())
-        period = int((folder / "cpu.cfs_period_us").read_text())
-        return quota / period if quota > 0 and period > 0 else None
-
-    found: list[float] = []
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        lines = []
-    mounts = [(v2, Path("/sys/fs/cgroup"))]
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _hier, controllers, path = parts
-        if controllers == "":
-            root, read = Path("/sys/fs/cgroup"), v2
-        elif "cpu" in controllers.split(","):
-            root, read = Path("/sys/fs/cgroup", controllers), v1
-            if not root.exists():
-                root = Path("/sys/fs/cgroup/cpu")
-            mounts.append((v1, root))
-        else:
-            continue
-        rel = [p for p in path.split("/") if p]
-        if ".." in rel:  # outside this cgroup namespace: only the mount root below counts
-            continue
-        for depth in range(len(rel), 0, -1):  # the cgroup, then each ancestor
-            mounts.append((read, root.joinpath(*rel[:depth])))
-    for read, folder in mounts:
-        try:
-            cpus = read(folder)
-        except (OSError, ValueError, IndexError):
-            continue
-        if cpus:
-            found.append(cpus)
-    return max(1, math.ceil(min(found))) if found else None
-
-
 def default_workers(args: list[str], env: dict[str, str], cpus: int | None) -> int:
     """How many xdist workers a session gets by default (0: no xdist)."""
     wanted = env.get("SPADEKIT_TEST_WORKERS", "").strip()

@@ -20,6 +20,7 @@ import subprocess
 import sys
 
 from spadekit import __version__
+from spadekit.common.cpus import usable_cpus
 from spadekit.common.errors import SpadekitError
 
 PACKAGES = ("typer", "rich", "pyyaml", "pyseccomp", "gymnasium", "numpy", "torch",
@@ -58,7 +59,7 @@ def collect() -> dict:
                                         timeout=5).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             bw_version = "present, did not run"
-    out["system"] = {"bwrap": bw_version, "cpus": os.cpu_count()}
+    out["system"] = {"bwrap": bw_version, "cpus": os.cpu_count(), "usable_cpus": usable_cpus()}
     from spadekit.policy.bundled import status as smollm2_status
 
     st = smollm2_status()
@@ -102,8 +103,10 @@ def render(report: dict, console) -> None:
     for name, ver in report["packages"].items():
         deps.add_row(name, ver or "[dim]not installed[/dim]")
     console.print(deps)
-    console.print(f"bubblewrap: {report['system']['bwrap'] or 'not installed'}; "
-                  f"CPUs: {report['system']['cpus']}")
+    system = report["system"]
+    console.print(f"bubblewrap: {system['bwrap'] or 'not installed'}; CPUs: "
+                  f"{system.get('usable_cpus', system['cpus'])} usable of {system['cpus']} "
+                  "(affinity mask and cgroup quota; torch uses one fewer)")
     for name, status in report["models"].items():
         console.print(f"model {name}: {status}")
 

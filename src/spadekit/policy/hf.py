@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from spadekit.common.cpus import usable_cpus
 from spadekit.common.packing import DEFAULT_BATCH_CELLS, within_cells
 from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, cut_at_stop,
                                   encode_text, render_text)
@@ -241,8 +242,9 @@ class HFPolicy:
 
 
 def configure_cpu_threads() -> int:
-    """Torch's CPU thread count: ``SPADEKIT_TORCH_THREADS``, else one core fewer than the machine
-    has (at least 1). With every core in torch, OpenMP threads spin against the sandbox workers
+    """Torch's CPU thread count: ``SPADEKIT_TORCH_THREADS``, else one CPU fewer than this process
+    may use (at least 1; ``spadekit.common.cpus``: the affinity mask and the cgroup's quota, not
+    the host's cores). With every CPU in torch, OpenMP threads spin against the sandbox workers
     and the trainer's other threads: on 2 cores that was 3x to 100x slower than one thread."""
     import os
 
@@ -250,7 +252,7 @@ def configure_cpu_threads() -> int:
 
     want = os.environ.get("SPADEKIT_TORCH_THREADS")
     threads = int(want) if want and want.isdigit() and int(want) > 0 else \
-        max(1, (os.cpu_count() or 2) - 1)
+        max(1, usable_cpus() - 1)
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from spadekit.common.cpus import usable_cpus
 from spadekit.common.errors import ConfigError
 from spadekit.common.packing import pack_in_order
 
@@ -63,8 +64,8 @@ class SFTConfig:
     """Forward and backward under bfloat16 autocast (weights and optimizer stay float32): on
     a CPU with AVX-512 bf16 about 1.5x faster than float32 (``benchmarks/designer.py``)."""
     threads: int | None = None
-    """Torch threads while training (restored after); None: every core (no sandbox runs while
-    the warm start trains)."""
+    """Torch threads while training (restored after); None: every CPU this process may use
+    (``spadekit.common.cpus``; no sandbox runs while the warm start trains)."""
 
     def __post_init__(self) -> None:
         for name in ("epochs", "max_tokens_per_microbatch", "grad_accum", "save_every",
@@ -296,15 +297,13 @@ class SFTRun:
         ``progress(done_steps, total_steps, last_loss)`` after every step."""
         if not train:
             raise ValueError("no training examples")
-        import os
-
         self.examples_digest = examples_digest(train, held_out)
         if self.resumed and self._saved_examples not in (None, self.examples_digest):
             self._restart()
             self.resumed = False
 
         before = torch.get_num_threads()
-        torch.set_num_threads(self.config.threads or os.cpu_count() or 1)
+        torch.set_num_threads(self.config.threads or usable_cpus())
         try:
             return self._fit(train, held_out, progress)
         finally:

@@ -1,0 +1,131 @@
+"""``spadekit.common.cpus``: the CPUs a process may use follow its affinity mask and its cgroup's
+CPU quota, never the host's core count; torch's thread count (the policy's and the SFT
+trainer's) is taken from it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spadekit.common import cpus
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+CPUS_OF_A_CHILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
+                   "from spadekit.common.cpus import usable_cpus; print(usable_cpus())")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: nothing to narrow")
+def test_usable_cpus_follow_the_affinity_mask():
+    one = next(iter(os.sched_getaffinity(0)))
+    code = f"import os; os.sched_setaffinity(0, {{{one}}})\n" + CPUS_OF_A_CHILD.replace("; ", "\n")
+    done = subprocess.run([sys.executable, "-c", code, SRC],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "1"
+
+
+def _cpu_cgroup_dir() -> Path | None:
+    for base in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct")):
+        if (base / "cpu.cfs_quota_us").exists() and os.access(base, os.W_OK):
+            return base
+    return None
+
+
+@pytest.mark.skipif(_cpu_cgroup_dir() is None, reason="no writable cgroup v1 cpu controller")
+def test_usable_cpus_follow_a_cgroup_cpu_quota():
+    """A child moved into a cgroup with half a CPU of quota, or into an unlimited cgroup below
+    it (a systemd slice, a pod), counts 1 usable CPU."""
+    group = _cpu_cgroup_dir() / f"spadekit-test-cpus-{os.getpid()}"
+    group.mkdir()
+    inner = group / "unlimited"
+    try:
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text("50000")
+        inner.mkdir()
+        for where in (group, inner):
+            code = (f"import os; open({str(where / 'cgroup.procs')!r}, 'w')"
+                    ".write(str(os.getpid()))\n" + CPUS_OF_A_CHILD.replace("; ", "\n"))
+            done = subprocess.run([sys.executable, "-c", code, SRC],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert done.stdout.split()[-1] == "1", where
+    finally:
+        if inner.exists():
+            inner.rmdir()
+        group.rmdir()
+
+
+def test_odd_cgroup_files_never_stop_a_session(tmp_path, monkeypatch):
+    """Lines without colons, a period of 0, a path that climbs out: skipped, never raised."""
+    real = Path
+    fake = tmp_path / "cgroup"
+    fake.write_text("garbage\n\n1:cpu:/../../x\n0::/a:b\n")
+
+    def path(*parts):
+        joined = real(*parts)
+        return fake if str(joined) == "/proc/self/cgroup" else joined
+
+    monkeypatch.setattr(cpus, "Path", path)
+    quota = cpus.cgroup_cpu_quota()
+    assert quota is None or quota >= 1
+    assert cpus.usable_cpus() >= 1
+
+
+def test_the_policy_threads_follow_the_usable_cpus_not_the_host_cores(monkeypatch):
+    """Eight usable CPUs on any host give torch seven threads (one left for the sandbox workers
+    and the trainer's other threads); the environment variable still decides when set."""
+    import torch
+
+    from spadekit.policy import hf
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("SPADEKIT_TORCH_THREADS", raising=False)
+        for usable, want in ((8, 7), (1, 1), (2, 1)):
+            monkeypatch.setattr(hf, "usable_cpus", lambda n=usable: n)
+            assert hf.configure_cpu_threads() == want == torch.get_num_threads()
+        monkeypatch.setenv("SPADEKIT_TORCH_THREADS", "3")
+        assert hf.configure_cpu_threads() == 3 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_warm_start_trains_on_the_usable_cpus_and_restores_the_count(tmp_path, monkeypatch):
+    import torch
+
+    from spadekit.policy.registry import load_policy
+    from spadekit.train import sft
+
+    policy = load_policy("tiny")
+    tok = policy.tokenizer
+    prompt, answer = tok.encode("question 1:"), tok.encode(" the answer is 1")
+    example = sft.SFTExample(prompt + answer, [0] * len(prompt) + [1] * len(answer))
+    before = torch.get_num_threads()
+    seen: list[int] = []
+    monkeypatch.setattr(sft, "usable_cpus", lambda: before + 2)
+    cfg = sft.SFTConfig(epochs=1, use_peft=False, grad_accum=1, max_tokens_per_microbatch=64)
+    sft.SFTRun(policy, cfg, tmp_path / "a").fit([example] * 2,
+                                                progress=lambda *_: seen.append(
+                                                    torch.get_num_threads()))
+    assert seen and set(seen) == {before + 2}
+    assert torch.get_num_threads() == before
+    seen.clear()
+    cfg = sft.SFTConfig(epochs=1, use_peft=False, grad_accum=1, max_tokens_per_microbatch=64,
+                        threads=1)
+    sft.SFTRun(policy, cfg, tmp_path / "b").fit([example] * 2,
+                                                progress=lambda *_: seen.append(
+                                                    torch.get_num_threads()))
+    assert set(seen) == {1} and torch.get_num_threads() == before
+
+
+def test_doctor_reports_the_usable_cpus_beside_the_host_cores():
+    from spadekit.cli.doctor import collect
+
+    system = collect()["system"]
+    assert system["usable_cpus"] == cpus.usable_cpus() and system["cpus"] == os.cpu_count()
