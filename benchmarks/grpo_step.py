@@ -38,6 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from spadekit.common.cpus import usable_cpus  # noqa: E402
+
 
 # -- the shared batch ---------------------------------------------------------------------------
 
@@ -252,7 +254,7 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=5, help="timed steps per contender")
     ap.add_argument("--mem-repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=max(1, min(os.cpu_count() or 1, 4)))
+    ap.add_argument("--threads", type=int, default=max(1, min(usable_cpus(), 4)))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--fixed-lengths", action="store_true",
                     help="every prompt and completion at full length (no padding anywhere)")

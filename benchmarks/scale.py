@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from spadekit.envs import library  # noqa: E402
 from spadekit.envs.program import EnvProgram  # noqa: E402
+from spadekit.common.cpus import usable_cpus  # noqa: E402
 from spadekit.common.errors import SandboxError  # noqa: E402
 from spadekit.rollout.ray_envs import RayEnvBackend  # noqa: E402
 from spadekit.policy.scripted import ScriptedPolicy  # noqa: E402
@@ -108,7 +109,7 @@ def main() -> None:
     if args.address:
         ray.init(address=args.address, include_dashboard=False, log_to_driver=False)
     else:
-        ray.init(num_cpus=args.num_cpus or os.cpu_count(), include_dashboard=False,
+        ray.init(num_cpus=args.num_cpus or usable_cpus(), include_dashboard=False,
                  log_to_driver=False)
     ray_init_s = time.perf_counter() - t
 

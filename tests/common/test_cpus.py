@@ -61,19 +61,72 @@ def test_usable_cpus_follow_a_cgroup_cpu_quota():
         group.rmdir()
 
 
-def test_odd_cgroup_files_never_stop_a_session(tmp_path, monkeypatch):
-    """Lines without colons, a period of 0, a path that climbs out: skipped, never raised."""
+def fake_machine(tmp_path, monkeypatch, cgroup: bytes, files: dict[str, str]) -> None:
+    """Point ``spadekit.common.cpus`` at a made-up ``/proc/self/cgroup`` and ``/sys/fs/cgroup``
+    tree under ``tmp_path`` (``files``: path below /sys/fs/cgroup -> content)."""
     real = Path
-    fake = tmp_path / "cgroup"
-    fake.write_text("garbage\n\n1:cpu:/../../x\n0::/a:b\n")
+    (tmp_path / "cgroup").write_bytes(cgroup)
+    for rel, text in files.items():
+        (tmp_path / "sys" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "sys" / rel).write_text(text)
 
     def path(*parts):
         joined = real(*parts)
-        return fake if str(joined) == "/proc/self/cgroup" else joined
+        if str(joined) == "/proc/self/cgroup":
+            return tmp_path / "cgroup"
+        if str(joined).startswith("/sys/fs/cgroup"):
+            return tmp_path / "sys" / str(joined)[len("/sys/fs/cgroup"):].lstrip("/")
+        return joined
 
     monkeypatch.setattr(cpus, "Path", path)
-    quota = cpus.cgroup_cpu_quota()
-    assert quota is None or quota >= 1
+
+
+@pytest.mark.parametrize("limits,want", [
+    ({}, None),                                                    # no cpu.max anywhere
+    ({"kubepods/pod/c1": "max 100000"}, None),                     # unlimited
+    ({"kubepods/pod/c1": "50000 100000"}, 1),                      # half a CPU: 1
+    ({"kubepods/pod/c1": "250000 100000"}, 3),                     # 2.5 CPUs: 3
+    ({"kubepods/pod": "400000 100000", "kubepods/pod/c1": "max 100000"}, 4),  # the pod's
+    ({"kubepods/pod": "400000 100000", "kubepods/pod/c1": "150000 100000"}, 2),  # tightest
+    ({"": "200000 100000"}, 2),                                    # a container's own root
+    ({"kubepods/pod/c1": "100000 0"}, None),                       # a period of 0: skipped
+    ({"kubepods/pod/c1": "garbage"}, None),                        # unreadable: skipped
+])
+def test_a_cgroup_v2_cpu_max_caps_the_usable_cpus(tmp_path, monkeypatch, limits, want):
+    files = {f"{rel}/cpu.max".lstrip("/"): text for rel, text in limits.items()}
+    fake_machine(tmp_path, monkeypatch, b"0::/kubepods/pod/c1\n", files)
+    assert cpus.cgroup_cpu_quota() == want
+    host = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert cpus.usable_cpus() == (min(host, want) if want else host)
+
+
+def test_a_cgroup_v1_cfs_quota_caps_the_usable_cpus(tmp_path, monkeypatch):
+    fake_machine(tmp_path, monkeypatch, b"4:cpu,cpuacct:/docker/abc\n3:pids:/docker/abc\n",
+                 {"cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "150000",
+                  "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000",
+                  "cpu,cpuacct/cpu.cfs_quota_us": "-1",
+                  "cpu,cpuacct/cpu.cfs_period_us": "100000"})
+    assert cpus.cgroup_cpu_quota() == 2
+
+
+def test_a_cgroup_named_in_bytes_that_are_not_utf8_still_counts(tmp_path, monkeypatch):
+    """cgroup names are bytes: the quota of one whose name is not UTF-8 is still read."""
+    name = os.fsdecode(b"pod-\xff\xfe")
+    fake_machine(tmp_path, monkeypatch, b"0::/pod-\xff\xfe\n",
+                 {"cpu.max": "300000 100000", f"{name}/cpu.max": "100000 100000"})
+    assert cpus.cgroup_cpu_quota() == 1
+
+
+@pytest.mark.parametrize("cgroup", [
+    b"garbage\n\n1:cpu:/../../x\n0::/a:b\n",                      # no colons, climbs out
+    b"0::/pod-\xff\xfe\n",                                          # a name that is not UTF-8
+    b"", b"\x00\x00\n0::/" + b"a/" * 5000 + b"\n",
+])
+def test_odd_cgroup_files_never_stop_a_session(tmp_path, monkeypatch, cgroup):
+    """Lines without colons, a path that climbs out, bytes that are not UTF-8, NULs, a very
+    deep path: skipped, never raised."""
+    fake_machine(tmp_path, monkeypatch, cgroup, {"cpu.max": "300000 100000"})
+    assert cpus.cgroup_cpu_quota() == 3  # the root's own file still counts
     assert cpus.usable_cpus() >= 1
 
 

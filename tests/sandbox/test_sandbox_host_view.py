@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 
 import pytest
 
@@ -110,12 +111,16 @@ def test_no_syscall_tells_a_live_host_pid_from_a_dead_one(tier_pool):
 def _another_process_scratch(line: str) -> bool:
     """True for a mountinfo line that is the scratch tmpfs of a sandbox another process made."""
     fields = line.split()
-    found = re.fullmatch(r"/tmp/spadekit-sbx-(\d+)-\d+-\w+", fields[4]) if len(fields) > 4 else None
+    roots = "|".join(re.escape(d) for d in {tempfile.gettempdir(),  # launch.py's mkdtemp
+                                            os.path.realpath(tempfile.gettempdir())})
+    found = (re.fullmatch(rf"(?:{roots})/spadekit-sbx-(\d+)-\d+-\w+", fields[4])
+             if len(fields) > 4 else None)
     return bool(found) and int(found.group(1)) != os.getpid() and " - tmpfs " in line
 
 
 def test_another_process_scratch_is_told_from_this_process_mounts():
-    mine = f"50 27 0:44 / /tmp/spadekit-sbx-{os.getpid()}-7-ab_c rw,nosuid - tmpfs tmpfs rw"
+    tmp = tempfile.gettempdir()
+    mine = f"50 27 0:44 / {tmp}/spadekit-sbx-{os.getpid()}-7-ab_c rw,nosuid - tmpfs tmpfs rw"
     theirs = mine.replace(f"sbx-{os.getpid()}-", f"sbx-{os.getpid() + 1}-")
     assert _another_process_scratch(theirs) and not _another_process_scratch(mine)
     assert not _another_process_scratch(theirs.replace(" - tmpfs ", " - ext4 "))

@@ -504,9 +504,11 @@ def test_a_late_reply_from_a_thread_is_caught_at_the_next_request(pool):
 def test_a_late_reply_from_a_stopped_worker_is_never_taken(pool):
     """A worker stopped while idle (``idle_stop_ms``, on in ``pool``) writes the late reply only
     once the next request wakes it, racing the true reply: that request is refused (the forged
-    line came first) or answered truly (it came after, and the next request finds it waiting).
-    Either way the forged win is never taken, and a refusal comes within a few requests (each
-    step starts another late writer)."""
+    line came first, with the wrong id) or answered truly (it came after, and the next request
+    finds it waiting). Either way the forged win is never taken, and a refusal comes within a
+    few requests (each step starts another late writer). (A thread that guesses the next id
+    can have its line taken for that one step, then the true reply finds the worker killed; it
+    gains nothing the program's own ``step`` could not return, through the same checks.)"""
     sb = pool.acquire(forger(step=LATE))
     env = sb.new_env()
     env.reset(seed=0)

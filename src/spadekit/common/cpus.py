@@ -42,8 +42,9 @@ def cgroup_cpu_quota() -> int | None:
 
     found: list[float] = []
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
+        # a cgroup's name is bytes: one that is not UTF-8 must not stop a trainer from starting
+        lines = Path("/proc/self/cgroup").read_text(errors="surrogateescape").splitlines()
+    except (OSError, ValueError):
         lines = []
     mounts = [(v2, Path("/sys/fs/cgroup"))]
     for line in lines:
