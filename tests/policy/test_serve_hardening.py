@@ -475,3 +475,24 @@ def test_the_command_refuses_exposure_and_secrets_in_argv(tmp_path):
     empty.write_text("\n")
     res = _cli(["serve", "--model", "tiny", "--api-key-file", str(empty), "--port", "0"])
     assert res.returncode == 2 and "empty" in res.stderr
+
+
+def test_a_client_that_resets_mid_request_is_counted_and_prints_nothing(server, capfd):
+    """A client killed while it sends its request (a TCP reset) used to print a traceback on
+    the server's console; now it counts in ``stats()["disconnects"]`` and the server goes on."""
+    import struct
+
+    before = server.stats()["disconnects"]
+    sock = socket.create_connection((server.host, server.port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+    time.sleep(0.2)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    end = time.monotonic() + 20
+    while server.stats()["disconnects"] == before and time.monotonic() < end:
+        time.sleep(0.02)
+    assert server.stats()["disconnects"] == before + 1
+    status, body = post(server, "/v1/chat/completions",
+                        {"model": "tiny", "messages": CHAT, "max_tokens": 2})
+    assert status == 200, body
+    assert "Traceback" not in capfd.readouterr().err

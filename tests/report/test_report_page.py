@@ -241,3 +241,23 @@ def test_server_follows_new_rounds(live):
     assert after["run"]["rounds_completed"] == before["run"]["rounds_completed"] + 1
     assert after["rounds"][-1]["step"] == step
     assert after["rounds"][-1]["metrics"]["agent_mean_return"] == 0.75
+
+
+def test_server_counts_a_client_that_resets_and_prints_nothing(live, capfd):
+    """A browser tab closed mid-request (a TCP reset) is counted, not a traceback."""
+    import socket
+    import struct
+    import time
+
+    before = live.disconnects
+    sock = socket.create_connection(("127.0.0.1", live.server_address[1]))
+    sock.sendall(b"GET /api/snap")
+    time.sleep(0.2)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    end = time.monotonic() + 20
+    while live.disconnects == before and time.monotonic() < end:
+        time.sleep(0.02)
+    assert live.disconnects == before + 1
+    assert request(live, "GET", "/api/snapshot")[0] == 200
+    assert "Traceback" not in capfd.readouterr().err

@@ -53,7 +53,8 @@ fair between requests: batches are filled round-robin over requests, and a seque
 most ``slice_tokens`` tokens (256; 0, whole sequences, for scripted policies, which cannot
 continue a prompt) before it goes back in line, so a long request never holds the model for
 the others (a new request waits at most for the slice that is running).
-``server.stats()`` counts requests, batches and slices.
+``server.stats()`` counts requests, batches, slices, and clients that left mid-request (their
+connection reset: counted, never a traceback on the console).
 
 Test switches: ``logprobs=False``, ``token_ids=False`` (tokens come back as text),
 ``token_prompts=False`` (refuse token-id prompts): to exercise a client's capability detection.
@@ -68,9 +69,10 @@ import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from spadekit.common.http_server import QuietHTTPServer
 from spadekit.policy.base import Generation, GenerationRequest, Policy, PolicyError, \
     SamplingParams, cut_at_stop
 from spadekit.policy.serve_batch import DEFAULT_SLICE, FairBatcher, UpdateGate, wrap64
@@ -157,8 +159,10 @@ class PolicyServer:
     def _serve(self) -> None:
         self._httpd.serve_forever(poll_interval=0.1)
 
-    def stats(self) -> dict[str, Any]:  # requests served, batches run, the largest batch
-        return self._batcher.stats()
+    def stats(self) -> dict[str, Any]:
+        """Requests served, batches run, the largest batch, slices, requests cancelled, and
+        connections whose client reset or closed them mid-request (``disconnects``)."""
+        return {**self._batcher.stats(), "disconnects": self._httpd.disconnects}
 
     def close(self) -> None:
         if self._closed:
@@ -363,8 +367,7 @@ class PolicyServer:
         return out
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
+class _HTTPServer(QuietHTTPServer):
     request_queue_size = 256  # many clients connecting at once must not be dropped
     allow_reuse_address = True
 

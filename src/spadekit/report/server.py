@@ -39,11 +39,12 @@ import threading
 import traceback
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from spadekit.common.http_server import QuietHTTPServer
 from spadekit.common.loopback import is_loopback
 from spadekit.common.errors import ConfigError
 from spadekit.report import data
@@ -57,10 +58,9 @@ _NOT_FOUND = ("no environment", "no episode")  # ReportError messages of data.py
 _BAD_ID = ("not an", "environment id")
 
 
-class DashboardServer(ThreadingHTTPServer):
+class DashboardServer(QuietHTTPServer):
     """The HTTP server; ``url`` is where the dashboard is, ``run_dir`` what it shows."""
 
-    daemon_threads = True
     allow_reuse_address = True
 
     def __init__(self, run_dir: Path, host: str, port: int, poll_ms: int = 3000,
