@@ -477,14 +477,20 @@ def test_the_command_refuses_exposure_and_secrets_in_argv(tmp_path):
     assert res.returncode == 2 and "empty" in res.stderr
 
 
-def test_a_client_that_resets_mid_request_is_counted_and_prints_nothing(server, capfd):
+@pytest.mark.parametrize("sent", [
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le",        # in the head
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 5000\r\n\r\n{\"model\": \"tiny\", \"mess",                   # in the body
+])
+def test_a_client_that_resets_mid_request_is_counted_and_prints_nothing(server, capfd, sent):
     """A client killed while it sends its request (a TCP reset) used to print a traceback on
-    the server's console; now it counts in ``stats()["disconnects"]`` and the server goes on."""
+    the server's console, or get a 500 written to nobody; now it counts in
+    ``stats()["disconnects"]`` and the server goes on."""
     import struct
 
     before = server.stats()["disconnects"]
     sock = socket.create_connection((server.host, server.port))
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+    sock.sendall(sent)
     time.sleep(0.2)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
@@ -495,4 +501,6 @@ def test_a_client_that_resets_mid_request_is_counted_and_prints_nothing(server, 
     status, body = post(server, "/v1/chat/completions",
                         {"model": "tiny", "messages": CHAT, "max_tokens": 2})
     assert status == 200, body
+    time.sleep(0.1)
+    assert server.stats()["disconnects"] == before + 1  # counted once
     assert "Traceback" not in capfd.readouterr().err

@@ -119,6 +119,7 @@ def test_the_first_event_comes_long_before_the_last(client):
 def test_a_disconnected_stream_frees_its_slot(server, client, tiny, monkeypatch):
     prompt = _long_greedy_prompt(client)
     before = server.stats()["cancelled"]
+    left = server.stats()["disconnects"]
     made: list = []  # what the policy generated, call by call
     real = type(tiny).generate
     monkeypatch.setattr(tiny, "generate", lambda reqs: made.append(real(tiny, reqs)) or made[-1])
@@ -137,6 +138,7 @@ def test_a_disconnected_stream_frees_its_slot(server, client, tiny, monkeypatch)
         time.sleep(0.05)
     assert server.stats()["cancelled"] == before + 1
     assert server.stats()["queued"] == 0
+    assert server.stats()["disconnects"] == left + 1  # and the client counts as gone
     # the sampler stopped the sequence at the token after the client was found gone (the hook
     # answered False), not at the end of its slice (that ended by "length")
     assert len(made) == 1 and len(made[0]) == 1, [len(m) for m in made]

@@ -261,3 +261,26 @@ def test_server_counts_a_client_that_resets_and_prints_nothing(live, capfd):
     assert live.disconnects == before + 1
     assert request(live, "GET", "/api/snapshot")[0] == 200
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_server_counts_a_client_that_resets_while_its_answer_is_written(live, monkeypatch, capfd):
+    """The closed tab of a long answer: the write fails, the count goes up, nothing prints."""
+    import socket
+    import struct
+    import time
+
+    monkeypatch.setattr(data, "snapshot", lambda _run: {"big": "x" * (64 << 20)})
+    monkeypatch.setattr(live, "db_state", lambda: ("big",))
+    before = live.disconnects
+    sock = socket.create_connection(("127.0.0.1", live.server_address[1]))
+    sock.sendall(b"GET /api/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert sock.recv(1024).startswith(b"HTTP/1.")  # the answer has begun
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    end = time.monotonic() + 30
+    while live.disconnects == before and time.monotonic() < end:
+        time.sleep(0.02)
+    assert live.disconnects == before + 1
+    monkeypatch.undo()
+    assert request(live, "GET", "/api/snapshot")[0] == 200
+    assert "Traceback" not in capfd.readouterr().err

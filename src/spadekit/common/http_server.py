@@ -4,23 +4,45 @@ model, and for a run's dashboard): a client that goes away mid-request is counte
 The standard library's server prints a full traceback to stderr for every exception a request
 thread raises, and a client that resets its connection (a closed browser tab, a curl stopped
 with Ctrl-C, a proxy's health probe) raises ``ConnectionResetError`` or ``BrokenPipeError`` in
-the thread reading or writing it: a console full of tracebacks that are not errors. Those are
-counted in ``disconnects``; any other exception still prints its traceback, as before.
-Standard library only.
+the thread reading or writing it: a console full of tracebacks that are not errors.
+
+``disconnects`` counts the connections a client reset or closed while the server read a
+request, wrote an answer or streamed one, or waited on an idle keep-alive connection. The
+request handlers count the cases they catch themselves (``count_disconnect``); one that reaches
+the server's ``handle_error`` is counted only when its socket is really gone, so a handler bug
+that raises ``BrokenPipeError`` on some other pipe still prints its traceback, as does any
+other exception. Standard library only.
 """
 
 from __future__ import annotations
 
+import errno
+import socket
 import sys
 import threading
 from http.server import ThreadingHTTPServer
 
-__all__ = ["QuietHTTPServer", "client_went_away"]
+__all__ = ["QuietHTTPServer", "client_went_away", "peer_gone"]
+
+_GONE = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
 
 
 def client_went_away(exc: BaseException | None) -> bool:
-    """Whether ``exc`` only says the other end closed or reset the connection."""
-    return isinstance(exc, (ConnectionResetError, ConnectionAbortedError, BrokenPipeError))
+    """Whether ``exc`` says that a connection was closed or reset by its other end."""
+    return isinstance(exc, _GONE)
+
+
+def peer_gone(sock: object) -> bool:
+    """Whether the client of ``sock`` has closed or reset it (a look without reading: bytes
+    the client sent stay unread)."""
+    if not isinstance(sock, socket.socket):
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:  # open, with nothing to read
+        return False
+    except OSError as exc:
+        return isinstance(exc, _GONE) or exc.errno in (errno.ENOTCONN, errno.EBADF)
 
 
 class QuietHTTPServer(ThreadingHTTPServer):
@@ -28,12 +50,15 @@ class QuietHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     disconnects = 0
-    """Requests whose client reset or closed the connection while it was served."""
+    """Connections a client reset or closed before the server was done with them (above)."""
     _count = threading.Lock()
 
+    def count_disconnect(self) -> None:
+        with self._count:
+            self.disconnects += 1
+
     def handle_error(self, request, client_address) -> None:
-        if client_went_away(sys.exc_info()[1]):
-            with self._count:
-                self.disconnects += 1
+        if client_went_away(sys.exc_info()[1]) and peer_gone(request):
+            self.count_disconnect()
             return
         super().handle_error(request, client_address)

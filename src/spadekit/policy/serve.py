@@ -432,6 +432,10 @@ class _Handler(BaseHTTPRequestHandler):
             except RequestError:
                 self._unread = True  # the unread body must not be taken for a request
                 raise
+            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+                self.close_connection = True  # the client left while its body was read
+                self.server.count_disconnect()
+                return
             if route is None:
                 raise RequestError(f"no route POST {path}", 404)
             answer = route(parse_json(raw))
@@ -462,8 +466,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
             if self._unread:
                 self._linger()
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True
+            self.server.count_disconnect()
 
     def _linger(self) -> None:
         """After an answer sent without reading the body: end our side and discard what the

@@ -30,6 +30,8 @@ import queue
 import time
 from typing import Any, Callable, Iterable, Iterator
 
+from spadekit.common.http_server import client_went_away
+
 REPLACEMENT = "\ufffd"
 
 
@@ -59,7 +61,9 @@ def send_events(handler: Any, stream: "LiveStream") -> None:
             handler.wfile.flush()
         handler.wfile.write(b"0\r\n\r\n")
         handler.wfile.flush()
-    except OSError:  # broken pipe, reset, timeout: the client is gone
+    except OSError as exc:  # broken pipe, reset, timeout: the client is gone
+        if client_went_away(exc):
+            handler.server.count_disconnect()
         stream.cancel()
 
 
