@@ -243,44 +243,41 @@ def test_server_follows_new_rounds(live):
     assert after["rounds"][-1]["metrics"]["agent_mean_return"] == 0.75
 
 
-def test_server_counts_a_client_that_resets_and_prints_nothing(live, capfd):
-    """A browser tab closed mid-request (a TCP reset) is counted, not a traceback."""
+def _reset_after(live, sent: bytes, answer_begun: bool) -> None:
+    """Send ``sent``, wait (for the first bytes of the answer, or a moment), close with a TCP
+    reset as a closed tab or a killed client does, and wait until the server has counted it."""
     import socket
     import struct
     import time
 
     before = live.disconnects
     sock = socket.create_connection(("127.0.0.1", live.server_address[1]))
-    sock.sendall(b"GET /api/snap")
-    time.sleep(0.2)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    sock.close()
-    end = time.monotonic() + 20
-    while live.disconnects == before and time.monotonic() < end:
-        time.sleep(0.02)
-    assert live.disconnects == before + 1
-    assert request(live, "GET", "/api/snapshot")[0] == 200
-    assert "Traceback" not in capfd.readouterr().err
-
-
-def test_server_counts_a_client_that_resets_while_its_answer_is_written(live, monkeypatch, capfd):
-    """The closed tab of a long answer: the write fails, the count goes up, nothing prints."""
-    import socket
-    import struct
-    import time
-
-    monkeypatch.setattr(data, "snapshot", lambda _run: {"big": "x" * (64 << 20)})
-    monkeypatch.setattr(live, "db_state", lambda: ("big",))
-    before = live.disconnects
-    sock = socket.create_connection(("127.0.0.1", live.server_address[1]))
-    sock.sendall(b"GET /api/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    assert sock.recv(1024).startswith(b"HTTP/1.")  # the answer has begun
+    sock.sendall(sent)
+    if answer_begun:
+        assert sock.recv(1024).startswith(b"HTTP/1.")
+    else:
+        time.sleep(0.2)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
     end = time.monotonic() + 30
     while live.disconnects == before and time.monotonic() < end:
         time.sleep(0.02)
     assert live.disconnects == before + 1
+
+
+def test_server_counts_a_client_that_resets_and_prints_nothing(live, capfd):
+    """A browser tab closed mid-request (a TCP reset) is counted, not a traceback."""
+    _reset_after(live, b"GET /api/snap", answer_begun=False)
+    assert request(live, "GET", "/api/snapshot")[0] == 200
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_server_counts_a_client_that_resets_while_its_answer_is_written(live, monkeypatch, capfd):
+    """The closed tab of a long answer: the write fails, the count goes up, nothing prints."""
+    monkeypatch.setattr(data, "snapshot", lambda _run: {"big": "x" * (64 << 20)})
+    monkeypatch.setattr(live, "db_state", lambda: ("big",))
+    _reset_after(live, b"GET /api/snapshot HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                 answer_begun=True)
     monkeypatch.undo()
     assert request(live, "GET", "/api/snapshot")[0] == 200
     assert "Traceback" not in capfd.readouterr().err
