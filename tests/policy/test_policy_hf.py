@@ -7,13 +7,14 @@ import math
 from collections.abc import Mapping
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from spadekit.policy import registry  # noqa: E402
-from spadekit.policy.base import (Generation, GenerationRequest, Policy, PolicyError,  # noqa: E402
-                                  SamplingParams, cut_at_stop)
+from spadekit.policy.base import (MIN_TEMPERATURE, Generation, GenerationRequest,  # noqa: E402
+                                  Policy, PolicyError, SamplingParams, cut_at_stop)
 from spadekit.policy.hf import HFPolicy, sequence_logprobs  # noqa: E402
 from spadekit.policy.registry import load_policy  # noqa: E402
 
@@ -227,6 +228,29 @@ def test_tiny_top_p_behaves_like_greedy(policy):
         assert n.token_ids == g.token_ids
         # logprobs are those of the untruncated distribution (T=1 here, like greedy's)
         assert n.logprobs == pytest.approx(g.logprobs, abs=TOL)
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 2.225073858507e-311, 1e-38, 1e-6, 9.99e-6])
+def test_a_temperature_too_small_to_divide_by_is_greedy(policy, temperature):
+    """2.2e-311 made ``logits / temperature`` inf and the sampler raise (a 500 from
+    ``spadekit serve``, found by its fuzzer). Below MIN_TEMPERATURE it is greedy, as in vLLM:
+    the same tokens and logprobs as temperature 0, seeded or not."""
+    tiny = policy.generate([req(c, temperature=temperature, max_new_tokens=12, seed=s)
+                            for c, s in zip(CHATS, (None, 3, 4, None))])
+    greedy = policy.generate([req(c, temperature=0, max_new_tokens=12) for c in CHATS])
+    for t, g in zip(tiny, greedy):
+        assert t.token_ids == g.token_ids and t.logprobs == pytest.approx(g.logprobs, abs=TOL)
+        assert all(math.isfinite(x) for x in t.logprobs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=0.0, max_value=4.0, allow_subnormal=True))
+def test_sampling_params_store_a_temperature_below_the_minimum_as_greedy(temperature):
+    params = SamplingParams(temperature=temperature)
+    if temperature < MIN_TEMPERATURE:
+        assert params.temperature == 0.0
+    else:
+        assert params.temperature == temperature  # anything else is kept as given
 
 
 # -- stopping --------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("torch")
@@ -280,6 +280,7 @@ def small_server(tiny):
 @settings(max_examples=40, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(BODIES, st.sampled_from(["/v1/completions", "/v1/chat/completions"]))
+@example({"prompt": "0", "temperature": 2.225073858507e-311}, "/v1/completions")  # was a 500
 def test_random_bodies_never_give_500(small_server, body, path):
     status, out = post(small_server, path, body)
     assert status < 500, out

@@ -61,10 +61,17 @@ class CapabilityError(PolicyError):
     reason = "capability"
 
 
+MIN_TEMPERATURE = 1e-5
+"""A temperature below this (but above 0) is greedy, as in vLLM: ``logits / temperature``
+overflows to ``inf`` for a small enough one (2.2e-311 did, in the sampler's float32), and the
+distribution is one token anyway."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 1.0
-    """0 means greedy decoding (logprobs then come from the unscaled distribution)."""
+    """0 means greedy decoding (logprobs then come from the unscaled distribution); so does
+    any temperature below ``MIN_TEMPERATURE``, which is stored as 0."""
     top_p: float = 1.0
     max_new_tokens: int = 256
     stop: tuple[str, ...] = ()
@@ -76,6 +83,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             raise PolicyError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if self.temperature < MIN_TEMPERATURE:
+            object.__setattr__(self, "temperature", 0.0)
         if not 0 < self.top_p <= 1:
             raise PolicyError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from spadekit.policy.base import MIN_TEMPERATURE
+
 LOSS_TYPES = ("token", "sequence")
 DISTRIBUTED_STRATEGIES = ("auto", "no", "ddp", "fsdp", "deepspeed")
 SAMPLE_GRANULARITIES = ("episode", "turn")
@@ -162,8 +164,9 @@ class TrainConfig:
             raise bad(f"beta must be >= 0, got {self.beta}")
         if self.loss_type not in LOSS_TYPES:
             raise bad(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
-        if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise bad(f"temperature must be finite and > 0, got {self.temperature}")
+        if not (self.temperature >= MIN_TEMPERATURE and math.isfinite(self.temperature)):
+            raise bad(f"temperature must be finite and >= {MIN_TEMPERATURE:g} (logits divided by "
+                      f"a smaller one overflow), got {self.temperature}")
         if self.sample_granularity not in SAMPLE_GRANULARITIES:
             raise bad(f"sample_granularity must be one of {SAMPLE_GRANULARITIES}, got "
                       f"{self.sample_granularity!r}")
