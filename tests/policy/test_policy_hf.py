@@ -219,6 +219,16 @@ def test_policy_seed_makes_unseeded_sampling_reproducible():
     assert len({tuple(x) for x in runs}) >= 2
 
 
+@pytest.mark.parametrize("top_p", [5e-324, 1e-46])
+def test_a_top_p_below_float32s_least_keeps_the_likeliest_token(policy, top_p):
+    """A top_p that is 0 in float32 kept no token at all and the sampler raised (a 500 from
+    ``spadekit serve``): the likeliest token is always in the nucleus."""
+    nucleus = policy.generate([req(c, temperature=1.0, top_p=top_p, max_new_tokens=10, seed=i)
+                               for i, c in enumerate(CHATS)])
+    greedy = policy.generate([req(c, temperature=0, max_new_tokens=10) for c in CHATS])
+    assert [n.token_ids for n in nucleus] == [g.token_ids for g in greedy]
+
+
 def test_tiny_top_p_behaves_like_greedy(policy):
     requests = [req(c, temperature=1.0, top_p=1e-6, max_new_tokens=15, seed=i)
                 for i, c in enumerate(CHATS)]
@@ -230,11 +240,12 @@ def test_tiny_top_p_behaves_like_greedy(policy):
         assert n.logprobs == pytest.approx(g.logprobs, abs=TOL)
 
 
-@pytest.mark.parametrize("temperature", [5e-324, 2.225073858507e-311, 1e-38, 1e-6, 9.99e-6])
+@pytest.mark.parametrize("temperature", [5e-324, 2.225073858507e-311, 1e-38, 1e-6, 1e-5,
+                                         0.00999])
 def test_a_temperature_too_small_to_divide_by_is_greedy(policy, temperature):
     """2.2e-311 made ``logits / temperature`` inf and the sampler raise (a 500 from
-    ``spadekit serve``, found by its fuzzer). Below MIN_TEMPERATURE it is greedy, as in vLLM:
-    the same tokens and logprobs as temperature 0, seeded or not."""
+    ``spadekit serve``, found by its fuzzer). Below MIN_TEMPERATURE (0.01) it is greedy on
+    every backend: the same tokens and logprobs as temperature 0, seeded or not."""
     tiny = policy.generate([req(c, temperature=temperature, max_new_tokens=12, seed=s)
                             for c, s in zip(CHATS, (None, 3, 4, None))])
     greedy = policy.generate([req(c, temperature=0, max_new_tokens=12) for c in CHATS])

@@ -281,6 +281,7 @@ def small_server(tiny):
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(BODIES, st.sampled_from(["/v1/completions", "/v1/chat/completions"]))
 @example({"prompt": "0", "temperature": 2.225073858507e-311}, "/v1/completions")  # was a 500
+@example({"prompt": "0", "max_tokens": 3, "top_p": 5e-324}, "/v1/completions")  # was a 500
 def test_random_bodies_never_give_500(small_server, body, path):
     status, out = post(small_server, path, body)
     assert status < 500, out

@@ -424,3 +424,19 @@ def test_knobs_the_loop_sets_are_refused_when_they_differ(tmp_path):
     save_config(same, tmp_path / "config.yaml")
     again = load_config(None, path=tmp_path / "config.yaml")
     assert (again.rollout.temperature, again.seed) == (0.6, 3)
+
+
+@pytest.mark.parametrize("temperature", ["0", "1e-06", "0.005", "nan", "inf"])
+def test_a_rollout_temperature_the_trainer_cannot_use_is_refused_when_the_config_loads(
+        temperature, tmp_path):
+    """Below 0.01 generation is greedy (``policy.base.MIN_TEMPERATURE``) and the trainer cannot
+    divide by it: refused at load, naming ``rollout.temperature``, before any run directory
+    exists (it used to fail in the trainer's build, after the run was created)."""
+    from spadekit.common.errors import ConfigError
+    from spadekit.selfplay.config import load_config
+
+    with pytest.raises(ConfigError, match=r"rollout\.temperature must be >= 0\.01"):
+        load_config("cpu-tiny", overrides=[f"rollout.temperature={temperature}",
+                                           f"designer.temperature={temperature}"])
+    assert load_config("cpu-tiny", overrides=["rollout.temperature=0.01",
+                                              "designer.temperature=0.01"]).train is not None

@@ -61,10 +61,12 @@ class CapabilityError(PolicyError):
     reason = "capability"
 
 
-MIN_TEMPERATURE = 1e-5
-"""A temperature below this (but above 0) is greedy, as in vLLM: ``logits / temperature``
-overflows to ``inf`` for a small enough one (2.2e-311 did, in the sampler's float32), and the
-distribution is one token anyway."""
+MIN_TEMPERATURE = 1e-2
+"""A temperature below this (but above 0) is greedy on every backend. ``logits / temperature``
+overflows to ``inf`` for a small enough one (2.2e-311 did, in the transformers sampler's
+float32); vLLM (0.32) silently raises any temperature below 0.01 to 0.01, so its logprobs would
+not be those of the temperature asked for; and the trainer's PPO ratio at such a temperature
+overflows (``exp`` of a log-ratio of 100 at 1e-5). The distribution is one token anyway."""
 
 
 @dataclass(frozen=True)

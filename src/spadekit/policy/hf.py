@@ -226,6 +226,7 @@ class HFPolicy:
         if top_p < 1.0:
             sorted_p, order = torch.sort(probs, descending=True)
             keep = sorted_p.cumsum(0) - sorted_p < top_p
+            keep[0] = True  # the likeliest token always (a top_p below float32's least is 0)
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
         return int(torch.multinomial(probs, 1, generator=gen))
 

@@ -10,6 +10,7 @@ written to the run directory as ``config.yaml``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spadekit.common.errors import ConfigError
+from spadekit.policy.base import MIN_TEMPERATURE
 from spadekit.rollout.engine import RolloutConfig
 from spadekit.runs.tracking import LoggingConfig
 from spadekit.sandbox.config import SandboxConfig
@@ -398,6 +400,12 @@ class SelfPlayConfig:
             raise ConfigError("warmstart.pool=procedural is a pool of games; for "
                               f"setting={self.setting} set warmstart.pool to a pool directory "
                               "of that setting, or null")
+        if not (math.isfinite(self.rollout.temperature)
+                and self.rollout.temperature >= MIN_TEMPERATURE):
+            raise ConfigError(f"rollout.temperature must be >= {MIN_TEMPERATURE:g}, got "
+                              f"{self.rollout.temperature!r}: GRPO learns from differences "
+                              "between sampled answers (greedy ones are all alike), and the "
+                              "trainer divides logits by it")
         if self.designer.temperature != self.rollout.temperature:
             raise ConfigError("designer.temperature and rollout.temperature must be equal: the "
                               "trainer scores both roles' samples with one temperature, and "
