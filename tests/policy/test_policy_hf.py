@@ -372,6 +372,7 @@ def test_render_equals_tokenizers_own_template_ids(policy):
 @pytest.mark.parametrize("kwargs", [
     {"temperature": -0.1}, {"temperature": float("nan")}, {"temperature": float("inf")},
     {"top_p": 0.0}, {"top_p": 1.5}, {"max_new_tokens": 0},
+    {"seed": 1 << 64}, {"seed": -(1 << 63) - 1}, {"seed": 1.5}, {"seed": True}, {"seed": "3"},
 ])
 def test_invalid_sampling_params_raise(kwargs):
     with pytest.raises(PolicyError):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import re
 import os
 import threading
@@ -87,6 +88,10 @@ class SamplingParams:
             raise PolicyError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.temperature < MIN_TEMPERATURE:
             object.__setattr__(self, "temperature", 0.0)
+        if self.seed is not None and (isinstance(self.seed, bool)
+                                      or not isinstance(self.seed, numbers.Integral)
+                                      or not -(1 << 63) <= self.seed < (1 << 64)):
+            raise PolicyError(f"seed must be an integer in [-2**63, 2**64), got {self.seed!r}")
         if not 0 < self.top_p <= 1:
             raise PolicyError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
