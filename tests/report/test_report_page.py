@@ -247,8 +247,9 @@ def _reset_after(live, sent: bytes, answer_begun: bool) -> None:
     """Send ``sent``, wait (for the first bytes of the answer, or a moment), close with a TCP
     reset as a closed tab or a killed client does, and wait until the server has counted it."""
     import socket
-    import struct
     import time
+
+    from test_http_server import reset, wait_for
 
     before = live.disconnects
     sock = socket.create_connection(("127.0.0.1", live.server_address[1]))
@@ -257,11 +258,8 @@ def _reset_after(live, sent: bytes, answer_begun: bool) -> None:
         assert sock.recv(1024).startswith(b"HTTP/1.")
     else:
         time.sleep(0.2)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    sock.close()
-    end = time.monotonic() + 30
-    while live.disconnects == before and time.monotonic() < end:
-        time.sleep(0.02)
+    reset(sock)
+    wait_for(lambda: live.disconnects != before, seconds=30)
     assert live.disconnects == before + 1
 
 

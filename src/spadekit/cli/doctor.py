@@ -105,7 +105,7 @@ def render(report: dict, console) -> None:
     console.print(deps)
     system = report["system"]
     console.print(f"bubblewrap: {system['bwrap'] or 'not installed'}; CPUs: "
-                  f"{system.get('usable_cpus', system['cpus'])} usable of {system['cpus']} "
+                  f"{system['usable_cpus']} usable of {system['cpus']} "
                   "(affinity mask and cgroup quota; torch uses one fewer)")
     for name, status in report["models"].items():
         console.print(f"model {name}: {status}")

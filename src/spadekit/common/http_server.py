@@ -22,14 +22,15 @@ import sys
 import threading
 from http.server import ThreadingHTTPServer
 
-__all__ = ["QuietHTTPServer", "client_went_away", "peer_gone"]
+__all__ = ["CLIENT_GONE", "QuietHTTPServer", "client_went_away", "peer_gone"]
 
-_GONE = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+CLIENT_GONE = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+"""What reading or writing a connection raises once its other end closed or reset it."""
 
 
 def client_went_away(exc: BaseException | None) -> bool:
     """Whether ``exc`` says that a connection was closed or reset by its other end."""
-    return isinstance(exc, _GONE)
+    return isinstance(exc, CLIENT_GONE)
 
 
 def peer_gone(sock: object) -> bool:
@@ -42,7 +43,7 @@ def peer_gone(sock: object) -> bool:
     except BlockingIOError:  # open, with nothing to read
         return False
     except OSError as exc:
-        return isinstance(exc, _GONE) or exc.errno in (errno.ENOTCONN, errno.EBADF)
+        return isinstance(exc, CLIENT_GONE) or exc.errno in (errno.ENOTCONN, errno.EBADF)
 
 
 class QuietHTTPServer(ThreadingHTTPServer):
@@ -57,8 +58,14 @@ class QuietHTTPServer(ThreadingHTTPServer):
         with self._count:
             self.disconnects += 1
 
-    def handle_error(self, request, client_address) -> None:
-        if client_went_away(sys.exc_info()[1]) and peer_gone(request):
+    def client_left(self, exc: BaseException | None, sock: object) -> bool:
+        """Count and say True when ``exc`` is a closed or reset connection and ``sock``, the
+        request's own, is the one that is gone; False for anything else (a real error)."""
+        if client_went_away(exc) and peer_gone(sock):
             self.count_disconnect()
-            return
-        super().handle_error(request, client_address)
+            return True
+        return False
+
+    def handle_error(self, request, client_address) -> None:
+        if not self.client_left(sys.exc_info()[1], request):
+            super().handle_error(request, client_address)

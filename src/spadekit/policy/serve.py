@@ -72,7 +72,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from spadekit.common.http_server import QuietHTTPServer
+from spadekit.common.http_server import CLIENT_GONE, QuietHTTPServer
 from spadekit.policy.base import Generation, GenerationRequest, Policy, PolicyError, \
     SamplingParams, cut_at_stop
 from spadekit.policy.serve_batch import DEFAULT_SLICE, FairBatcher, UpdateGate, wrap64
@@ -432,7 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
             except RequestError:
                 self._unread = True  # the unread body must not be taken for a request
                 raise
-            except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+            except CLIENT_GONE:
                 self.close_connection = True  # the client left while its body was read
                 self.server.count_disconnect()
                 return
@@ -466,7 +466,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
             if self._unread:
                 self._linger()
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+        except CLIENT_GONE:  # the answer is written to the client's own socket
             self.close_connection = True
             self.server.count_disconnect()
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from spadekit.common.http_server import QuietHTTPServer, peer_gone
+from spadekit.common.http_server import QuietHTTPServer
 from spadekit.common.loopback import is_loopback
 from spadekit.common.errors import ConfigError
 from spadekit.report import data
@@ -252,14 +252,9 @@ class _Handler(BaseHTTPRequestHandler):
                       else HTTPStatus.BAD_REQUEST if message.startswith(_BAD_ID)
                       else HTTPStatus.SERVICE_UNAVAILABLE)  # the run itself is unreadable
             return self._json(status, {"error": message}, head)
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as exc:
-            if peer_gone(self.connection):  # the browser left: count it, nothing to answer
-                self.server.count_disconnect()
-                return None
-            print(f"spadekit serve: error in {path}:\n{traceback.format_exc()}", file=sys.stderr)
-            return self._json(HTTPStatus.INTERNAL_SERVER_ERROR,
-                              {"error": f"internal error ({type(exc).__name__})"}, head)
         except Exception as exc:  # noqa: BLE001 (a request must never kill the server)
+            if self.server.client_left(exc, self.connection):  # counted; nobody to answer
+                return None
             print(f"spadekit serve: error in {path}:\n{traceback.format_exc()}", file=sys.stderr)
             return self._json(HTTPStatus.INTERNAL_SERVER_ERROR,
                               {"error": f"internal error ({type(exc).__name__})"}, head)
