@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import random
 import sys
 import tempfile
 import time
@@ -57,6 +56,7 @@ def agent_cell(policy, pool, game: str, aid: dict, n: int, max_new_tokens: int) 
 
 def designer_cell(policy, pool, prefix: str, n: int, max_new_tokens: int, seed: int) -> dict:
     from spadekit.selfplay.corpus import load_corpus
+    from spadekit.common.streams import RoundStreams
     from spadekit.selfplay.design import DesignPhase
     from spadekit.selfplay.memory import EnvironmentMemory
     from spadekit.runs.store import RunStore
@@ -73,7 +73,7 @@ def designer_cell(policy, pool, prefix: str, n: int, max_new_tokens: int, seed: 
         phase = DesignPhase(cfg, policy, pool,
                             Validator(pool, ValidatorSettings(max_turns=cfg.turn_cap)),
                             store, memory, load_corpus(None, seed=seed))
-        out = phase.run(0, random.Random(seed))
+        out = phase.run(0, RoundStreams(seed, 0))
     return {"n": out.attempted, "valid": out.valid, "valid_share": out.valid_share,
             "reasons": out.reasons, "designer_tokens": out.designer_tokens}
 

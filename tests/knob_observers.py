@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
+from spadekit.common.streams import RoundStreams
 from spadekit.selfplay.config import SelfPlayConfig, load_config
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.policy.tiny import tiny_tokenizer
@@ -119,7 +120,7 @@ def design(cfg: SelfPlayConfig, w: World) -> Any:
                             Validator(w.pool, ValidatorSettings(max_turns=cfg.turn_cap),
                                       seed=0),
                             store, memory if cfg.use_memory else SeedlessMemory(memory), corpus)
-        out = phase.run(0, random.Random(0))
+        out = phase.run(0, RoundStreams(0, 0))
         # the hint rows without their wall-clock created_at (equal configs, equal results)
         hints = [{k: v for k, v in (store.get_hint(sha) or {}).items() if k != "created_at"}
                  for sha in out.pooled]

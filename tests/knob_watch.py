@@ -4,9 +4,9 @@ program whose steps sleep 0.2 s against the 0.5 ms validation recorded for it.""
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
+from spadekit.common.streams import RoundStreams
 from spadekit.selfplay.config import SelfPlayConfig
 from spadekit.envs.program import EnvProgram
 
@@ -53,5 +53,5 @@ def watch(cfg: SelfPlayConfig, w: Any) -> Any:
             store.add_environment(program, step=0, validation={
                 "ok": True, "details": {"step_ms": {"calls": 10, "p50": 0.5}}})
         retired, _metrics = PoolWatch(cfg.watch, store, {}, w.pool, 2, False).after_play(
-            0, [], random.Random(0))
+            0, [], RoundStreams(0, 0))
         return {names[sha]: store.blacklist_reason(sha) for sha in sorted(retired)}

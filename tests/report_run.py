@@ -28,7 +28,7 @@ HOSTILE_MARK = "HOSTILE-ENV-MARKER"
 HOSTILE = (
     f"# {HOSTILE_MARK} {SCRIPT_TAG}\n"
     + LETTERS.replace('"solve"', '"pilot"')
-    .replace('"""Answer with letters; the exact word wins."""',
+    .replace('"""Unscramble the word; letters score, the exact word wins."""',
              f'"""Answer with letters. {IMG_TAG} & {SCRIPT_TAG}"""\n\n    BANNER = {IMG_TAG!r}')
 )
 HOSTILE_HINT = (f"Answer with one short lowercase word naming the flying job {SCRIPT_TAG} "

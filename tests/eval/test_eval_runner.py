@@ -226,12 +226,12 @@ def test_cli_eval_writes_results_and_compares(tmp_path):
 def test_envs_suite_plays_programs_in_the_sandbox(tiny, pool, tmp_path):
     from spadekit.envs.program import EnvProgram
     from spadekit.eval.envs import EnvPoolSuite
-    from test_selfplay import WORDS
+    from test_selfplay import CONSTANT, WORDS
 
     folder = tmp_path / "pool"
     folder.mkdir()
     with open(folder / "pool.jsonl", "w") as fh:
-        for i, code in enumerate(WORDS[:3]):
+        for i, code in enumerate([CONSTANT, *WORDS[1:3]]):
             program = EnvProgram(code=code, skill=f"skill{i % 2}", domain="games")
             fh.write(json.dumps(program.to_dict()) + "\n")
     suite = make_suite(f"envs:{folder}")
@@ -245,7 +245,7 @@ def test_envs_suite_plays_programs_in_the_sandbox(tiny, pool, tmp_path):
                        pool=pool)
     rows = {r["group"]: r for r in result["items"]}
     solved = [r for r in result["items"] if r["scores"] == [1.0, 1.0]]
-    assert len(solved) == 1  # only the program whose word is "solve"
+    assert len(solved) == 1  # only the program whose word is always "solve"
     others = [r for r in result["items"] if r not in solved]
     assert all(0.0 < s < 1.0 for r in others for s in r["scores"])  # letters score partially
     assert result["summary"]["overall"]["any_credit_rate"] == 1.0

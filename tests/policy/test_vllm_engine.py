@@ -6,22 +6,20 @@ One engine for the whole module (``vllm:smollm2-135m``, float32, eager, in this 
 15 s to start); the transformers model is the session's (``bundled_hf``, conftest.py), put back
 on its loaded weights after every push (checked after the module). The logprob checks of every
 (temperature, top_p) setting share one batch (``diffs``: one decode loop instead of five, and a
-batch mixing sampling settings, which self-play's batches do not). Skipped with the reason when vLLM cannot be imported (``bash install.sh
-train,vllm`` installs it; CI does).
+batch mixing sampling settings, which self-play's batches do not). Marked ``extra("vllm")``:
+skipped, naming the extra and its install command, where vLLM is not installed (CI's second
+phase installs it).
 
 Tolerance: 1e-3 absolute on each token's logprob (float32 on both sides; measured ~2e-5).
 """
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-if importlib.util.find_spec("vllm") is None:
-    pytest.skip("vLLM is not installed (bash install.sh train,vllm)", allow_module_level=True)
+pytestmark = pytest.mark.extra("vllm")
 
 from spadekit.selfplay.advantages import Sample  # noqa: E402
 from spadekit.policy import load_policy  # noqa: E402

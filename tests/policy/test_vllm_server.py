@@ -11,13 +11,12 @@ pytest dies. In a one-process session it starts in the background as soon as col
 (``start_early``, called by conftest.py) so that its start overlaps the tests that run before
 this module; under the suite's default pytest-xdist workers the module's fixture starts it. The trainer's
 side is the session's bundled model (``bundled_hf``, conftest.py), put back on its loaded weights
-after every push (checked after the module). Skipped with the reason when vLLM cannot be
-imported.
+after every push (checked after the module). Marked ``extra("vllm")``: skipped, naming the
+extra and its install command, where vLLM is not installed (and then not started early).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import socket
@@ -34,8 +33,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-if importlib.util.find_spec("vllm") is None:
-    pytest.skip("vLLM is not installed (bash install.sh train,vllm)", allow_module_level=True)
+pytestmark = pytest.mark.extra("vllm")
 
 from spadekit.common.errors import SpadekitError  # noqa: E402
 from spadekit.policy import load_policy  # noqa: E402

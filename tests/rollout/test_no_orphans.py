@@ -253,9 +253,9 @@ def test_sandboxes_die_with_a_killed_trainer(spawn, tmp_path, tier, mode):
 
 # -- Ray -------------------------------------------------------------------------------------
 
+@pytest.mark.extra("ray")
 @pytest.mark.parametrize("mode", ["play", "idle"])
 def test_a_local_ray_instance_dies_with_its_killed_driver(spawn, tmp_path, mode):
-    pytest.importorskip("ray")
     child = spawn(["ray", TIERS[0], mode], tmp_path / "child.log")
     ready = child.expect("ready")
     names = {_cmdline(p).split(" ")[0].rsplit("/", 1)[-1] for p in tree(child.proc.pid)}
@@ -336,9 +336,9 @@ def _rows(run_dir: Path, step: int) -> dict:
             "metrics": [m for m in metrics if not WALL_CLOCK_METRICS.search(m[0])]}
 
 
+@pytest.mark.extra("ray")
 @pytest.mark.timeout(1200)
 def test_a_killed_ray_env_worker_fails_typed_and_the_run_goes_on_and_resumes(spawn, tmp_path):
-    pytest.importorskip("ray")
     run = tmp_path / "run"
     child = spawn(["selfplay", str(run), "3", "1"], tmp_path / "child.log")
     assert child.expect("done")["done"] == 0

@@ -1,6 +1,7 @@
 """Environments and validation on Ray actors (``spadekit.rollout.ray_envs``) equal the local
 sandbox pool: same trajectories, same typed failures, same validation reports; a killed actor
-fails only its own episodes and is replaced. Skipped when Ray is not installed."""
+fails only its own episodes and is replaced. The tests on Ray are marked ``extra("ray")``:
+skipped, naming the extra and its install command, where Ray is not installed."""
 
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ LIBRARY = [lib(e.name) for e in library.list_library()]
 
 @pytest.fixture(scope="module")
 def ray_mod():
-    ray = pytest.importorskip("ray")
+    """Ray, started for the module (a test that takes it, or ``backend``, is marked
+    ``extra("ray")``: skipped, naming the extra, where Ray is not installed)."""
+    import ray
+
     if not TIERS:
         pytest.skip("no safe sandbox tier works on this machine")
     # the workers import this checkout's spadekit, as the tests do (conftest.py), also where
@@ -80,6 +84,7 @@ def view(trajs) -> list[tuple]:
             for t in trajs]
 
 
+@pytest.mark.extra("ray")
 def test_typed_errors_cross_ray_intact(ray_mod):
     errors = [EnvRaised("boom", exc_type="KeyError", traceback="tb", op="step"),
               SandboxTimeout("slow", op="step", seconds=2.0),
@@ -98,6 +103,7 @@ def test_typed_errors_cross_ray_intact(ray_mod):
             assert getattr(after, attr, None) == getattr(before, attr, None)
 
 
+@pytest.mark.extra("ray")
 def test_same_trajectories_as_local_with_the_tiny_model(backend, local):
     tiny = load_policy("tiny")
     cfg = RolloutConfig(max_turns=3, max_new_tokens=16, seed=5, temperature=0.9)
@@ -109,6 +115,7 @@ def test_same_trajectories_as_local_with_the_tiny_model(backend, local):
     assert view(on_ray) == view(here)
 
 
+@pytest.mark.extra("ray")
 def test_same_trajectories_as_local_with_a_scripted_policy(backend, local):
     cfg = RolloutConfig(max_turns=6, max_context_tokens=32768)
     specs = lambda: [EpisodeSpec(p, seed=s) for p in LIBRARY for s in (3, 4, 5)]  # noqa: E731
@@ -119,6 +126,7 @@ def test_same_trajectories_as_local_with_a_scripted_policy(backend, local):
     assert any(t.tools for t in on_ray) and any(t.turns for t in on_ray)
 
 
+@pytest.mark.extra("ray")
 def test_hostile_programs_fail_alike_and_alone(backend, local):
     hostile = {
         "hang": ECHO.replace("self.t += 1", "while True: pass"),
@@ -171,6 +179,7 @@ class KillingPolicy(ScriptedPolicy):
         return super().generate(requests)
 
 
+@pytest.mark.extra("ray")
 def test_killed_actor_fails_its_episodes_typed_and_is_replaced(ray_mod, backend):
     cfg = RolloutConfig(max_turns=4)
     specs = lambda: [EpisodeSpec(p, seed=s) for p in LIBRARY[:6] for s in (0, 1)]  # noqa: E731
@@ -190,6 +199,7 @@ def test_killed_actor_fails_its_episodes_typed_and_is_replaced(ray_mod, backend)
     assert all(t.failure is None for t in again), [t.failure for t in again]
 
 
+@pytest.mark.extra("ray")
 def test_validation_fan_out_matches_local_validation(backend, local):
     broken = ["class BrokenEnv(:\n    pass\n", "x = 1\n",
               ECHO.replace("self.t = 0", "while True: pass"),
@@ -212,6 +222,7 @@ def test_validation_fan_out_matches_local_validation(backend, local):
     assert not any(r.ok for r in remote[len(LIBRARY):-1]) and remote[-1].ok
 
 
+@pytest.mark.extra("ray")
 def test_node_without_a_safe_tier_reports_it_typed(ray_mod):
     with RayEnvBackend(1, SandboxConfig(tier="weak", **TEST_CONFIG), warm=0) as weak:
         trajs = RolloutEngine(scripted(), weak, RolloutConfig(max_turns=2)).run(
@@ -237,6 +248,7 @@ def test_local_kind_wraps_a_pool(local):
     assert tr.failure is None and backend.pool is local
 
 
+@pytest.mark.extra("ray")
 def test_selfplay_round_with_ray_env_workers(ray_mod, tmp_path):
     """The whole loop with `--set distributed.env_backend=ray`: design, Ray validation, hints,
     plays on Ray actors, update, commit."""
@@ -271,6 +283,7 @@ class TimedEnv:
 '''
 
 
+@pytest.mark.extra("ray")
 def test_step_times_and_worker_turn_totals_come_back_per_episode(backend):
     # issue 22: the watch saw batch-averaged step times under Ray; now each episode's own,
     # and its sandbox worker's total for the turn, as with the local pool

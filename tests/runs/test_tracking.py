@@ -128,9 +128,8 @@ def _scalars(items: dict) -> dict:
 # -- the tests ---------------------------------------------------------------------------------
 
 
+@pytest.mark.extra("wandb", "trackio")
 def test_rounds_config_and_environments_reach_both_backends_and_a_resume_continues(tmp_path):
-    pytest.importorskip("wandb")
-    pytest.importorskip("trackio")
     run = tmp_path / "run"
     cfg = _config(["wandb", "trackio"], project="spadekit-test-a")
     first = _run(cfg, run)
@@ -194,8 +193,8 @@ def test_rounds_config_and_environments_reach_both_backends_and_a_resume_continu
     assert [log["step"] for log in _trackio_logs("spadekit-test-a", run_id)] == [0, 1, 2, 3]
 
 
+@pytest.mark.extra("trackio")
 def test_a_backend_added_on_resume_gets_the_earlier_rounds_from_the_database(tmp_path):
-    pytest.importorskip("trackio")
     run = tmp_path / "run"
     first = _run(_config([]), run)
     assert first["state"] is None
@@ -223,8 +222,10 @@ def _kill_wandb_service(sp) -> None:
             os.waitpid(int(pid), 0)
 
 
+@pytest.mark.extra("wandb")
 def test_a_backend_killed_mid_run_is_disabled_once_and_the_run_finishes(tmp_path):
-    wandb = pytest.importorskip("wandb")
+    import wandb
+
     run = tmp_path / "run"
     try:
         out = _run(_config(["wandb"], rounds=3), run, between=_kill_wandb_service)
@@ -256,9 +257,8 @@ def test_a_missing_package_is_one_warning_and_the_run_goes_on(tmp_path, monkeypa
     assert out["state"]["failures"] == {"wandb": 1} and "logged" not in out["state"]
 
 
+@pytest.mark.extra("wandb", "trackio")
 def test_a_backend_failing_to_start_is_one_warning_and_the_others_go_on(tmp_path):
-    pytest.importorskip("wandb")
-    pytest.importorskip("trackio")
     # trackio refuses a project named registry-* (reserved): its init raises, a real failure;
     # W&B takes the same project and logs every round
     out = _run(_config(["trackio", "wandb"], project="registry-x"), tmp_path / "run")

@@ -1,8 +1,7 @@
-"""Corpus sources, truncation, seeded sampling with resumable state, and the offline default."""
+"""Corpus sources, truncation, seeded sampling with resumable state, and the default corpus
+(what it holds; that it is the same whatever is installed: test_corpus_default.py)."""
 
 from __future__ import annotations
-
-import sys
 
 import gzip
 import importlib.util
@@ -11,9 +10,8 @@ import random
 
 import pytest
 
-from spadekit.selfplay.corpus import (DEFAULT_MIN_WORDS, Corpus, CorpusError, Document,
-                             build_default_documents, count_words, default_corpus, load_corpus,
-                             truncate_words)
+from spadekit.selfplay.corpus import (Corpus, CorpusError, Document, count_words, default_corpus,
+                                      load_corpus, truncate_words)
 
 
 def test_truncate_words_keeps_formatting():
@@ -164,63 +162,19 @@ def test_default_corpus():
     corpus = load_corpus(None, max_words=6000)
     assert load_corpus("default").documents == corpus.documents
     info = corpus.describe()
-    assert info["name"] == "default" and info["documents"] == len(corpus) > 100
-    assert info["documents_by_package"]["stdlib"] > 100 and info["words"] > 50_000
+    assert info["name"] == "default" and info["documents"] == len(corpus) > 300
+    assert info["words"] > 40_000 and info["python"] and info["spadekit"]
     ids = [d.id for d in corpus.documents]
     assert len(ids) == len(set(ids)) and "stdlib:heapq" in ids
-    for doc in corpus.documents[:: max(1, len(corpus) // 200)]:
-        assert sum(w[:1].isalpha() for w in doc.text.split()) >= DEFAULT_MIN_WORDS // 2
+    assert all(i.startswith("stdlib:") for i in ids)  # the standard library's, nothing else
+    modules = set(info["stdlib_modules"])
+    assert {d.source.split(":", 1)[1] for d in corpus.documents} <= modules
+    for doc in corpus.documents:  # "<qualname><signature>\n\n<docstring>"
+        head, body = doc.text.split("\n\n", 1)
+        assert doc.id.split(":", 1)[1] in head
+        prose = sum(w[:1].isalpha() for w in body.split())
+        assert prose >= info["min_prose_words"] // 2, doc.id
     small = default_corpus(max_words=50)
-    assert all(count_words(d.text) <= 50 for d in list(small)[:100])
+    assert all(count_words(d.text) <= 50 for d in small)
     again = default_corpus(max_words=50)
     assert [small.sample().id for _ in range(5)] == [again.sample().id for _ in range(5)]
-
-def test_default_corpus_is_deterministic():
-    first = build_default_documents(scientific=())
-    second = build_default_documents(scientific=())
-    assert [d.id for d in first] == [d.id for d in second]
-    assert [d.text for d in first] == [d.text for d in second]
-    if "ray" not in sys.modules:  # (Ray patches the standard library: see the next test)
-        assert [d.id for d in first] == [d.id for d in default_corpus().documents
-                                         if d.id.startswith("stdlib:")]
-
-
-def test_default_corpus_ignores_what_other_packages_patch_in(monkeypatch):
-    """Resume depends on the default corpus being the same in every process, whatever else was
-    imported first (transformers, for one, adds methods to logging.Logger)."""
-    import logging
-
-    from spadekit.selfplay.corpus import build_default_documents
-
-    before = [d.id for d in build_default_documents(stdlib=("logging",), scientific=())]
-
-    def warning_twice(self, *args):
-        pass
-
-    warning_twice.__doc__ = "Log a warning twice. " + "It comes from another package. " * 20
-
-    monkeypatch.setattr(logging.Logger, "warning_twice", warning_twice, raising=False)
-    monkeypatch.setattr(logging, "shout", warning_twice, raising=False)
-    after = [d.id for d in build_default_documents(stdlib=("logging",), scientific=())]
-    assert after == before and before
-
-
-def test_default_corpus_does_not_depend_on_what_this_process_patched(monkeypatch):
-    """Imported packages patch standard-library members (Ray replaces inspect.isgenerator and
-    zlib.compressobj); the default corpus is built in a fresh interpreter, so a run's documents
-    are the same whatever the process imported before (the suite's order once changed them)."""
-    import inspect
-
-    from spadekit.selfplay.corpus import _clean_default_documents
-
-    monkeypatch.setattr(inspect, "isgenerator", lambda obj: False)
-    here = [d.id for d in build_default_documents(scientific=())]
-    assert "stdlib:inspect.isgenerator" not in here  # this process's view changed
-    clean, _ = _clean_default_documents()
-    ids = [d.id for d in clean]
-    assert "stdlib:inspect.isgenerator" in ids
-    # the whole documents, not only their ids: the one built here and the one this process
-    # holds (built by another interpreter, or read from the cache another process wrote) are
-    # the same, byte for byte (no memory addresses in signatures, no set order or random
-    # examples of scipy's import-time docstrings)
-    assert clean == list(default_corpus().documents)

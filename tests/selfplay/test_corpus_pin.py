@@ -1,23 +1,25 @@
 """A run keeps its default corpus (spadekit.selfplay.corpus_pin): a resumed run grounds on the
-documents it began with, whatever is installed by then, and a damaged copy is a CorpusError.
+documents it began with, whatever spadekit is installed by then, says so when the default it
+would get now is another, and a damaged copy is a CorpusError.
 
-The default corpus holds installed packages' docstrings, so installing another numpy changed it
-under a run: the resume stopped with a CorpusError (count differs) or, with the same count,
-would have drawn other documents. The end-to-end test resumes a real run (tiny model, scripted
-designer, real sandbox) after the default corpus changed.
+The default corpus is the file a spadekit release ships; another release may ship other
+documents, and a resumed run that read them would draw other documents for the same stream
+positions. The end-to-end test resumes a real run (tiny model, scripted designer, real sandbox)
+after the default corpus changed.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import logging
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from spadekit.selfplay import corpus as corpus_module
-from spadekit.selfplay.corpus import Corpus, CorpusError, Document
+from spadekit.selfplay.corpus import Corpus, CorpusError, Document, corpus_digest, default_corpus
 from spadekit.selfplay.corpus_pin import PIN_NAME, pin, read_pinned, run_corpus
 
 
@@ -28,7 +30,7 @@ def docs(prefix: str, n: int) -> list[Document]:
 
 def test_a_pinned_corpus_reads_back_the_same_documents_and_stream(tmp_path):
     original = Corpus(docs("a", 40), name="default", description="test", seed=5,
-                      info={"package_versions": {"numpy": "9.9"}})
+                      info={"spadekit": "9.9"})
     cache = tmp_path / "cache"
     run = tmp_path / "run"
     run.mkdir()
@@ -37,7 +39,8 @@ def test_a_pinned_corpus_reads_back_the_same_documents_and_stream(tmp_path):
     again = read_pinned(path, seed=5)
     assert again.documents == original.documents
     assert [again.index_at(k) for k in range(50)] == [original.index_at(k) for k in range(50)]
-    assert again.info["package_versions"] == {"numpy": "9.9"} and again.name == "default"
+    assert again.info["spadekit"] == "9.9" and again.name == "default"
+    assert again.info["digest"] == corpus_digest(original.documents)
     # a second run links the same cached copy instead of writing another
     other = tmp_path / "run2"
     other.mkdir()
@@ -67,6 +70,45 @@ def test_a_resume_reads_the_pinned_corpus_even_when_the_default_changed(tmp_path
     assert not (fresh / PIN_NAME).exists()
 
 
+def test_a_resume_says_when_its_pinned_corpus_is_not_the_current_default(tmp_path, caplog,
+                                                                         monkeypatch):
+    """The real shipped default: a new run pins it, and a resume of that run reports nothing;
+    a run that pinned another default (as an older release shipped) resumes on its own copy,
+    with a warning and ``info["corpus_changed"]`` naming both digests, for the run's events."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPADEKIT_CACHE", str(cache))
+    shipped = default_corpus()
+    current = run_corpus("default", _run(tmp_path, "new"), seed=3, resume=False)
+    assert corpus_digest(current.documents) == shipped.info["digest"]
+    assert (tmp_path / "new" / PIN_NAME).is_file()
+    with caplog.at_level(logging.WARNING, logger="spadekit.selfplay.corpus_pin"):
+        same = run_corpus("default", tmp_path / "new", seed=3, resume=True)
+    assert same.documents == shipped.documents and "corpus_changed" not in same.info
+    assert not caplog.records
+
+    older = Corpus(docs("older-release", 12), name="default", description="an older default",
+                   info={"spadekit": "0.0.9"})
+    run = _run(tmp_path, "old")
+    pin(older, run)
+    with caplog.at_level(logging.WARNING, logger="spadekit.selfplay.corpus_pin"):
+        resumed = run_corpus("default", run, seed=3, resume=True)
+    assert resumed.documents == older.documents  # still grounded on what it began with
+    assert resumed.info["corpus_changed"] == {
+        "pinned_digest": corpus_digest(older.documents),
+        "default_digest": shipped.info["digest"],
+        "pinned_spadekit": "0.0.9", "default_spadekit": shipped.info["spadekit"]}
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and str(run / PIN_NAME) in record.getMessage()
+    assert corpus_digest(older.documents)[:12] in record.getMessage()
+    json.dumps(resumed.info["corpus_changed"])  # fit for an event as it is
+
+
+def _run(tmp_path: Path, name: str) -> Path:
+    run = tmp_path / name
+    run.mkdir()
+    return run
+
+
 def rewrite(path: Path, edit) -> None:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         lines = fh.read().splitlines()
@@ -81,7 +123,7 @@ def rewrite(path: Path, edit) -> None:
     (lambda p: rewrite(p, lambda ls: ls[:1] + [ls[1].replace("Document", "Forged")] + ls[2:]),
      "damaged"),
     (lambda p: rewrite(p, lambda ls: ls[:-1]), "damaged"),
-    (lambda p: rewrite(p, lambda ls: ls[1:]), "not a pinned corpus"),
+    (lambda p: rewrite(p, lambda ls: ls[1:]), "not a spadekit corpus file"),
     (lambda p: rewrite(p, lambda ls: ls[:1] + ['{"id": 3}'] + ls[2:]), "not a document"),
 ], ids=["truncated", "not_gzip", "edited_text", "dropped_document", "no_header", "bad_record"])
 def test_a_damaged_pinned_corpus_is_a_corpus_error(tmp_path, damage, message):
@@ -93,15 +135,17 @@ def test_a_damaged_pinned_corpus_is_a_corpus_error(tmp_path, damage, message):
         path.unlink()
         path.write_bytes(data)
     damage(path)
-    with pytest.raises(CorpusError, match=message):
+    with pytest.raises(CorpusError, match=message) as err:
         read_pinned(path)
+    assert str(path) in str(err.value) and "the run's pinned corpus" in str(err.value)
     assert read_pinned(next((tmp_path / "cache").iterdir())).documents == docs("a", 5)
 
 
 def test_a_real_run_resumes_on_its_own_corpus_after_the_default_changed(tmp_path, monkeypatch):
-    """Round 0 grounds on the real default corpus; then the default changes (as installing
-    another numpy changes it) and the run resumes: round 1's environments name documents of
-    the corpus the run began with. Before pinning this resume stopped with a CorpusError."""
+    """Round 0 grounds on the real default corpus; then the default changes (as upgrading to
+    a release that ships another one changes it) and the run resumes: round 1's environments
+    name documents of the corpus the run began with. Without the pin this resume stopped with
+    a CorpusError (another document count)."""
     from spadekit.policy.registry import load_policy
     from spadekit.policy.scripted import ScriptedPolicy
     from spadekit.selfplay.loop import SelfPlay

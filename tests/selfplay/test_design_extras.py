@@ -6,7 +6,6 @@ real sandbox; the external hint model is a second scripted policy behind a real 
 
 from __future__ import annotations
 
-import random
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from test_selfplay import LETTERS, WORDS, config  # noqa: E402
 
+from spadekit.common.streams import RoundStreams
 from spadekit.selfplay.judge import judge_enabled, parse_judgement, parse_verdict  # noqa: E402
 from spadekit.policy.registry import load_policy  # noqa: E402
 from spadekit.policy.scripted import ScriptedPolicy  # noqa: E402
@@ -69,7 +69,7 @@ def test_repair_pools_the_fixed_program_but_trains_the_invalid_first_attempt(tmp
     calls = {}
     with _phase(tmp_path, tiny, responder([BROKEN, _block(WORDS[1])], calls=calls),
                 **{"designer.repair_attempts": 2}) as sp:
-        out = sp.design.run(0, random.Random(0))
+        out = sp.design.run(0, RoundStreams(0, 0))
         assert calls["repair"] == 1
         assert out.valid == 1 and out.repaired == 1 and len(out.pooled) == 2
         assert out.reasons == {"no_env_class": 1}
@@ -97,7 +97,7 @@ def test_repair_pools_the_fixed_program_but_trains_the_invalid_first_attempt(tmp
 def test_failed_repairs_are_rejected_and_zero_attempts_keep_the_old_behaviour(tmp_path, tiny):
     calls = {}
     with _phase(tmp_path / "a", tiny, responder([BROKEN, _block(WORDS[1])], calls=calls)) as sp:
-        out = sp.design.run(0, random.Random(0))
+        out = sp.design.run(0, RoundStreams(0, 0))
         assert "repair" not in calls and out.repaired == 0 and len(out.pooled) == 1
         assert [r["reason"] for r in sp.store.rejected()] == ["no_env_class"]
 
@@ -107,7 +107,7 @@ def test_failed_repairs_are_rejected_and_zero_attempts_keep_the_old_behaviour(tm
         return "still nothing" if REPAIR_MARK in text else base(_ids, text)
 
     with _phase(tmp_path / "b", tiny, still_broken, **{"designer.repair_attempts": 2}) as sp:
-        out = sp.design.run(0, random.Random(0))
+        out = sp.design.run(0, RoundStreams(0, 0))
         assert out.repaired == 0 and out.repair_calls == 2 and len(out.pooled) == 1
         rejected = sp.store.rejected()
         assert [r["details"].get("repair_attempt") for r in rejected] == [None, 1, 2]
@@ -149,7 +149,7 @@ def test_judge_reject_is_a_rejection_and_garbage_is_accepted(tmp_path, tiny):
     calls = {}
     with _phase(tmp_path, tiny, responder([_block(WORDS[0]), _block(WORDS[1])], judge, calls),
                 **{"designer.judge": "on"}) as sp:
-        out = sp.design.run(0, random.Random(0))
+        out = sp.design.run(0, RoundStreams(0, 0))
         assert calls["judge"] == 2
         assert out.reasons == {"judge_rejected": 1} and len(out.pooled) == 1
         assert out.judge == {"accept": 0, "reject": 1, "no_verdict": 1}
@@ -164,7 +164,7 @@ def test_judge_auto_is_off_for_games(tmp_path, tiny):
     calls = {}
     with _phase(tmp_path, tiny, responder([_block(w) for w in WORDS[:2]], calls=calls)) as sp:
         assert sp.config.designer.judge == "auto"
-        out = sp.design.run(0, random.Random(0))
+        out = sp.design.run(0, RoundStreams(0, 0))
         assert "judge" not in calls and len(out.pooled) == 2
 
 
@@ -176,7 +176,7 @@ def test_judge_auto_is_on_for_tooluse(tmp_path, tiny):
     with _phase(tmp_path, tiny, responder([_block(code)], lambda _t: "VERDICT: REJECT: broken",
                                           calls), setting="tooluse", envs_per_round=1,
                 **{"rollout.max_turns": 12}) as sp:  # the turn cap must fit its solution
-        out = sp.design.run(0, random.Random(0))
+        out = sp.design.run(0, RoundStreams(0, 0))
         assert calls.get("judge") == 1, out.reasons
         assert out.reasons == {"judge_rejected": 1} and out.pooled == []
 
@@ -190,7 +190,7 @@ def test_hints_from_an_external_model_over_http(tmp_path, tiny):
     with serve(external, model_name="hinter") as srv:
         with _phase(tmp_path, tiny, responder([_block(w) for w in WORDS[:2]], calls=calls),
                     **{"designer.hint_model": f"openai:hinter@{srv.url}"}) as sp:
-            out = sp.design.run(0, random.Random(0))
+            out = sp.design.run(0, RoundStreams(0, 0))
             hints = [sp.store.get_hint(sha)["hint"] for sha in out.pooled]
         assert srv.stats()["requests"] >= 2
     assert "hint" not in calls and out.hints["ok"] == 2
@@ -212,7 +212,7 @@ def test_validation_seeds_come_from_the_loop_stream(tmp_path, tiny):
     seeds = []
     for name, rng_seed in (("a", 3), ("b", 3), ("c", 4)):
         with _phase(tmp_path / name, tiny, responder([_block(WORDS[1]), _block(WORDS[2])])) as sp:
-            sp.design.run(0, random.Random(rng_seed))
+            sp.design.run(0, RoundStreams(rng_seed, 0))
             seeds.append(_validation_seeds(sp))
     assert len(seeds[0]) == 2 and seeds[0] == seeds[1]
     assert set(seeds[0]).isdisjoint(seeds[2])

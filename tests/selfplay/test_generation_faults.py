@@ -421,16 +421,13 @@ os._exit(0)
 '''
 
 
+@pytest.mark.extra("vllm")
 @pytest.mark.parametrize("mode", ["killed", "frozen"])
 def test_a_vllm_engine_process_lost_mid_generation_is_engine_lost_not_a_hang(mode):
     """vLLM's EngineCore in its own process, killed (or frozen) in the middle of a generation:
     vLLM alone waits for its outputs forever; the generation must end in ``EngineLost`` naming
     the engine (frozen: after ``SPADEKIT_VLLM_TIMEOUT``, 10 s here), and the next generation and
     the weight push after it must fail the same way at once. One engine start (~40 s) each."""
-    import importlib.util
-
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed (bash install.sh train,vllm)")
     proc = subprocess.run([sys.executable, "-c", VLLM_SCRIPT, mode], capture_output=True,
                           text=True, timeout=500, env={**os.environ, "PYTHONPATH": SRC})
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from spadekit.common.streams import RoundStreams
 from spadekit.envs.library import list_library, source
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.policy.tiny import tiny_tokenizer
@@ -138,7 +139,7 @@ def _design(tmp_path: Path, pool, programs: dict[str, str]):
         phase = DesignPhase(cfg, ScriptedPolicy(tiny_tokenizer(), respond), pool,
                             Validator(pool, ValidatorSettings(max_turns=cfg.env_max_turns),
                                       seed=0), store, memory, None)
-        return phase.run(0, random.Random(0))
+        return phase.run(0, RoundStreams(0, 0))
 
 
 def test_both_password_programs_lose_their_hint_in_the_design_phase(tmp_path, pool):

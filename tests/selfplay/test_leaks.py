@@ -6,7 +6,6 @@ Fixtures are real programs under ``tests/data/leaks/``, each with a ``solution()
 
 from __future__ import annotations
 
-import random
 import re
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spadekit.common.streams import RoundStreams
 from spadekit.envs.actions import format_tool_call
 from spadekit.envs.library import list_library, source
 from spadekit.policy.scripted import ScriptedPolicy
@@ -166,7 +166,7 @@ def _design(tmp_path: Path, pool, programs: list[str], hints: dict[str, str]):
                             Validator(pool, ValidatorSettings(max_turns=cfg.turn_cap,
                                                               require_solution=False),
                                       seed=0), store, memory, None)
-        out = phase.run(0, random.Random(0))
+        out = phase.run(0, RoundStreams(0, 0))
         pooled = {(store.get_hint(sha) or {}).get("hint") for sha in out.pooled}
     return out, pooled
 

@@ -23,25 +23,32 @@ from spadekit.policy.scripted import ScriptedPolicy
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
-# A partial-credit game: the share of letters in the answer (scaled to at most 0.36) is the
-# reward, so a random model's returns vary and GRPO has signal; \boxed{solve} is the solution.
-# (Up to 0.9 before issue 22: any prose then scored within 0.5 of the solution, which the
-# validator now refuses as action_independent.)
+# A partial-credit game whose answer is drawn from the seed: the observation shows the word's
+# letters shuffled, the share of letters in the reply (scaled to at most 0.36) is the reward, so
+# a random model's returns vary and GRPO has signal; \boxed{<word>} is the solution. None of
+# its words is one of the garbage generator's (spadekit.sandbox.probes). The quoted label
+# ("solve", "train", ...) tells the variants apart; it is not the answer.
 LETTERS = r'''
 import random
 import re
 
+WORDS = ("amber", "birch", "cedar", "dingo", "ember", "fjord", "grove", "heron", "ivory",
+         "koala", "lemur", "maple")
+
+
 class LettersEnv:
-    """Answer with letters; the exact word wins."""
+    """Unscramble the word; letters score, the exact word wins."""
 
     def __init__(self, max_turns=12, **kwargs):
         self.max_turns = max_turns
 
     def reset(self, seed=None, options=None):
         self.rng = random.Random(seed)
-        self.word = "solve"
+        self.word = self.rng.choice(WORDS)
+        letters = "".join(self.rng.sample(self.word, len(self.word)))
         self.t = 0
-        return "Reply with a word inside \\boxed{}. Letters score; one word wins.", {}
+        return ("Puzzle %s: unscramble %s and reply with the word inside \\boxed{}. Letters "
+                "score; the word wins." % ("solve", letters)), {}
 
     def step(self, action):
         self.t += 1
@@ -59,6 +66,11 @@ class LettersEnv:
 VARIANT = LETTERS.replace("LettersEnv", "WordsEnv").replace('"solve"', '"train"')
 WORDS = [LETTERS.replace('"solve"', f'"{w}"') for w in
          ("solve", "train", "learn", "guess", "think", "plans", "rules", "games")]
+
+# The dishonest twin: the answer never changes (and "solve" is one of the garbage generator's
+# words). A game whose answer is a constant teaches nothing; the watch must retire it.
+CONSTANT = LETTERS.replace("LettersEnv", "ConstantEnv").replace(
+    "self.word = self.rng.choice(WORDS)", 'self.word = "solve"')
 
 
 def designer_responder(programs):
@@ -115,15 +127,23 @@ def test_end_to_end_rounds_design_play_reward_update(tmp_path):
     events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     assert [e["step"] for e in events if e.get("kind") == "round"] == [0, 1]
     assert (tmp_path / "run" / "config.yaml").is_file()
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return
+
+
+@pytest.mark.extra("tensorboard")
+def test_every_round_reaches_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from spadekit.selfplay.loop import SelfPlay
+
+    policy = load_policy("tiny")
+    designer = ScriptedPolicy(policy.tokenizer, designer_responder(WORDS))
+    with SelfPlay(config(tmp_path), tmp_path / "run", policy=policy,
+                  designer_policy=designer) as sp:
+        metrics = sp.run()
     acc = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("agent_mean_return")] == [0, 1]
+    assert [(e.step, round(e.value, 5)) for e in acc.Scalars("agent_mean_return")] == \
+        [(m["step"], round(m["agent_mean_return"], 5)) for m in metrics]
 
 
 def test_invalid_and_hanging_designs_get_fixed_rewards_and_blacklist(tmp_path):

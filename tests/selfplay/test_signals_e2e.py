@@ -102,7 +102,10 @@ def config(tmp, **extra):
             "memory_seed_library=false", "dedup_threshold=1.01", "rollout.max_turns=2",
             "rollout.max_new_tokens=16", "rollout.temperature=1.0", "designer.temperature=1.0",
             "designer.max_new_tokens=8192", "rollout.max_context_tokens=8192",
-            "tensorboard=false", "checkpoint_every=100", "seed=0"]
+            "tensorboard=false", "checkpoint_every=100", "seed=0",
+            # KeyEnv's key word is a constant, which the watch retires (constant_answer): these
+            # runs test the reward arithmetic on scripted returns, the watch has its own tests
+            "watch.spot_checks=0"]
     return load_config(preset=None, overrides=sets + [f"{k}={v}" for k, v in extra.items()])
 
 
@@ -269,9 +272,12 @@ def test_anything_scores_099_is_retired_by_the_in_batch_spot_check(tmp_path):
     from spadekit.selfplay.loop import SelfPlay
 
     policy = load_policy("tiny")
-    cfg = config(tmp_path, **{"envs_per_round": 1, "rounds": 1})
-    with SelfPlay(cfg, tmp_path / "run", policy=policy,
-                  designer_policy=designer_policy(policy.tokenizer)) as sp:
+    from test_selfplay import LETTERS, designer_responder
+
+    # the designed game is an honest one (its answer drawn from the seed), watched as well
+    cfg = config(tmp_path, **{"envs_per_round": 1, "rounds": 1, "watch.spot_checks": 1})
+    with SelfPlay(cfg, tmp_path / "run", policy=policy, designer_policy=ScriptedPolicy(
+            policy.tokenizer, designer_responder([LETTERS]))) as sp:
         almost = sp.store.add_environment(EnvProgram(code=(HACKS / "almost.py").read_text()),
                                           step=0, validation={"ok": True, "details": {}})
         sp.store.push_delayed({"token_ids": [1, 2], "loss_mask": [0, 1],

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spadekit.common.streams import RoundStreams
 from spadekit.envs.program import EnvProgram
 from spadekit.common.errors import ConfigError
 from spadekit.policy.registry import load_policy
@@ -147,7 +148,7 @@ def _reference(pool, code: str, seed: int, actions: list[str], cap: int) -> dict
 
 def test_spot_checks_retire_garbage_wins_and_nondeterminism_and_spare_honest_programs(
         tmp_path, pool):
-    rng = random.Random(3)
+    streams = RoundStreams(3, 0)
     # HONEST pays 0.25 for anything and has no solution: validated as without the requirement
     honest_report = Validator(pool, ValidatorSettings(max_turns=4, require_solution=False)).validate(
         EnvProgram(code=HONEST))
@@ -158,7 +159,7 @@ def test_spot_checks_retire_garbage_wins_and_nondeterminism_and_spare_honest_pro
             pool, COIN, 11, ["a", "b", "c"], 4)})
         honest = _pooled(store, HONEST, honest_report)  # the real validator's record
         watch = PoolWatch(WatchConfig(spot_checks=2), store, {}, pool, 4, tooluse=False)
-        retired, metrics = watch.after_play(0, [], rng)
+        retired, metrics = watch.after_play(0, [], streams)
         assert retired == {wins, coin}
         assert store.blacklist_reason(wins) == "garbage_wins"
         assert store.blacklist_reason(coin) == "nondeterministic_in_play"
@@ -179,7 +180,7 @@ def test_a_program_whose_steps_turn_slow_after_validation_is_retired(tmp_path, p
         honest = _pooled(store, HONEST, fast)
         watch = PoolWatch(WatchConfig(spot_checks=1, step_time_limit_s=30.0), store, {}, pool,
                           2, tooluse=False)
-        retired, metrics = watch.after_play(0, [], random.Random(0))
+        retired, metrics = watch.after_play(0, [], RoundStreams(0, 0))
         assert retired == {slow} and metrics["watch/slow_in_play"] == 1
         event = store.events("env_retired")[0]["data"]
         assert event["reason"] == "slow_in_play" and event["details"]["mean_step_s"] > 0.05
@@ -289,27 +290,35 @@ def test_verdicts_hold_for_any_episode(garbage_returns, validated_rewards, ended
 # -- spot checks inside the rollout batch (issue 22) ---------------------------------------------
 
 HACKS = Path(__file__).resolve().parents[1] / "data" / "watch_hacks"
+# an honest control: its secret depends on the seed (a constant one is retired as
+# constant_answer, which BatchPaysEnv's "open sesame" is when nothing else catches it first)
 KEYWORD = (HACKS / "batch_pays.py").read_text().replace("BatchPaysEnv", "KeywordEnv").replace(
     "        if type(self).instances >= 6:\n"
-    "            return \"Close enough.\", 0.99, True, False, {}\n", "")
+    "            return \"Close enough.\", 0.99, True, False, {}\n", "").replace(
+    "        return \"Name",
+    "        self.word = \"sesame %d\" % (seed or 0)\n        return \"Name").replace(
+    'if "\\\\boxed{open sesame}" in action:', 'if "\\\\boxed{%s}" % self.word in action:').replace(
+    'return ["\\\\boxed{open sesame}"]', 'return ["\\\\boxed{%s}" % self.word]')
+assert "open sesame" not in KEYWORD and "self.word" in KEYWORD
 
 
 def _batch_round(watch: PoolWatch, store: RunStore, engine, plays: int,
-                 rng: random.Random) -> tuple[set[str], dict, list]:
+                 seed: int) -> tuple[set[str], dict, list]:
     """One round's play step as the loop does it: ``plays`` agent plays of every pooled
     environment, the watch's scripted spot checks shuffled among them, one engine run."""
     from spadekit.rollout.engine import EpisodeSpec
 
+    rng, streams = random.Random(seed), RoundStreams(seed, 0)
     specs = []
     for row in store.environments(status="pooled"):
         program = store.get_program(row["sha256"])
         specs += [EpisodeSpec(program, seed=rng.randrange(2 ** 31),
                               tag={"env": row["sha256"], "with_hint": False})
                   for _ in range(plays)]
-    specs += watch.spot_check_specs(rng)
+    specs += watch.spot_check_specs(streams)
     rng.shuffle(specs)
     trajs = engine.run(specs)
-    retired, metrics = watch.after_play(0, trajs, rng)
+    retired, metrics = watch.after_play(0, trajs, streams)
     return retired, metrics, trajs
 
 
@@ -332,7 +341,7 @@ def test_in_batch_spot_checks_catch_what_only_pays_in_a_batch_and_near_wins(
         # out of the batch (two instances each, what the watch used to run): nothing to see
         # in batch_pays; almost only because the new relative rule judges it
         fallback = PoolWatch(WatchConfig(spot_checks=2), store, {}, pool, 2, tooluse=False)
-        outside, m_out = fallback.after_play(0, [], random.Random(1))
+        outside, m_out = fallback.after_play(0, [], RoundStreams(1, 0))
         # (since the policy-reply episodes, six instances of batch_pays run out of the batch
         # too, enough for it to pay: it may be caught there as well)
         assert shas["almost"] in outside and shas["keyword"] not in outside
@@ -341,7 +350,7 @@ def test_in_batch_spot_checks_catch_what_only_pays_in_a_batch_and_near_wins(
         for sha in outside:  # put them back for the batch round
             store.set_status(sha, "pooled")
         store.execute("DELETE FROM blacklist")
-        retired, metrics, trajs = _batch_round(watch, store, engine, 8, random.Random(2))
+        retired, metrics, trajs = _batch_round(watch, store, engine, 8, 2)
         assert retired == {shas["almost"], shas["batch_pays"]}
         for name in ("almost", "batch_pays"):
             assert store.blacklist_reason(shas[name]) == "garbage_wins"
@@ -352,8 +361,12 @@ def test_in_batch_spot_checks_catch_what_only_pays_in_a_batch_and_near_wins(
         # episodes on the same seeds, all in the batch (no hints here: no hint-echo episodes)
         from spadekit.selfplay.watch import REPLY_EPISODES
 
+        from spadekit.selfplay.watch import FOREIGN_SEEDS
+
         probes = [t for t in trajs if t.scripted]
-        assert metrics["watch/spot_check_episodes"] == len(probes) == 3 * (4 + REPLY_EPISODES)
+        # and on its 2 + FOREIGN_SEEDS seeds, each played with the next one's solution
+        assert metrics["watch/spot_check_episodes"] == len(probes) == 3 * (
+            4 + REPLY_EPISODES + 2 + FOREIGN_SEEDS)
         for sha in shas.values():
             mine = [t for t in probes if t.spec.tag["env"] == sha]
             seeds = {k: sorted(t.spec.seed for t in mine if t.spec.tag["probe"] == k)
@@ -383,7 +396,7 @@ def test_a_solution_that_stops_working_in_play_is_retired(tmp_path, pool, tiny_e
     with RunStore(tmp_path / "run", create=True) as store:
         sha = _pooled(store, fading, {})
         watch = PoolWatch(WatchConfig(spot_checks=1), store, {}, pool, 2, tooluse=False)
-        retired, metrics, _ = _batch_round(watch, store, engine, 8, random.Random(0))
+        retired, metrics, _ = _batch_round(watch, store, engine, 8, 0)
         assert retired == {sha} and store.blacklist_reason(sha) == "solution_fails_in_play"
         assert metrics["watch/solution_fails_in_play"] == 1
         assert store.pop_due(4)[0]["meta"]["fixed_reward"] == RETIRE_PENALTY
@@ -406,7 +419,7 @@ def test_the_worker_s_time_per_turn_is_budgeted(tmp_path, pool, tiny_engine_args
         sha = _pooled(store, SLEEPY, {})
         watch = PoolWatch(WatchConfig(spot_checks=0, turn_time_limit_s=limit), store, {}, pool,
                           2, tooluse=False)
-        found, metrics, _ = _batch_round(watch, store, engine, 4, random.Random(0))
+        found, metrics, _ = _batch_round(watch, store, engine, 4, 0)
         assert (found == {sha}) is retired
         if retired:
             event = store.events("env_retired")[0]["data"]
@@ -446,3 +459,45 @@ def test_a_near_duplicate_of_a_retired_program_is_refused_too(tmp_path):
             assert sp.memory.blacklist_reason(program) == "play_timeout"
         assert m2["blacklist_skipped"] == 2 and m2["invalid_reasons"] == {"blacklisted": 2}
         assert sp.memory.blacklist_reason(EnvProgram(code=HONEST)) is None
+
+
+def test_the_constant_answer_twin_is_retired_every_time_and_the_honest_game_never(
+        tmp_path, pool):
+    """``CONSTANT`` (answer always "solve") and ``LETTERS`` (answer drawn from the seed) differ
+    in one line. Over ten run seeds the watch retires the twin every time, as
+    ``constant_answer`` (whatever the garbage happened to draw), and never the honest game."""
+    from test_selfplay import CONSTANT, LETTERS
+
+    verdicts = {"constant": [], "honest": []}
+    for seed in range(10):
+        with RunStore(tmp_path / f"run{seed}", create=True) as store:
+            shas = {"constant": _pooled(store, CONSTANT, {}), "honest": _pooled(store, LETTERS, {})}
+            watch = PoolWatch(WatchConfig(spot_checks=1), store, {}, pool, 2, tooluse=False)
+            retired, _metrics = watch.after_play(0, [], RoundStreams(seed, 0))
+            for name, sha in shas.items():
+                verdicts[name].append(store.blacklist_reason(sha) if sha in retired else None)
+    assert verdicts["honest"] == [None] * 10
+    assert set(verdicts["constant"]) <= {"constant_answer", "garbage_wins"}
+    assert verdicts["constant"].count("constant_answer") >= 1 and None not in verdicts["constant"]
+
+
+def test_constant_answer_verdict_needs_every_foreign_solution_to_win():
+    from spadekit.selfplay.watch import (FOREIGN_MIN, constant_answer_verdict, foreign_plan)
+
+    seeds = list(range(100, 100 + FOREIGN_MIN + 1))
+    known = {s: [f"a{s}"] for s in seeds[:-1]}  # the last seed has no known solution
+    plan = foreign_plan(seeds, known)
+    # the others each play the next one's solution, cyclically
+    assert plan == [("foreign", s, known[seeds[(i + 1) % FOREIGN_MIN]])
+                    for i, s in enumerate(seeds[:-1])]
+    assert foreign_plan(seeds[:-2], known) == []  # under FOREIGN_MIN known seeds
+
+    def res(seed, ret, error=None):
+        return ProbeResult(seed=seed, actions=["x"], rewards=[ret], ends=[True], error=error,
+                           terminated=True)
+
+    wins = [res(s, 1.0) for s in range(FOREIGN_MIN)]
+    assert constant_answer_verdict(wins)[0] == "constant_answer"
+    assert constant_answer_verdict(wins[:-1]) == (None, {})  # too few to judge
+    assert constant_answer_verdict(wins[:-1] + [res(9, 0.99)]) == (None, {})  # one falls short
+    assert constant_answer_verdict(wins[:-1] + [res(9, 1.0, {"reason": "crash"})]) == (None, {})

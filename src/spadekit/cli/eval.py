@@ -2,7 +2,7 @@
 
     spadekit eval --model M --suite rg-hard [--suite bfcl-mt ...] [--limit N] [--out F.json]
     spadekit eval --model M --suite envs:DIR [--trusted]   (validated first unless --trusted)
-    spadekit eval compare A.json B.json [--datasets]
+    spadekit eval compare A.json B.json [--datasets]   (notes runs grounded on other corpora)
     spadekit eval suites
 """
 
@@ -121,7 +121,7 @@ def evaluate(
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(strict_json(results_file(label, results), indent=1))
+        tmp.write_text(strict_json(results_file(label, results, source=model), indent=1))
         tmp.replace(out)
         for journal in journals:
             journal.unlink(missing_ok=True)
@@ -206,8 +206,9 @@ def compare_cmd(a: Path = typer.Argument(..., help="Baseline results (A)."),
                 as_json: bool = typer.Option(False, "--json", help="Print rows as JSON.")
                 ) -> None:
     """Side by side: win rate and mean score of A and B per suite and group, B - A, and the
-    head-to-head win rate of B over the items both scored."""
-    from spadekit.eval.compare import compare, missing_suites, read_results
+    head-to-head win rate of B over the items both scored. A note (on stderr) says when the two
+    runs were grounded on different default corpora."""
+    from spadekit.eval.compare import compare, corpus_note, missing_suites, read_results
 
     try:
         ra, rb = read_results(a), read_results(b)
@@ -215,6 +216,9 @@ def compare_cmd(a: Path = typer.Argument(..., help="Baseline results (A)."),
         err_console.print(f"[red]cannot compare:[/red] {terminal_text(exc.message)}")
         raise typer.Exit(2) from None
     rows = compare(ra, rb, datasets=datasets)
+    note = corpus_note(ra, rb)
+    if note is not None:  # designers grounded on other documents: say so, beside the numbers
+        err_console.print(terminal_text(note), style="yellow", markup=False)
     if as_json:
         console.print_json(strict_json(rows))
         return

@@ -5,10 +5,18 @@ Input files are what ``spadekit eval --out`` writes (``{"format": ..., "model": 
 row with A's and B's ``win_rate`` and ``mean_score`` and B - A. Head-to-head counts, over the items
 both results scored (matched by item id), how often A's item score beats B's, loses, or ties; the
 head-to-head win rate of B is ``(B better + ties / 2) / items``, the paper-style pairwise metric.
+
+An evaluation of a self-play run (its directory, one of its checkpoints, or the run's own
+in-loop evaluation) also records ``"corpus"``: the name, digest and size of the default corpus
+the run was grounded on, read from the header of the run's pinned copy (``corpus.jsonl.gz``,
+``spadekit.selfplay.corpus_pin``). :func:`corpus_note` says when two files record different
+ones: their runs' designers were grounded on different documents.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +46,54 @@ def read_results(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def results_file(model: str, results: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"format": FILE_FORMAT, "model": model,
-            "suites": {r["suite"]: r for r in results}}
+def results_file(model: str, results: list[dict[str, Any]], *,
+                 source: str | Path | None = None) -> dict[str, Any]:
+    """The file's contents; ``source`` (what was evaluated: a model spec, a run or checkpoint
+    directory) adds the run's ``corpus`` when it names a run that pinned one."""
+    data: dict[str, Any] = {"format": FILE_FORMAT, "model": model,
+                            "suites": {r["suite"]: r for r in results}}
+    corpus = run_corpus_record(source) if source is not None else None
+    if corpus is not None:
+        data["corpus"] = corpus
+    return data
+
+
+#: A run's pinned default corpus (``spadekit.selfplay.corpus_pin.PIN_NAME``, a layer above).
+PINNED_CORPUS = "corpus.jsonl.gz"
+
+
+def run_corpus_record(source: str | Path) -> dict[str, Any] | None:
+    """``{"name", "digest", "documents"}`` of the default corpus pinned by the run that
+    ``source`` names (a run directory, or a checkpoint ``RUN/checkpoints/step-N`` in one), read
+    from the pinned file's header line; None when there is none or it does not read."""
+    path = Path(source).expanduser()
+    if not path.is_dir():
+        return None
+    for run_dir in (path, path.parent.parent):
+        pinned = run_dir / PINNED_CORPUS
+        if not pinned.is_file():
+            continue
+        try:
+            with gzip.open(pinned, "rb") as fh:
+                header = json.loads(fh.readline(1 << 20))
+        except (OSError, EOFError, ValueError, RecursionError):
+            return None
+        if isinstance(header, dict) and isinstance(header.get("digest"), str):
+            return {"name": str(header.get("name")), "digest": header["digest"],
+                    "documents": header.get("documents")}
+        return None
+    return None
+
+
+def corpus_note(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """A line saying that A's and B's runs were grounded on different default corpora, when
+    both files record one and the digests differ; None otherwise."""
+    da, db = (f["corpus"].get("digest") if isinstance(f.get("corpus"), dict) else None
+              for f in (a, b))
+    if not (isinstance(da, str) and isinstance(db, str)) or da == db:
+        return None
+    return (f"note: the two runs were grounded on different default corpora (digest "
+            f"{da[:12]}... vs {db[:12]}...)")
 
 
 def head_to_head(a_items: list[dict], b_items: list[dict], eps: float = 1e-9) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 ``eval.every`` rounds (``SelfPlayConfig.eval``).
 
 Items are loaded once per run (``cache``) so every evaluation scores the same items. The full
-results go to ``run_dir/evals/step-N.json`` (a file ``spadekit eval compare`` reads); the
-headline numbers come back as flat metrics for the round: ``eval/<suite>/win_rate``,
-``eval/<suite>/mean_score`` and the same per group (``eval/<suite>/<group>/win_rate``), where
-``<suite>`` is :func:`spadekit.eval.suite_label` (no slashes).
+results go to ``run_dir/evals/step-N.json`` (a file ``spadekit eval compare`` reads; it records
+the digest of the run's pinned default corpus); the headline numbers come back as flat metrics
+for the round: ``eval/<suite>/win_rate``, ``eval/<suite>/mean_score`` and the same per group
+(``eval/<suite>/<group>/win_rate``), where ``<suite>`` is :func:`spadekit.eval.suite_label` (no
+slashes).
 
 Suites of environment programs (``envs:``) are screened once, with the run's own validator
 settings (``config.validation`` at the evaluation's turn cap) on the run's sandbox pool, before
@@ -57,6 +58,6 @@ def evaluate_in_loop(policy: Any, pool: Any, config: Any, run_dir: Path, step: i
     folder = Path(run_dir) / "evals"
     folder.mkdir(exist_ok=True)
     tmp = folder / f".step-{step}.json.tmp"
-    tmp.write_text(json.dumps(results_file(label, results)))
+    tmp.write_text(json.dumps(results_file(label, results, source=run_dir)))
     tmp.replace(folder / f"step-{step}.json")
     return flat

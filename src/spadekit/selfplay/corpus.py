@@ -6,9 +6,10 @@ for games, 4000 for tool use in the paper).
 
 Sources (:func:`load_corpus`):
 
-- ``None`` / ``"default"``: the offline default corpus (:func:`default_corpus`), built from
-  documentation already installed on this machine: docstrings of Python standard library modules
-  and, when installed, of scientific packages (numpy, scipy, networkx, sympy). No download.
+- ``None`` / ``"default"``: the default corpus (:func:`default_corpus`): docstrings of Python
+  standard-library modules, fixed when spadekit was released and shipped with it
+  (``data/default_corpus.jsonl.gz``, built by ``scripts/build_default_corpus.py``). The same
+  documents on every machine with the same spadekit, whatever else is installed; no download.
 - ``PATH.jsonl`` (also ``.jsonl.gz``/``.json`` lines): one JSON object per line with a ``text`` (or
   ``orig_doc``) string; an ``id`` field is used when present.
 - ``PATH.parquet``: a ``text`` (or ``orig_doc``) column; needs ``pyarrow``.
@@ -17,6 +18,11 @@ Sources (:func:`load_corpus`):
   split, else the first split by name).
 - any other directory: every ``.txt``/``.md`` file below it (one document each), plus any
   ``.jsonl``/``.parquet`` files, in sorted path order.
+
+The corpus file format (:func:`write_corpus_file`, :func:`read_corpus_file`; the shipped default
+and a run's pinned copy, ``corpus_pin``): gzip JSON lines, line 1 a header (format, name,
+description, info, document count, :func:`corpus_digest`), then one ``{"id", "source", "text"}``
+per document; a file that does not read back to its digest is a ``CorpusError`` naming it.
 
 Sampling: :meth:`Corpus.sample` without an argument draws from the corpus's own stream, whose
 state is just ``(seed, position)``: draw ``k`` is ``random.Random(f"{seed}/{k}").randrange(len)``,
@@ -29,56 +35,39 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
-import importlib
-import inspect
+import hashlib
 import json
 import os
 import random
 import re
-import sys
+import uuid
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from spadekit.common import safe_json
 
 __all__ = [
-    "DEFAULT_MIN_WORDS",
-    "DEFAULT_SCIENTIFIC_MODULES",
-    "DEFAULT_STDLIB_MODULES",
+    "DEFAULT_CORPUS_FILE",
     "Corpus",
     "CorpusError",
     "Document",
+    "corpus_digest",
     "count_words",
     "default_corpus",
     "load_corpus",
+    "read_corpus_file",
     "truncate_words",
+    "write_corpus_file",
 ]
 
 TEXT_FIELDS = ("text", "orig_doc")
 _WORD = re.compile(r"\S+")
-_PROSE_WORD = re.compile(r"[A-Za-z][A-Za-z'-]+")
 
-#: Standard library modules whose documentation makes up the default corpus.
-DEFAULT_STDLIB_MODULES: tuple[str, ...] = (
-    "argparse", "array", "ast", "asyncio", "base64", "bisect", "calendar", "cmath", "codecs",
-    "collections", "colorsys", "concurrent.futures", "configparser", "copy", "csv",
-    "dataclasses", "datetime", "decimal", "difflib", "email.message", "enum", "fractions",
-    "ftplib", "functools", "graphlib", "hashlib", "heapq", "html", "http.client", "http.cookies",
-    "imaplib", "inspect", "ipaddress", "itertools", "json", "logging", "math", "mimetypes",
-    "numbers", "operator", "pickle", "pprint", "queue", "random", "re", "sched", "secrets",
-    "shlex", "shutil", "smtplib", "sqlite3", "statistics", "string", "struct", "tarfile",
-    "tempfile", "textwrap", "threading", "time", "timeit", "tokenize", "unicodedata",
-    "urllib.parse", "urllib.request", "uuid", "wave", "xml.etree.ElementTree", "zipfile", "zlib",
-)
-#: Scientific modules added when importable (each skipped silently when missing).
-DEFAULT_SCIENTIFIC_MODULES: tuple[str, ...] = (
-    "numpy", "numpy.fft", "numpy.linalg", "numpy.polynomial.polynomial", "numpy.random",
-    "scipy.integrate", "scipy.interpolate", "scipy.linalg", "scipy.optimize", "scipy.signal",
-    "scipy.sparse.csgraph", "scipy.spatial", "scipy.special", "scipy.stats",
-    "networkx.algorithms", "sympy",
-)
-#: A docstring enters the default corpus only with at least this many prose words.
-DEFAULT_MIN_WORDS = 60
+#: The default corpus spadekit ships (built by ``scripts/build_default_corpus.py``).
+DEFAULT_CORPUS_FILE = Path(__file__).resolve().parent / "data" / "default_corpus.jsonl.gz"
+#: The corpus file format's version, line 1's ``spadekit_corpus``.
+FILE_FORMAT = 1
 
 
 class CorpusError(ValueError):
@@ -341,17 +330,14 @@ def _file_loader(path: Path) -> Callable[[], list[Document]]:
 
 def load_corpus(spec: str | Path | Corpus | None = None, *, max_words: int | None = None,
                 seed: int = 0) -> Corpus:
-    """A corpus from ``spec``: ``None``/``"default"`` (the offline default), a path, or a Corpus.
+    """A corpus from ``spec``: ``None``/``"default"`` (the shipped default), a path, or a Corpus.
 
     Files are read lazily (on first use); a missing path is an error at once.
     """
     if isinstance(spec, Corpus):
         return spec if max_words is None else spec.with_max_words(max_words)
     if spec is None or str(spec).strip().lower() in ("", "default"):
-        base = default_corpus()
-        corpus = Corpus(base.documents, name=base.name, description=base.description,
-                        max_words=max_words, seed=seed, info=base.info)
-        return corpus
+        return default_corpus(max_words=max_words, seed=seed)
     path = Path(spec).expanduser()
     if not path.exists():
         raise CorpusError(f"corpus not found: {path} (give a .jsonl/.parquet file, a folder, or "
@@ -363,196 +349,101 @@ def load_corpus(spec: str | Path | Corpus | None = None, *, max_words: int | Non
 
 
 # ---------------------------------------------------------------------------------------------
-# the offline default corpus
+# the corpus file format, and the shipped default corpus
 # ---------------------------------------------------------------------------------------------
 
 
-def _prose_words(text: str) -> int:
-    return len(_PROSE_WORD.findall(text))
+def corpus_digest(documents: Iterable[Document]) -> str:
+    """SHA-256 over every document's id, text and source, in order."""
+    h = hashlib.sha256()
+    for doc in documents:
+        for part in (doc.id, doc.text, doc.source):
+            h.update(part.encode("utf-8", "surrogatepass"))
+            h.update(b"\0")
+        h.update(b"\n")
+    return h.hexdigest()
 
 
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
-_MAY_VARY = re.compile(r"(?m)^(\s*)\S.*?\s*# may vary$")
-"""An example's output line that its own docstring marks as varying (scipy.stats draws them
-at import): its value is taken out, so the document is the same in every process."""
-
-
-def _signature(obj: Any) -> str:
-    """``obj``'s signature, with the memory addresses of default values' reprs taken out
-    (``fallback=<object object at 0x7f...>``): they change with every process, and the corpus
-    must be the same in each."""
+def write_corpus_file(path: Path, documents: list[Document], *, name: str, description: str = "",
+                      info: Mapping[str, Any] | None = None, notice: str | None = None,
+                      digest: str | None = None, compresslevel: int = 9) -> str:
+    """Write ``documents`` in the corpus file format (atomically: a unique temporary file, then
+    a rename); returns their digest. The bytes depend only on the arguments (and zlib): keys in
+    a fixed order, ASCII JSON, gzip with mtime 0 and no file name."""
+    digest = digest or corpus_digest(documents)
+    header: dict[str, Any] = {"spadekit_corpus": FILE_FORMAT}
+    if notice is not None:  # first, where ``zcat FILE | head -c 400`` shows it
+        header["notice"] = notice
+    header.update(name=name, description=description, documents=len(documents), digest=digest,
+                  info=dict(sorted(dict(info or {}).items())))
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        return _ADDRESS.sub(">", str(inspect.signature(obj)))
-    except (TypeError, ValueError):
-        return ""
+        with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0,
+                                                    compresslevel=compresslevel) as gz:
+            gz.write((json.dumps(header) + "\n").encode("ascii"))
+            for doc in documents:
+                gz.write((json.dumps({"id": doc.id, "source": doc.source, "text": doc.text},
+                                     sort_keys=True) + "\n").encode("ascii"))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return digest
 
 
-def _members(module: Any) -> Iterable[tuple[str, Any]]:
-    """Public functions and classes of ``module`` (its ``__all__`` when defined), sorted."""
-    names = getattr(module, "__all__", None)
-    if not isinstance(names, (list, tuple)):
-        names = [n for n in dir(module) if not n.startswith("_")]
-    for name in sorted({str(n) for n in names}):
-        try:
-            obj = getattr(module, name)
-        except Exception:  # noqa: BLE001 - lazy attributes may fail to import
-            continue
-        if inspect.ismodule(obj) or not _native(obj, module.__name__):
-            continue
-        if callable(obj):
-            yield name, obj
-
-
-def _native(obj: Any, modname: str) -> bool:
-    """Whether ``obj`` belongs to the package of ``modname``. Other packages patch things into
-    modules and classes they do not own (transformers adds methods to ``logging.Logger``), and
-    lazily exposed aliases appear only after some import: keeping only native objects makes the
-    corpus the same in every process, which resuming a run's sampling stream relies on."""
-    owner = getattr(obj, "__module__", None)
-    if not isinstance(owner, str):
-        return True  # builtins without a module (C functions of the module itself)
-    root = modname.split(".")[0]
-    return owner == root or owner.startswith(root + ".") or owner.lstrip("_").split(".")[0] \
-        == root.lstrip("_")
-
-
-def _module_documents(modname: str, origin: str, min_words: int) -> list[Document]:
+def read_corpus_file(path: Path, *, what: str = "corpus file"
+                     ) -> tuple[list[Document], dict[str, Any]]:
+    """``(documents, header)`` of a file written by :func:`write_corpus_file`. Anything else (not
+    gzip, truncated, no header, a bad record, documents that do not match the header's count and
+    digest, none at all) is a ``CorpusError`` naming ``path`` and ``what`` it is."""
+    path = Path(path)
     try:
-        module = importlib.import_module(modname)
-    except Exception:  # noqa: BLE001 - an optional package that is missing or broken
-        return []
-    docs: list[Document] = []
-
-    def add(qualname: str, obj: Any, header: str) -> None:
-        doc = inspect.getdoc(obj)
-        if isinstance(doc, str) and _prose_words(doc) >= min_words:
-            doc = _MAY_VARY.sub(r"\1...  # may vary", doc)
-            docs.append(Document(f"{origin}:{qualname}", f"{header}\n\n{doc.strip()}\n",
-                                 f"{origin}:{modname}"))
-
-    add(modname, module, f"Module {modname}")
-    for name, obj in _members(module):
-        qual = f"{modname}.{name}"
-        if inspect.isclass(obj):
-            add(qual, obj, f"class {qual}{_signature(obj)}")
-            for meth_name, meth in sorted(vars(obj).items()):
-                if meth_name.startswith("_") or not callable(meth) \
-                        or not _native(meth, modname):
-                    continue
-                add(f"{qual}.{meth_name}", meth, f"{qual}.{meth_name}{_signature(meth)}")
-        else:
-            add(qual, obj, f"{qual}{_signature(obj)}")
-    return docs
-
-
-def _version_of(package: str) -> str | None:
-    module = sys.modules.get(package)
-    return getattr(module, "__version__", None) if module is not None else None
+        with gzip.open(path, "rb") as fh:
+            lines = fh.read().decode("utf-8").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        header = json.loads(lines[0]) if lines else None
+        if not isinstance(header, dict) or header.get("spadekit_corpus") != FILE_FORMAT \
+                or not isinstance(header.get("info", {}), dict):
+            raise CorpusError(f"{path}: {what} is not a spadekit corpus file (format "
+                              f"{FILE_FORMAT} header missing)")
+        docs = []
+        for lineno, line in enumerate(lines[1:], 2):
+            record = json.loads(line)
+            if not (isinstance(record, dict) and all(isinstance(record.get(k), str)
+                                                     for k in ("id", "text", "source"))):
+                raise CorpusError(f"{path}:{lineno}: {what}: not a document record")
+            docs.append(Document(record["id"], record["text"], record["source"]))
+    except CorpusError:
+        raise
+    except (OSError, EOFError, zlib.error, ValueError, RecursionError) as exc:
+        raise CorpusError(f"{path}: {what} does not read ({type(exc).__name__}: {exc})") from None
+    if len(docs) != header.get("documents") or corpus_digest(docs) != header.get("digest"):
+        raise CorpusError(f"{path}: {what} is damaged (its documents do not match the digest "
+                          "written with them)")
+    if not docs:
+        raise CorpusError(f"{path}: {what} holds no documents")
+    return docs, header
 
 
-def build_default_documents(stdlib: Iterable[str] = DEFAULT_STDLIB_MODULES,
-                            scientific: Iterable[str] = DEFAULT_SCIENTIFIC_MODULES,
-                            min_words: int = DEFAULT_MIN_WORDS) -> list[Document]:
-    """Docstring documents of the given modules (uncached). Modules are visited in sorted order,
-    members in sorted order; a docstring seen before (aliases, re-exports) is kept only once."""
-    docs: list[Document] = []
-    for name in sorted(set(stdlib)):
-        docs += _module_documents(name, "stdlib", min_words)
-    for name in sorted(set(scientific)):
-        docs += _module_documents(name, name.split(".")[0], min_words)
-    seen: set[str] = set()
-    unique = []
-    for doc in docs:
-        body = doc.text.split("\n\n", 1)[-1]
-        if body not in seen:
-            seen.add(body)
-            unique.append(doc)
-    return unique
+@functools.lru_cache(maxsize=4)
+def _shipped(path: Path) -> tuple[tuple[Document, ...], str, dict[str, Any]]:
+    docs, header = read_corpus_file(path, what="the default corpus file")
+    info = {**header.get("info", {}), "digest": header["digest"]}
+    return tuple(docs), str(header.get("description") or ""), info
 
 
-_CLEAN_BUILD = """
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from spadekit.selfplay.corpus import build_default_documents
-docs = build_default_documents()
-versions = {m: getattr(sys.modules.get(m), "__version__", None) for m in sys.argv[2:]}
-json.dump({"docs": [[d.id, d.text, d.source] for d in docs], "versions": versions}, sys.stdout)
-"""
+def default_corpus(max_words: int | None = None, seed: int = 0, *,
+                   path: Path | None = None) -> Corpus:
+    """The default corpus: the documents of the file spadekit ships (:data:`DEFAULT_CORPUS_FILE`,
+    read and checked against its digest once per process).
 
-
-def _clean_default_documents() -> tuple[list[Document], dict[str, str | None]]:
-    """:func:`build_default_documents` in a fresh interpreter (isolated as ``-I``: no user site,
-    no ``PYTHON*`` variables, no script path; hash seed 0): imported packages patch standard-library members (Ray replaces
-    ``inspect.isgenerator`` and ``zlib.compressobj``), so a corpus read from this process would
-    depend on what it imported before; the fresh one is the same in every process, which a
-    resumed run's document stream relies on. Falls back to this process when no interpreter
-    can be started."""
-    import subprocess
-
-    src = str(Path(__file__).resolve().parents[2])
-    roots = sorted({m.split(".")[0] for m in DEFAULT_SCIENTIFIC_MODULES})
-    try:
-        # -I's isolation with a fixed hash seed (-I would ignore PYTHONHASHSEED): no PYTHON*
-        # variables, no user site (-s), no script directory on the path (-P); set reprs in
-        # docstrings (scipy writes some at import) then come out in the same order every time
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-        done = subprocess.run([sys.executable, "-s", "-P", "-c", _CLEAN_BUILD, src, *roots],
-                              capture_output=True, text=True, timeout=300, check=True,
-                              env={**env, "PYTHONHASHSEED": "0"})
-        data = json.loads(done.stdout)
-        return [Document(*row) for row in data["docs"]], data["versions"]
-    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
-        return build_default_documents(), {p: _version_of(p) for p in roots}
-
-
-def cached_default_documents() -> tuple[list[Document], dict[str, Any]]:
-    """:func:`_clean_default_documents`, kept on disk (``spadekit.selfplay.corpus_cache``: the
-    build takes seconds at the start of every run; a cached one reads in a fraction of that)."""
-    from spadekit.selfplay import corpus_cache
-
-    def build() -> tuple[list[list[str]], dict[str, Any]]:
-        docs, versions = _clean_default_documents()
-        return [[d.id, d.text, d.source] for d in docs], versions
-
-    roots = sorted({m.split(".")[0] for m in DEFAULT_SCIENTIFIC_MODULES})
-    rows, versions = corpus_cache.cached_build(corpus_cache.build_key(roots, Path(__file__)),
-                                               build)
-    return [Document(*row) for row in rows], versions
-
-
-@functools.lru_cache(maxsize=1)
-def _default_documents() -> tuple[tuple[Document, ...], dict[str, Any]]:
-    docs, versions = cached_default_documents()
-    by_origin: dict[str, int] = {}
-    for doc in docs:
-        origin = doc.id.split(":", 1)[0]
-        by_origin[origin] = by_origin.get(origin, 0) + 1
-    packages = sorted(by_origin)
-    info = {
-        "python": sys.version.split()[0],
-        "documents_by_package": dict(sorted(by_origin.items())),
-        "package_versions": {p: versions.get(p, _version_of(p)) for p in packages
-                             if p != "stdlib"},
-        "stdlib_modules": list(DEFAULT_STDLIB_MODULES),
-        "scientific_modules": list(DEFAULT_SCIENTIFIC_MODULES),
-        "min_prose_words": DEFAULT_MIN_WORDS,
-    }
-    return tuple(docs), info
-
-
-def default_corpus(max_words: int | None = None, seed: int = 0) -> Corpus:
-    """The offline default corpus (built once per process, then cached in memory).
-
-    Contents: the docstrings, with at least :data:`DEFAULT_MIN_WORDS` prose words, of the modules
-    in :data:`DEFAULT_STDLIB_MODULES` (module docstrings, public functions, public classes and
-    their public methods) and of the modules in :data:`DEFAULT_SCIENTIFIC_MODULES` that are
-    installed. Each document is ``"<qualified name><signature>\\n\\n<docstring>"`` with id
-    ``"<package>:<qualified name>"``. Order is deterministic (sorted modules and names; duplicate
-    docstrings dropped), so the same interpreter and package versions give the same corpus;
-    :meth:`Corpus.describe` records the versions.
+    Contents: docstrings of standard-library modules, fixed when the release was built (see the
+    file's header, or ``data/README.md``); ``info`` holds the ``digest``
+    (:func:`corpus_digest`), the ``spadekit`` and ``python`` versions that built the file, its
+    module list and minimum prose words. ``path``: another file in the same format (a
+    maintainer's new build). A damaged file is a ``CorpusError`` naming it.
     """
-    docs, info = _default_documents()
-    return Corpus(list(docs), name="default",
-                  description=("docstrings (>= %d prose words) of Python standard library modules "
-                               "and installed scientific packages" % DEFAULT_MIN_WORDS),
-                  max_words=max_words, seed=seed, info=info)
+    docs, description, info = _shipped(Path(path or DEFAULT_CORPUS_FILE))
+    return Corpus(list(docs), name="default", description=description, max_words=max_words,
+                  seed=seed, info=info)

@@ -1,100 +1,58 @@
-"""A run's own copy of the default corpus, so that a resumed run grounds on the documents it
-began with.
+"""A run's own copy of its default corpus, so that a resumed run grounds on the documents it
+began with, and says so when the default has changed since.
 
-The default corpus is built from the docstrings of installed packages (numpy, scipy, ...), so
-it changes when they do: beside another numpy a resumed run would draw other documents for the
-same stream positions (``Corpus.set_state`` refused that with ``CorpusError`` when the count
-differed, and could not notice when it did not). A new run grounded on the default therefore
-keeps its documents in ``run_dir/corpus.jsonl.gz``, and a resumed run reads them from there,
-whatever is installed by then.
+The default corpus is the file spadekit ships (``corpus.default_corpus``): the same documents on
+every machine with the same spadekit, but another release may ship others, and a resumed run
+that read them would draw other documents for the same stream positions. A new run grounded on
+the default therefore keeps its documents in ``run_dir/corpus.jsonl.gz``, and a resumed run reads
+them from there, whatever spadekit is installed by then. When they are not the current default's
+(another digest), :func:`run_corpus` logs a warning and records the fact in the returned corpus's
+``info["corpus_changed"]``, for the caller to put into the run's events.
 
-The file is a hard link to one cached copy per distinct corpus (``<cache>/corpora/``, about
-2.4 MB for the default), so a new run costs a link, not a 7.8 MB write; where a link cannot be
-made (another file system) it is a copy. Line 1 is a header (format, name, description, info,
-document count, digest); each further line is one document ``{"id", "text", "source"}``. A
-file that does not read back to its digest is a ``CorpusError`` naming the file: the run stops
-rather than ground on other documents. A run made before pinning has no file and rebuilds the
-default as before. Corpora from a path are the user's own files and are not copied.
+The file is in the corpus file format (``corpus.write_corpus_file``: a header with the digest,
+then one document a line) and a hard link to one cached copy per distinct corpus
+(``<cache>/corpora/``); where a link cannot be made (another file system) it is a copy. A file
+that does not read back to its digest is a ``CorpusError`` naming the file: the run stops rather
+than ground on other documents. A run made before pinning has no file and grounds on the current
+default. Corpora from a path are the user's own files and are not copied.
 """
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import json
+import logging
 import os
 import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
-from spadekit.selfplay.corpus import Corpus, CorpusError, Document, load_corpus
+from spadekit.selfplay import corpus as corpus_module
+from spadekit.selfplay.corpus import (Corpus, CorpusError, corpus_digest, read_corpus_file,
+                                      write_corpus_file)
+
+__all__ = ["PIN_NAME", "corpus_digest", "default_change", "is_default", "pin", "read_pinned",
+           "run_corpus", "write_pinned"]
+
+log = logging.getLogger(__name__)
 
 PIN_NAME = "corpus.jsonl.gz"
-FORMAT = 1
 
 
 def is_default(spec: Any) -> bool:
     return spec is None or (isinstance(spec, str) and spec.strip().lower() in ("", "default"))
 
 
-def corpus_digest(documents: list[Document]) -> str:
-    """SHA-256 over every document's id, text and source, in order."""
-    h = hashlib.sha256()
-    for doc in documents:
-        for part in (doc.id, doc.text, doc.source):
-            h.update(part.encode("utf-8", "surrogatepass"))
-            h.update(b"\0")
-        h.update(b"\n")
-    return h.hexdigest()
-
-
 def write_pinned(corpus: Corpus, path: Path, digest: str | None = None) -> str:
-    """Write ``corpus`` to ``path`` (atomically: a unique temporary file, then a rename);
-    returns the digest."""
-    docs = corpus.documents
-    digest = digest or corpus_digest(docs)
-    header = {"spadekit_corpus": FORMAT, "name": corpus.name, "description": corpus.description,
-              "info": corpus.info, "documents": len(docs), "digest": digest}
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=1) as fh:
-            fh.write(json.dumps(header) + "\n")
-            for doc in docs:
-                fh.write(json.dumps({"id": doc.id, "text": doc.text, "source": doc.source}) + "\n")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return digest
+    """Write ``corpus`` to ``path`` (atomically); returns the digest."""
+    return write_corpus_file(path, corpus.documents, name=corpus.name,
+                             description=corpus.description, info=corpus.info, digest=digest)
 
 
 def read_pinned(path: Path, *, seed: int = 0) -> Corpus:
-    """The corpus kept at ``path``; ``CorpusError`` when it is damaged or not a pinned corpus."""
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-        header = json.loads(lines[0]) if lines else None
-        if not isinstance(header, dict) or header.get("spadekit_corpus") != FORMAT:
-            raise CorpusError(f"{path}: not a pinned corpus (format {FORMAT} header missing)")
-        docs = []
-        for lineno, line in enumerate(lines[1:], 2):
-            record = json.loads(line)
-            if not (isinstance(record, dict) and all(isinstance(record.get(k), str)
-                                                     for k in ("id", "text", "source"))):
-                raise CorpusError(f"{path}:{lineno}: not a document record")
-            docs.append(Document(record["id"], record["text"], record["source"]))
-    except CorpusError:
-        raise
-    except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
-        raise CorpusError(f"{path}: the run's pinned corpus does not read "
-                          f"({type(exc).__name__}: {exc})") from None
-    if len(docs) != header.get("documents") or corpus_digest(docs) != header.get("digest"):
-        raise CorpusError(f"{path}: the run's pinned corpus is damaged (its documents do not "
-                          "match the digest written with them)")
-    if not docs:
-        raise CorpusError(f"{path}: the run's pinned corpus holds no documents")
-    info = dict(header.get("info") or {})
-    info["pinned"] = str(path)
+    """The corpus kept at ``path``; ``CorpusError`` when it is damaged or not a corpus file.
+    Its ``info`` is the one written with it, plus ``pinned`` (the path) and ``digest``."""
+    docs, header = read_corpus_file(path, what="the run's pinned corpus")
+    info = {**header.get("info", {}), "pinned": str(path), "digest": header["digest"]}
     return Corpus(docs, name=str(header.get("name") or "default"),
                   description=str(header.get("description") or ""), seed=seed, info=info)
 
@@ -123,13 +81,43 @@ def pin(corpus: Corpus, run_dir: Path, cache: Path | None = None) -> Path:
     return target
 
 
+def default_change(pinned: Corpus) -> dict[str, Any] | None:
+    """None when ``pinned`` holds the current default corpus's documents; else what differs:
+    ``{"pinned_digest", "default_digest", "pinned_spadekit", "default_spadekit"}`` (the
+    spadekit versions that built each, None where unknown). A default that does not load is
+    logged and counts as no change (the run grounds on its pinned copy either way)."""
+    try:
+        current = corpus_module.default_corpus()
+    except CorpusError as exc:
+        log.warning("cannot compare the run's pinned corpus with the default corpus: %s", exc)
+        return None
+    was = pinned.info.get("digest") or corpus_digest(pinned.documents)
+    now = current.info.get("digest") or corpus_digest(current.documents)
+    if was == now:
+        return None
+    return {"pinned_digest": was, "default_digest": now,
+            "pinned_spadekit": pinned.info.get("spadekit"),
+            "default_spadekit": current.info.get("spadekit")}
+
+
 def run_corpus(spec: Any, run_dir: Path, *, seed: int, resume: bool) -> Corpus:
     """The corpus a run grounds on: a resumed run's pinned copy when it has one; otherwise
-    ``load_corpus(spec)``, pinned into a new run's directory when it is the default."""
+    ``load_corpus(spec)``, pinned into a new run's directory when it is the default.
+
+    A pinned copy whose documents are not the current default's (:func:`default_change`) is
+    still the one returned; a warning is logged and its ``info["corpus_changed"]`` holds what
+    differs (absent when nothing does), for the caller's event log."""
     path = Path(run_dir) / PIN_NAME
     if is_default(spec) and path.exists():
-        return read_pinned(path, seed=seed)
-    corpus = load_corpus(spec, seed=seed)
+        corpus = read_pinned(path, seed=seed)
+        changed = default_change(corpus)
+        if changed is not None:
+            corpus.info["corpus_changed"] = changed
+            log.warning("%s: the run grounds on the default corpus it began with (digest "
+                        "%.12s), not on this spadekit's default (digest %.12s)", path,
+                        changed["pinned_digest"], changed["default_digest"])
+        return corpus
+    corpus = corpus_module.load_corpus(spec, seed=seed)
     if is_default(spec) and not resume:
         pin(corpus, run_dir)
     return corpus

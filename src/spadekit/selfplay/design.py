@@ -35,6 +35,7 @@ Optional extras (``DesignerConfig``):
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import random
 import time
@@ -48,6 +49,7 @@ from spadekit.selfplay.leaks import leaked_fragments
 from spadekit.selfplay.prompts import (build_designer_messages, build_hint_messages, parse_hint,
                                        skills_for)
 from spadekit.common.errors import ConfigError
+from spadekit.common.streams import RoundStreams
 from spadekit.envs.extract import ExtractionError, extract_program
 from spadekit.envs.program import EnvProgram
 from spadekit.selfplay.generate import solution_actions
@@ -152,15 +154,17 @@ class DesignPhase:
 
         return load_beside(spec, self.policy)
 
-    def run(self, step: int, rng: random.Random, phase=None) -> DesignOutcome:
+    def run(self, step: int, streams: RoundStreams, phase=None) -> DesignOutcome:
         """One designer phase: :meth:`design`, :meth:`validate`, :meth:`hint` in turn;
         ``phase(text)`` is an optional context manager that shows each while it runs."""
-        drafts = self.design(step, rng, phase)
-        return self.hint(self.validate(drafts, rng, phase), rng, phase)
+        drafts = self.design(step, streams, phase)
+        return self.hint(self.validate(drafts, streams, phase), streams, phase)
 
-    def design(self, step: int, rng: random.Random, phase=None) -> Drafts:
+    def design(self, step: int, streams: RoundStreams, phase=None) -> Drafts:
         """SPEC point 1: ``envs_per_round`` designer prompts for the active skills (grounded on a
-        corpus document, seeded from memory), generated in one batch."""
+        corpus document, seeded from memory), generated in one batch. The documents, the memory
+        references and the sampling seeds come from the round's ``corpus``, ``memory`` and
+        ``design`` streams."""
         cfg, dcfg = self.config, self.config.designer
         out = DesignOutcome()
         self._judge_counts = out.judge
@@ -171,9 +175,11 @@ class DesignPhase:
         plan = []
         for i in range(cfg.envs_per_round):
             skill = skills[i % len(skills)]
-            doc = self.corpus.sample(rng) if self.corpus is not None else None
-            positives = self.memory.positive_seeds(skill, dcfg.positive_seeds, rng)
-            negative = self.memory.negative_seed(skill, rng)
+            doc = (self.corpus.sample(streams.get("corpus")) if self.corpus is not None
+                   else None)
+            positives = self.memory.positive_seeds(skill, dcfg.positive_seeds,
+                                                   streams.get("memory"))
+            negative = self.memory.negative_seed(skill, streams.get("memory"))
             neg = None if negative is None else (negative[0].code, negative[1])
             messages = build_designer_messages(cfg.setting, skill, doc.text if doc else None,
                                                positives, neg, cfg.turn_cap,
@@ -183,7 +189,8 @@ class DesignPhase:
                          "parents": [p.sha256 for p in positives], "messages": messages})
             plan[-1]["request"] = designer_request(self.policy, messages, SamplingParams(
                 temperature=dcfg.temperature, top_p=dcfg.top_p,
-                max_new_tokens=dcfg.max_new_tokens, seed=rng.randrange(2 ** 31)),
+                max_new_tokens=dcfg.max_new_tokens,
+                seed=streams.get("design").randrange(2 ** 31)),
                 cfg.chat_template.for_role("designer"), dcfg.response_prefix)
         with phase(f"round {step}: design ({len(plan)} environments)"):
             gens = with_prefix(self.policy.generate([p["request"] for p in plan]),
@@ -194,7 +201,7 @@ class DesignPhase:
         out.timings["design"] = time.perf_counter() - clock
         return Drafts(step, plan, gens, out)
 
-    def validate(self, drafts: Drafts, rng: random.Random, phase=None) -> Drafts:
+    def validate(self, drafts: Drafts, streams: RoundStreams, phase=None) -> Drafts:
         """SPEC point 3: every output extracted and checked in the sandbox (an invalid one gets
         its fixed designer reward now), failed ones optionally repaired; ``drafts.valid`` lists
         the programs that passed."""
@@ -204,7 +211,7 @@ class DesignPhase:
         clock = time.perf_counter()
         seen: set[str] = set()
         with phase(f"round {step}: validate"):
-            checks = self._check([g.text for g in gens], seen, rng)
+            checks = self._check([g.text for g in gens], seen, streams)
         out.timings["validate"] = time.perf_counter() - clock
         valid_items, failed = [], []
         for item, gen, (reason, report) in zip(plan, gens, checks):
@@ -233,12 +240,12 @@ class DesignPhase:
         if failed:
             clock = time.perf_counter()
             with phase(f"round {step}: repair ({len(failed)} invalid)"):
-                valid_items += self._repair(failed, step, rng, seen, out)
+                valid_items += self._repair(failed, step, streams, seen, out)
             out.timings["repair"] = time.perf_counter() - clock
         drafts.valid = valid_items
         return drafts
 
-    def hint(self, drafts: Drafts, rng: random.Random, phase=None) -> DesignOutcome:
+    def hint(self, drafts: Drafts, streams: RoundStreams, phase=None) -> DesignOutcome:
         """SPEC point 2: the hint writer reads each valid program and writes its privileged hint
         (a leaking hint is rejected); each program then joins the pool and the memory, and its
         designer sample waits ``regen_interval`` rounds for its reward."""
@@ -248,7 +255,7 @@ class DesignPhase:
         phase = phase or (lambda _text: contextlib.nullcontext())
         clock = time.perf_counter()
         with phase(f"round {step}: hint ({len(valid_items)} valid)"):
-            self._hints(valid_items, out, step, rng)
+            self._hints(valid_items, out, step, streams)
         out.timings["hint"] = time.perf_counter() - clock
         for item, program, report, hint in valid_items:
             repaired = item.get("repaired")
@@ -275,15 +282,16 @@ class DesignPhase:
         out.blacklisted = self.blacklist_skipped
         return out
 
-    def _check(self, texts: list[str], seen: set[str], rng: random.Random
+    def _check(self, texts: list[str], seen: set[str], streams: RoundStreams
                ) -> list[tuple[str, ValidationReport]]:
         """``(reason, report)`` per output: the sandbox stages, the near-duplicate check (memory,
         store and this round's earlier programs in ``seen``) and the judge when it is on."""
         known = [self._blacklisted(text) for text in texts]
         todo = [text for text, hit in zip(texts, known) if hit is None]
-        # validation seeds from the loop's own stream: a run's validations repeat from its seed
-        # (and across a resume), and stay unknown to the programs (a fresh draw per output)
-        seeds = [rng.randrange(2 ** 63) for _ in todo]
+        # validation seeds from the round's validation stream, keyed by the output itself: a
+        # run's validations repeat from its seed (and across a resume), one more or one fewer
+        # output moves no other's, and they stay unknown to the programs
+        seeds = [streams.get("validation", _text_key(text)).randrange(2 ** 63) for text in todo]
         validated = iter(self.validator.validate_many(todo, workers=2, seeds=seeds)
                          if todo else [])
         reports = [hit if hit is not None else next(validated) for hit in known]
@@ -305,7 +313,8 @@ class DesignPhase:
         if judge_enabled(self.config.designer.judge, self.config.setting):
             todo = [i for i, (reason, _r) in enumerate(out) if reason == "ok"]
             for i, (verdict, why, raw) in zip(todo, self._judge([out[i][1].program.code
-                                                                 for i in todo], rng)):
+                                                                 for i in todo],
+                                                                streams.get("design"))):
                 if verdict != "reject":
                     continue
                 program = out[i][1].program
@@ -374,7 +383,7 @@ class DesignPhase:
             details={**_jsonable_details(report.details), **(extra or {})})
         return failure
 
-    def _repair(self, failed: list, step: int, rng: random.Random, seen: set[str],
+    def _repair(self, failed: list, step: int, streams: RoundStreams, seen: set[str],
                 out: DesignOutcome) -> list:
         """Up to ``repair_attempts`` inference-only repair turns per failed output; returns the
         valid items (marked ``item["repaired"]``). Repair generations are never trained."""
@@ -389,11 +398,11 @@ class DesignPhase:
                 messages=build_repair_messages(item["messages"], text, report),
                 params=SamplingParams(temperature=dcfg.temperature, top_p=dcfg.top_p,
                                       max_new_tokens=dcfg.max_new_tokens,
-                                      seed=rng.randrange(2 ** 31)),
+                                      seed=streams.get("design").randrange(2 ** 31)),
                 chat_template_kwargs=self.config.chat_template.for_role("designer"))
                 for item, text, report, _r, _s in pending])
             out.repair_calls += len(gens)
-            checks = self._check([g.text for g in gens], seen, rng)
+            checks = self._check([g.text for g in gens], seen, streams)
             still = []
             for (item, _t, _rep, first_reason, first_stage), gen, (reason, report) in zip(
                     pending, gens, checks):
@@ -410,11 +419,15 @@ class DesignPhase:
             pending = still
         return valid
 
-    def _hints(self, items: list, out: DesignOutcome, step: int, rng: random.Random) -> None:
-        """Fill each valid item's hint in place (index 3); a leaking hint is rejected."""
+    def _hints(self, items: list, out: DesignOutcome, step: int, streams: RoundStreams
+               ) -> None:
+        """Fill each valid item's hint in place (index 3); a leaking hint is rejected. Each
+        program's leak-check seeds and hint sampling seed come from the round's ``hints``
+        stream keyed by the program."""
         dcfg = self.config.designer
+        rngs = [streams.get("hints", it[1].sha256) for it in items]
         self._leak_draws = {i: ([rng.randrange(2 ** 31) for _ in range(LEAK_SEEDS)],
-                                rng.randrange(2 ** 63)) for i in range(len(items))}
+                                rng.randrange(2 ** 63)) for i, rng in enumerate(rngs)}
         actions = {i: solution_actions(self.pool, it[1].code, self.config.turn_cap, seeds,
                                        random.Random(draw))
                    for i, (it, (seeds, draw)) in enumerate(zip(items, self._leak_draws.values()))}
@@ -426,7 +439,7 @@ class DesignPhase:
                 messages=build_hint_messages(items[i][1].code, self.config.setting),
                 params=SamplingParams(temperature=dcfg.hint_temperature,
                                       max_new_tokens=dcfg.hint_max_new_tokens,
-                                      seed=rng.randrange(2 ** 31)),
+                                      seed=rngs[i].randrange(2 ** 31)),
                 chat_template_kwargs=self.config.chat_template.for_role("hint")) for i in todo]
             if self.hint_policy is self.policy:
                 gens = self.policy.generate(requests)
@@ -475,6 +488,11 @@ class DesignPhase:
             out.hints["ok"] += 1
         items[i] = (item, program, report, hint)
         return hint is not None
+
+
+def _text_key(text: str) -> str:
+    """The key of one designer output in the round's ``validation`` stream."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _designer_hint(text: str) -> str | None:

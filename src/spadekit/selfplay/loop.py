@@ -40,7 +40,6 @@ every rank trains its shard) and where the ranks meet.
 from __future__ import annotations
 
 import contextlib
-import random
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from spadekit.common.faults import fault_point, set_round
+from spadekit.common.streams import RoundStreams
 from spadekit.envs.program import EnvProgram
 from spadekit.rollout.engine import EpisodeSpec, Trajectory
 from spadekit.runs.tracking import scalar_metrics
@@ -78,6 +78,8 @@ class RoundState:
     n_agent: int = 0
     checkpoint: Path | None = None
     started: float = field(default_factory=time.perf_counter)
+    streams: RoundStreams | None = None
+    """The round's named random streams (``spadekit.common.streams``), set by the loop."""
 
 
 class SelfPlay(SetupSteps, AsyncRound):
@@ -124,7 +126,6 @@ class SelfPlay(SetupSteps, AsyncRound):
         self.policy = policy
         self.designer_policy = (designer_policy or self.frozen_designer or self.gen_policy
                                 or policy)
-        self.rng = random.Random(config.seed)
         self.ema: dict[str, EmaTracker] = {}
         self._bootstrap_created: dict[str, int] = {}
         self._broken: str | None = None
@@ -199,7 +200,8 @@ class SelfPlay(SetupSteps, AsyncRound):
         ``spadekit.selfplay.distributed.PLACEMENT`` decides where each step runs). With
         ``rollout.max_staleness >= 1``: ``async_round`` (``spadekit.selfplay.pipeline``)."""
         with contextlib.ExitStack() as transaction:  # committed by commit(); else rolled back
-            r = RoundState(step, transaction, metrics={"step": step})
+            r = RoundState(step, transaction, metrics={"step": step},
+                           streams=RoundStreams(self.config.seed, step))
             set_round(step)  # the fault points (spadekit.common.faults) are named by round
             self.apply_schedule(r)
             fault_point("begin")
@@ -225,7 +227,8 @@ class SelfPlay(SetupSteps, AsyncRound):
         baseline curriculum), validate, hint, play, reward and advantages; returns the agent and
         designer samples (an external trainer such as slime's calls this). The round's
         ``schedule`` applies first, as in ``_round``."""
-        r = RoundState(step, None, timings, metrics)
+        r = RoundState(step, None, timings, metrics,
+                       streams=RoundStreams(self.config.seed, step))
         self.apply_schedule(r)
         samples = self.generate_round(r)
         return samples[:r.n_agent], samples[r.n_agent:]
@@ -264,15 +267,15 @@ class SelfPlay(SetupSteps, AsyncRound):
 
     def design_environments(self, r: RoundState) -> Drafts:
         """1. The designer writes ``envs_per_round`` programs for the active skills."""
-        return self.design.design(r.step, self.rng, phase=self._phase)
+        return self.design.design(r.step, r.streams, phase=self._phase)
 
     def validate(self, r: RoundState, drafts: Drafts) -> Drafts:
         """2. Each program is checked in the sandbox (and repaired, judged, if configured)."""
-        return self.design.validate(drafts, self.rng, phase=self._phase)
+        return self.design.validate(drafts, r.streams, phase=self._phase)
 
     def hint(self, r: RoundState, drafts: Drafts) -> None:
         """3. Each valid program gets its privileged hint and joins the pool."""
-        outcome = self.design.hint(drafts, self.rng, phase=self._phase)
+        outcome = self.design.hint(drafts, r.streams, phase=self._phase)
         r.timings.update(outcome.timings)
         r.metrics.update(designed=outcome.attempted, valid=outcome.valid,
                          valid_share=outcome.valid_share, pooled=len(outcome.pooled),
@@ -294,16 +297,16 @@ class SelfPlay(SetupSteps, AsyncRound):
         step, t = r.step, time.perf_counter()
         if self.curriculum is not None:
             with self._phase(f"round {step}: play ({self.curriculum.name} curriculum)"):
-                trajs = self._play_curriculum(step)
+                trajs = self._play_curriculum(step, r.streams)
             r.timings["play"] = time.perf_counter() - t
             r.metrics.update(self.curriculum.observe(step, trajs))
             return trajs
-        self._bootstrap(step)
+        self._bootstrap(step, r.streams)
         with self._phase(f"round {step}: play"):
-            trajs = self._play(step)
+            trajs = self._play(step, r.streams)
         r.timings["play"] = time.perf_counter() - t
         t = time.perf_counter()
-        retired, watched = self.watch.after_play(step, trajs, self.rng)
+        retired, watched = self.watch.after_play(step, trajs, r.streams)
         r.timings["watch"] = time.perf_counter() - t
         plays = [tr for tr in trajs if not tr.scripted]  # spot checks are never trained on
         kept = [tr for tr in plays if tr.spec.tag["env"] not in retired]
@@ -467,10 +470,10 @@ class SelfPlay(SetupSteps, AsyncRound):
         self._schedule_last = values
         return {"schedule/changed": 1, **{f"schedule/{k}": v for k, v in values.items()}}
 
-    def _play_curriculum(self, step: int) -> list[Trajectory]:
+    def _play_curriculum(self, step: int, streams: RoundStreams) -> list[Trajectory]:
         """A baseline's round: the curriculum picks the plays; no designer, no hints."""
         cfg = self.config
-        specs = self.curriculum.episodes(step, self.rng, cfg.envs_per_round,
+        specs = self.curriculum.episodes(step, streams.get("curriculum"), cfg.envs_per_round,
                                          cfg.plays_per_env(cfg.envs_per_round))
         trajs = self.engine.run(specs) if specs else []
         rows: dict[str, str] = {}
@@ -508,12 +511,12 @@ class SelfPlay(SetupSteps, AsyncRound):
                                 self.run_dir, step,
                                 self._eval_cache)
 
-    def _bootstrap(self, step: int) -> None:
+    def _bootstrap(self, step: int, streams: RoundStreams) -> None:
         """Reference environments of the active skills join the pool for this round."""
         cfg = self.config
         if cfg.bootstrap != "library" or cfg.bootstrap_per_round == 0:
             if cfg.bootstrap not in (None, "library"):
-                self._bootstrap_pool_dir(step)
+                self._bootstrap_pool_dir(step, streams)
             return
         from spadekit.envs import library
 
@@ -521,15 +524,15 @@ class SelfPlay(SetupSteps, AsyncRound):
                                    step // cfg.regen_interval))
         entries = [e for e in library.list_library() if e.setting == cfg.setting]
         chosen = [e for e in entries if e.skill in skills] or entries
-        self.rng.shuffle(chosen)
+        streams.get("bootstrap").shuffle(chosen)
         self._pool_bootstrap([library.program(e) for e in chosen[:cfg.bootstrap_per_round]],
                              step)
 
-    def _bootstrap_pool_dir(self, step: int) -> None:
+    def _bootstrap_pool_dir(self, step: int, streams: RoundStreams) -> None:
         from spadekit.runs.pool import load_pool
 
         programs = load_pool(self.config.bootstrap)
-        self.rng.shuffle(programs)
+        streams.get("bootstrap").shuffle(programs)
         self._pool_bootstrap(programs[:self.config.bootstrap_per_round], step)
 
     def _pool_bootstrap(self, programs: list[EnvProgram], step: int) -> None:
@@ -541,7 +544,9 @@ class SelfPlay(SetupSteps, AsyncRound):
             self.store.set_status(program.sha256, "pooled", step)
             self._bootstrap_created[program.sha256] = step
 
-    def _play(self, step: int) -> list[Trajectory]:
+    def _play(self, step: int, streams: RoundStreams) -> list[Trajectory]:
+        """The round's plays: each environment's seeds from the ``play`` (and ``play_hint``)
+        stream keyed by the environment, so another environment's plays never move them."""
         cfg = self.config
         specs = []
         pooled = self.store.environments(status="pooled")
@@ -550,23 +555,25 @@ class SelfPlay(SetupSteps, AsyncRound):
             program = self.store.get_program(row["sha256"])
             designed = not (row.get("lineage") or {}).get("bootstrap")
             tag = {"env": row["sha256"], "skill": row.get("skill"), "designed": designed}
+            seeds = streams.get("play", row["sha256"])
             for _ in range(plays):
-                specs.append(EpisodeSpec(program, seed=self.rng.randrange(2 ** 31),
+                specs.append(EpisodeSpec(program, seed=seeds.randrange(2 ** 31),
                                          tag={**tag, "with_hint": False}))
             hint = program.hint
             if designed and hint and row.get("created_step") == step:
+                seeds = streams.get("play_hint", row["sha256"])
                 for _ in range(cfg.hint_generations):
-                    specs.append(EpisodeSpec(program, seed=self.rng.randrange(2 ** 31), hint=hint,
+                    specs.append(EpisodeSpec(program, seed=seeds.randrange(2 ** 31), hint=hint,
                                              tag={**tag, "with_hint": True}))
         designed_envs = {s.tag["env"] for s in specs if s.tag["designed"]}
         self._mix = {"pool_designed": len(designed_envs),
                      "pool_bootstrap": len({s.tag["env"] for s in specs}) - len(designed_envs)}
         # the watch's spot checks (scripted garbage, solution and replay episodes) ride in the
         # same batch, shuffled among the plays: same session, worker and lockstep
-        probes = self.watch.spot_check_specs(self.rng) if specs else []
+        probes = self.watch.spot_check_specs(streams) if specs else []
         if probes:
             specs += probes
-            self.rng.shuffle(specs)
+            streams.get("order").shuffle(specs)
         trajs = self.engine.run(specs) if specs else []
         for tr in trajs:
             if tr.scripted:  # not an agent play: not recorded, not trained on
@@ -590,7 +597,6 @@ class SelfPlay(SetupSteps, AsyncRound):
 
     def _save_state(self) -> None:
         self.store.put_state("loop", {
-            "rng": self.rng.getstate(),
             "corpus": self.corpus.state() if self.corpus is not None else None,
             "ema": {sha: t.state_dict() for sha, t in self.ema.items()},
             "curriculum": (self.curriculum.state_dict() if self.curriculum is not None

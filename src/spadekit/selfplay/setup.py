@@ -149,6 +149,10 @@ class SetupSteps:
         # default corpus is pinned in the run directory (corpus_pin), so a resume reads it back
         self.corpus = (run_corpus(config.corpus, self.run_dir, seed=config.seed, resume=resume)
                        if config.grounding else None)
+        changed = self.corpus.info.get("corpus_changed") if self.corpus is not None else None
+        if changed:  # resumed under a spadekit that ships another default corpus: said, kept
+            self.store.append_event({"kind": "corpus_changed",
+                                     "step": self.store.latest_complete_step(), **changed})
         self.design = DesignPhase(config, self.designer_policy, self.pool, self.validator,
                                   self.store, self.memory if config.use_memory
                                   else SeedlessMemory(self.memory), self.corpus)
@@ -286,10 +290,10 @@ class SetupSteps:
                                  **pipe.state()})
 
     def restore_loop_state(self) -> None:
-        """The loop's random stream, corpus, curriculum and win-rate trackers, as committed."""
+        """The corpus, curriculum and win-rate trackers, as committed (the random streams are
+        functions of the seed and the round, ``spadekit.common.streams``: nothing to restore;
+        the single stream a run from before them stored is not read)."""
         state = self.store.get_state("loop", {})
-        if "rng" in state:
-            self.rng.setstate(_tuplify(state["rng"]))
         if "corpus" in state and self.corpus is not None:
             self.corpus.set_state(state["corpus"])
         if self.curriculum is not None and state.get("curriculum") is not None:
@@ -306,10 +310,3 @@ def _tensorboard(run_dir: Path):
     except ImportError:
         return None
     return SummaryWriter(str(run_dir / "tensorboard"))
-
-
-def _tuplify(value: Any) -> Any:
-    """JSON turned random.getstate()'s tuples into lists; turn them back."""
-    if isinstance(value, list):
-        return tuple(_tuplify(v) for v in value)
-    return value

@@ -16,6 +16,9 @@ pending designer sample gets the fixed reward ``RETIRE_PENALTY`` (-0.5, the SPEC
   teaches nothing;
 * ``solution_fails_in_play``: the program's own solution, replayed in play on those seeds, no
   longer reaches full score (or fails);
+* ``constant_answer``: on every one of at least ``FOREIGN_MIN`` seeds, the solution computed for
+  ANOTHER seed wins too: the winning play does not depend on the seed, so an agent memorises
+  one answer and learns nothing (``constant_answer_verdict``);
 * ``nondeterministic_in_play``: replaying validation's reference episode (the same seed and
   garbage actions) gave different rewards or another ending than validation recorded.
 
@@ -48,26 +51,33 @@ from __future__ import annotations
 
 import inspect
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from spadekit.common.errors import ConfigError, SandboxError
+from spadekit.common.streams import RoundStreams
 from spadekit.envs.program import EnvProgram
 from spadekit.sandbox.probes import garbage_actions, model_reply, words_of
 from spadekit.selfplay.replies import recent_replies, reply_actions
 from spadekit.selfplay.rewards import HANG_PENALTY
+from spadekit.selfplay.verdicts import (FOREIGN_MIN, REPLY_MARGIN, WIN, ProbeResult,
+                                        constant_answer_verdict, foreign_plan, probe_result,
+                                        slow_verdict, spot_check_verdicts, turn_verdict,
+                                        worker_turns)
 
 __all__ = ["WatchConfig", "PoolWatch", "RETIRE_PENALTY", "RETIRE_REASONS", "ProbeResult",
            "run_probes", "spot_check_verdicts", "slow_verdict", "turn_verdict",
-           "solution_actions_for", "probe_result"]
+           "solution_actions_for", "probe_result", "foreign_plan", "constant_answer_verdict",
+           "FOREIGN_MIN", "REPLY_MARGIN", "WIN", "worker_turns"]
 
 RETIRE_PENALTY = HANG_PENALTY
 """The designer's fixed reward for a program retired during training (the hang penalty)."""
 RETIRE_REASONS = ("play_timeout", "slow_in_play", "garbage_wins", "solution_fails_in_play",
-                  "nondeterministic_in_play")
-WIN = 1.0
-"""Full score (the validator's and the solution check's threshold)."""
-PROBE_KINDS = ("garbage", "reply", "solution", "replay")
+                  "nondeterministic_in_play", "constant_answer")
+PROBE_KINDS = ("garbage", "reply", "solution", "replay", "foreign")
+FOREIGN_SEEDS = 15
+"""Seeds drawn per program and round, besides the spot checks' own, for the constant-answer
+check: on each seed with a known solution the solution of the next such seed is played."""
 HINT_ECHO_EPISODES = 2
 """Garbage episodes per spot-check seed whose every reply is the program's hint followed by
 garbage: a program that pays for repeating its hint pays for the hint, not the task (an honest
@@ -75,14 +85,6 @@ hint holds no answer, so these score like garbage)."""
 REPLY_EPISODES = 8
 """Episodes per program and round that replay the policy's replies to other programs (scripted,
 no generation: cheap), spread over the spot-check seeds."""
-REPLY_MARGIN = 0.25
-"""The solution's mean return must beat the replayed replies' by this much (or by
-``watch.action_margin`` if smaller). Replies to other programs are real moves: in an honest game
-with a small answer space (four doors) they are right a quarter of the time, like the
-validator's random policy, so they get its margin, not garbage's: with the garbage margin one
-lucky reply retired honest door games."""
-
-
 @dataclass(frozen=True)
 class WatchConfig:
     """How pooled programs are watched during self-play (``spadekit.selfplay.watch``)."""
@@ -123,58 +125,6 @@ class WatchConfig:
         if self.action_margin > 1:
             raise ConfigError(f"watch.action_margin must be at most 1 (returns lie in [0, 1]), "
                               f"got {self.action_margin!r}")
-
-
-@dataclass
-class ProbeResult:
-    """One scripted episode: what each step returned and how long it took."""
-
-    seed: int
-    actions: list[str]
-    rewards: list[float] = field(default_factory=list)
-    ends: list[bool] = field(default_factory=list)
-    """Per step: terminated or truncated."""
-    step_s: list[float] = field(default_factory=list)
-    error: SandboxError | dict[str, Any] | None = None
-    """The typed failure that ended it (a ``SandboxError``, or its ``to_dict()``)."""
-    terminated: bool = False
-    """Whether the program terminated the episode at its last step."""
-
-    @property
-    def mean_step_s(self) -> float | None:
-        return sum(self.step_s) / len(self.step_s) if self.step_s else None
-
-    @property
-    def ended(self) -> bool:
-        """Whether the program ended the episode (terminated or truncated) at its last step."""
-        return bool(self.ends and self.ends[-1])
-
-    @property
-    def episode_return(self) -> float:
-        """SPEC point 4: the last reward if terminated, else 0 (and 0 after a failure)."""
-        if self.error is not None or not self.rewards or not self.terminated:
-            return 0.0
-        return float(self.rewards[-1])
-
-    @property
-    def error_reason(self) -> str | None:
-        if self.error is None:
-            return None
-        return self.error.get("reason") if isinstance(self.error, dict) else self.error.reason
-
-    def error_dict(self) -> dict[str, Any] | None:
-        if self.error is None:
-            return None
-        return dict(self.error) if isinstance(self.error, dict) else self.error.to_dict()
-
-
-def probe_result(tr: Any) -> ProbeResult:
-    """The ``ProbeResult`` of a scripted ``Trajectory`` (a spot check played in the batch)."""
-    return ProbeResult(seed=tr.spec.seed, actions=[t.action for t in tr.turns],
-                       rewards=[float(t.reward) for t in tr.turns],
-                       ends=[bool(t.terminated or t.truncated) for t in tr.turns],
-                       step_s=[t.step_s for t in tr.turns], error=tr.failure,
-                       terminated=bool(tr.turns and tr.turns[-1].terminated))
 
 
 def run_probes(envs: Any, probes: list[tuple[EnvProgram, int, list[str]]],
@@ -277,105 +227,6 @@ def _garbage(seed: int, n: int, tooluse: bool, tools: list[dict],
     return list(garbage_actions(seed, n, tooluse, **kwargs))
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def spot_check_verdicts(garbage: list[ProbeResult], replay: ProbeResult | None,
-                        admitted: dict[str, Any] | None, solution: list[ProbeResult] = (),
-                        margin: float = 0.5, replies: list[ProbeResult] = ()
-                        ) -> tuple[str | None, dict[str, Any]]:
-    """The retirement reason (or None) from one program's spot checks this round, in this
-    order: a timeout; a solution episode that failed; garbage whose mean return is not at least
-    ``margin`` below the mean return of the solution episodes on the same seeds (``WIN`` when
-    none), and the same of ``replies`` (the policy's own replies to other programs, judged as
-    garbage on their own: ``baseline`` in the details says which); a solution episode that did
-    not reach full score; a replay that differs from validation's reference episode
-    (``admitted``: its seed, actions, rewards, terminated, truncated). Other typed failures of a
-    garbage episode (an environment raising on garbage) count as return 0, not as a reason."""
-    solution, replies = list(solution), list(replies)
-    for res in garbage + replies + solution + ([replay] if replay is not None else []):
-        if res.error_reason == "timeout":
-            return "play_timeout", {"seed": res.seed, "error": res.error_dict()}
-    for res in solution:  # its own solution crashed in play: no reference to judge by
-        if res.error is not None:
-            return "solution_fails_in_play", {"seed": res.seed, "actions": res.actions,
-                                              "rewards": res.rewards,
-                                              "error": res.error_dict()}
-    for baseline, group, need in (("garbage", garbage, margin),
-                                  ("policy_replies", replies, min(margin, REPLY_MARGIN))):
-        if not group:
-            continue
-        seeds = {r.seed for r in group}
-        paired = [r for r in solution if r.seed in seeds]
-        garbage_mean = _mean([r.episode_return for r in group])
-        reference = _mean([r.episode_return for r in paired]) if paired else WIN
-        if reference - garbage_mean < need:
-            worst = max(group, key=lambda r: r.episode_return)
-            return "garbage_wins", {"garbage_mean_return": garbage_mean,
-                                    "solution_mean_return": reference, "baseline": baseline,
-                                    "solution_known": bool(paired), "margin": need,
-                                    "seed": worst.seed, "actions": worst.actions,
-                                    "rewards": worst.rewards}
-    for res in solution:
-        if res.episode_return < WIN:
-            return "solution_fails_in_play", {"seed": res.seed, "actions": res.actions,
-                                              "rewards": res.rewards}
-    if replay is not None and admitted is not None and replay.error is None:
-        ended = bool(admitted.get("terminated") or admitted.get("truncated"))
-        if replay.rewards != list(admitted["rewards"]) or replay.ended != ended:
-            return "nondeterministic_in_play", {"seed": replay.seed,
-                                                "validated_rewards": admitted["rewards"],
-                                                "replayed_rewards": replay.rewards}
-    return None, {}
-
-
-def slow_verdict(step_s: list[float], base: float | None,
-                 config: WatchConfig) -> tuple[str | None, dict[str, Any]]:
-    """``slow_in_play`` when the mean of one program's step times this round is over the
-    absolute limit, or over ``slow_step_factor`` times ``base`` (its median call time in
-    validation, seconds; None: unknown) and over ``slow_step_min_s``; else None."""
-    if not step_s:
-        return None, {}
-    mean = sum(step_s) / len(step_s)
-    details = {"mean_step_s": mean, "validation_step_s": base, "steps": len(step_s)}
-    if mean > config.step_time_limit_s:
-        return "slow_in_play", {**details, "limit_s": config.step_time_limit_s}
-    if base is not None and mean > config.slow_step_min_s and \
-            mean > config.slow_step_factor * base:
-        return "slow_in_play", {**details, "factor": config.slow_step_factor}
-    return None, {}
-
-
-def turn_verdict(worker_turn_s: list[float],
-                 config: WatchConfig) -> tuple[str | None, dict[str, Any]]:
-    """``slow_in_play`` when the mean over the round's turns of one program's worker time per
-    turn (one figure per turn: all its episodes there together) exceeds
-    ``turn_time_limit_s``; else None."""
-    if not worker_turn_s:
-        return None, {}
-    mean = sum(worker_turn_s) / len(worker_turn_s)
-    if mean > config.turn_time_limit_s:
-        return "slow_in_play", {"mean_worker_turn_s": mean,
-                                "max_worker_turn_s": max(worker_turn_s),
-                                "turns": len(worker_turn_s),
-                                "turn_limit_s": config.turn_time_limit_s}
-    return None, {}
-
-
-def worker_turns(group: list[Any]) -> list[float]:
-    """One program's worker time per rollout turn: turn ``k`` of every episode of it stepped
-    in the same call, so the figure of turn ``k`` is the largest ``worker_turn_s`` reported
-    for it (the slowest worker serving the program, where several do)."""
-    per_turn: dict[int, float] = {}
-    for tr in group:
-        for k, turn in enumerate(tr.turns):
-            w = getattr(turn, "worker_turn_s", None)
-            if w is not None:
-                per_turn[k] = max(per_turn.get(k, 0.0), float(w))
-    return [per_turn[k] for k in sorted(per_turn)]
-
-
 class PoolWatch:
     """The watch of one self-play run (rank 0): ``spot_check_specs`` gives the loop the
     scripted episodes to mix into a round's batch; after the round's plays, ``after_play``
@@ -419,8 +270,9 @@ class PoolWatch:
         known) and the reference replay."""
         seeds = [rng.randrange(2 ** 31) for _ in range(self.config.spot_checks)]
         action_seeds = [rng.randrange(2 ** 31) for _ in seeds]
-        solutions, tools = solution_actions_for(self.pool, program, seeds, self.max_turns,
-                                                self.tooluse)
+        extra = [rng.randrange(2 ** 31) for _ in range(FOREIGN_SEEDS if seeds else 0)]
+        solutions, tools = solution_actions_for(self.pool, program, seeds + extra,
+                                                self.max_turns, self.tooluse)
         plan = [("garbage", seed, _garbage(a, self.max_turns, self.tooluse, tools,
                                            solutions.get(seed), program.hint))
                 for seed, a in zip(seeds, action_seeds)]
@@ -437,15 +289,18 @@ class PoolWatch:
                 for _ in range(self.max_turns)]
             plan.append(("reply", seed, replies))
         plan += [("solution", seed, solutions[seed]) for seed in seeds if seed in solutions]
+        plan += foreign_plan(seeds + extra, solutions)
         admitted = self.validated(program.sha256)[0]
         if admitted is not None:
             plan.append(("replay", int(admitted["seed"]), list(admitted["actions"])))
         return plan
 
-    def spot_check_specs(self, rng: random.Random) -> list[Any]:
+    def spot_check_specs(self, streams: RoundStreams) -> list[Any]:
         """The scripted episodes of this round's spot checks of every pooled designed
         environment (none when ``spot_checks`` is 0), for the loop to shuffle among its plays;
-        tagged ``{"env", "probe": kind, "with_hint": False, "designed": True, "skill"}``."""
+        tagged ``{"env", "probe": kind, "with_hint": False, "designed": True, "skill"}``. Each
+        program's plan draws from the round's ``spot_checks`` stream keyed by the program, so
+        another program's checks never move its seeds or garbage."""
         from spadekit.rollout.engine import EpisodeSpec
 
         if self.config.spot_checks == 0:
@@ -455,12 +310,13 @@ class PoolWatch:
             program = self.store.get_program(row["sha256"])
             tag = {"env": row["sha256"], "skill": row.get("skill"), "designed": True,
                    "with_hint": False}
-            for kind, seed, actions in self._plan(program, rng):
+            for kind, seed, actions in self._plan(
+                    program, streams.get("spot_checks", program.sha256)):
                 specs.append(EpisodeSpec(program, seed=seed, scripted=tuple(actions),
                                          tag={**tag, "probe": kind}))
         return specs
 
-    def after_play(self, step: int, trajs: list[Any], rng: random.Random
+    def after_play(self, step: int, trajs: list[Any], streams: RoundStreams
                    ) -> tuple[set[str], dict[str, float]]:
         """Verdicts on this round's trajectories (the agent's plays and the in-batch spot
         checks, told apart by ``tag["probe"]``); fallback spot checks for pooled designed
@@ -497,7 +353,7 @@ class PoolWatch:
             reason, details = self._verdict(sha, kinds)
             if reason:
                 found[sha] = (reason, {**details, "spot_check": True, "in_batch": True})
-        fallback, fb_errors = self._spot_checks_outside(rng, found, set(probed))
+        fallback, fb_errors = self._spot_checks_outside(streams, found, set(probed))
         metrics = {"watch/spot_checked_envs": float(len(probed) + fallback),
                    "watch/spot_check_errors": float(errors + fb_errors),
                    "watch/spot_check_episodes": float(sum(
@@ -515,10 +371,12 @@ class PoolWatch:
                  ) -> tuple[str | None, dict[str, Any]]:
         admitted = self.validated(sha)[0]
         replay = kinds["replay"][0] if kinds["replay"] else None
-        return spot_check_verdicts(kinds["garbage"], replay, admitted, kinds["solution"],
-                                   self.config.action_margin, kinds["reply"])
+        reason, details = spot_check_verdicts(kinds["garbage"], replay, admitted,
+                                              kinds["solution"], self.config.action_margin,
+                                              kinds["reply"])
+        return (reason, details) if reason else constant_answer_verdict(kinds["foreign"])
 
-    def _spot_checks_outside(self, rng: random.Random,
+    def _spot_checks_outside(self, streams: RoundStreams,
                              found: dict[str, tuple[str, dict[str, Any]]],
                              probed: set[str]) -> tuple[int, int]:
         """The fallback: spot-check, in sandboxes of their own, every pooled designed
@@ -530,7 +388,8 @@ class PoolWatch:
         probes, owners = [], []
         for row in rows:
             program = self.store.get_program(row["sha256"])
-            for kind, seed, actions in self._plan(program, rng):
+            for kind, seed, actions in self._plan(
+                    program, streams.get("spot_checks", program.sha256)):
                 probes.append((program, seed, actions))
                 owners.append((row["sha256"], kind))
         results = run_probes(self.envs, probes, self.max_turns) if probes else []
