@@ -259,7 +259,8 @@ class EnvProgram:
         picklable form: mappings become :class:`FrozenDict` and lists become tuples (``to_dict``
         turns them back into dicts and lists).  Keys must be ``str``; values ``str``/``int``/
         finite ``float``/``bool``/``None`` or lists/tuples/mappings of those.  Mutating the dict
-        you passed in afterwards does not affect the program.
+        you passed in afterwards does not affect the program. A program that imports the game
+        kit gets ``meta["gamekit"]``, the version its code imports (``"v1"``), whatever was passed.
 
     Equality and hashing
     --------------------
@@ -301,6 +302,10 @@ class EnvProgram:
             meta = {}
         if not isinstance(meta, Mapping):
             raise TypeError(f"EnvProgram.meta must be a mapping, not {type(meta).__name__}")
+        if "spadekit.envs.gamekit" in self.code:  # the kit version it imports is part of it
+            from spadekit.envs.gamekit import kit_meta
+
+            meta = {**{k: v for k, v in meta.items() if k != "gamekit"}, **kit_meta(self.code)}
         object.__setattr__(self, "meta", _freeze(meta, "EnvProgram.meta"))
 
     # identity ---------------------------------------------------------------------------------

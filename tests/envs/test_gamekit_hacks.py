@@ -1,0 +1,89 @@
+"""The cheapest kit programs that would earn reward without being a game lose (real validator,
+real sandboxes, default settings; tests/data/kit_hacks/README.md says what each one tries).
+
+Extreme or degenerate parameters fail at the load stage with the kit's own message; a hidden
+state that does not change with the seed, and overrides of the kit's machinery (``reset``,
+``step``), fail at load too; an opening observation or reminder that shows the secret fails the
+interface stage (the kit refuses it at reset, or at the first unknown command); a scoring rule,
+verdict or turn structure that pays for anything fails ``action_independent``. A hidden state
+that varies only while the kit checks it passes validation and is retired by the watch as
+``constant_answer``. The honest control, parts and hooks of its own, validates. A look that
+gives the answer away is an easy game rather than a broken one: it validates, and the
+designer's reward (the plateau on the agent's win rate) is what judges it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spadekit.common.streams import RoundStreams
+from spadekit.envs.program import EnvProgram
+from spadekit.runs.store import RunStore
+from spadekit.sandbox.validate import Validator
+from spadekit.selfplay.watch import PoolWatch, WatchConfig
+
+HACKS = Path(__file__).resolve().parents[1] / "data" / "kit_hacks"
+LOAD = ("load", "load_error")
+INTERFACE = ("interface", "env_raised")
+PAYS = ("action_dependent", "action_independent")
+REFUSED = {
+    "tiny_range.py": (LOAD, "KitError: HiddenNumber.high: must be at least low + 19"),
+    "one_turn.py": (LOAD, "KitError: HiddenCell.rows: must be an int in [2, 26], got 1"),
+    "generous_band.py": (LOAD, "KitError: ScoreBanded.near: must be a number in [0.75, 0.95]"),
+    "flat_steep.py": (LOAD, "KitError: ScoreSteep.power: must be an int in [5, 10], got 0"),
+    "constant_draw.py": (LOAD, "KitError: Fixed.draw: the hidden state took 1 value(s)"),
+    "coin_draw.py": (LOAD, "KitError: Coin.draw: the hidden state took 2 value(s)"),
+    "constant_reset.py": (LOAD, "KitError: SameEnv.reset: a kit program does not override"),
+    "leak_reset.py": (LOAD, "KitError: DiaryEnv.reset: a kit program does not override"),
+    "leak_intro.py": (INTERFACE, "KitError: LogEnv.intro: its text changes with the hidden"),
+    "leak_rule.py": (INTERFACE, "KitError: RuleEnv.intro: its text changes with the hidden"),
+    "leak_advertised.py": (INTERFACE, "KitError: WhisperEnv.reminder: its text changes"),
+    "pays_anything.py": (PAYS, "the random policy scores a mean return of"),
+    "pays_near_miss.py": (PAYS, "the random policy scores a mean return of"),
+    "pays_for_talk.py": (PAYS, "garbage scores a mean return of"),
+}
+WATCHED = {"constant_after_check.py": "constant_answer"}
+"""Pass validation; retired in play by the watch."""
+VALID = ("honest_override.py", "leak_look.py")
+"""The control, and the easy game (see the module docstring)."""
+
+
+def hack(name: str) -> str:
+    return (HACKS / name).read_text()
+
+
+def test_every_hack_is_listed_here_and_in_the_readme():
+    files = sorted(p.name for p in HACKS.glob("*.py"))
+    assert files == sorted([*REFUSED, *WATCHED, *VALID])
+    readme = (HACKS / "README.md").read_text()
+    assert all(f"- {name}:" in readme for name in files)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_kit_hack_is_refused_by_the_real_validator(pool, name, seed):
+    report = Validator(pool, seed=seed).validate(hack(name))
+    (stage, reason), message = REFUSED[name]
+    assert (report.ok, report.stage, report.reason) == (False, stage, reason), report.message
+    assert report.message.startswith(message), report.message
+
+
+@pytest.mark.parametrize("name", VALID)
+def test_the_control_and_the_easy_game_validate(pool, name):
+    report = Validator(pool, seed=3).validate(hack(name))
+    assert report.ok, report.message
+    assert report.details["solution_returns"] == [1.0] * 6
+
+
+@pytest.mark.parametrize("name", sorted(WATCHED))
+def test_a_hack_only_play_shows_is_retired_by_the_watch(tmp_path, pool, name):
+    report = Validator(pool, seed=4).validate(hack(name))
+    assert report.ok, report.message  # what validation sees is a game
+    for seed in range(3):
+        with RunStore(tmp_path / f"run{seed}", create=True) as store:
+            sha = store.add_environment(EnvProgram(code=hack(name)), step=0, validation=report)
+            watch = PoolWatch(WatchConfig(spot_checks=1), store, {}, pool, 12, tooluse=False)
+            retired, metrics = watch.after_play(0, [], RoundStreams(seed, 0))
+            assert retired == {sha} and store.blacklist_reason(sha) == WATCHED[name]
