@@ -108,7 +108,8 @@ def run_config(rounds: int, extra: list[str] = ()):
             "bootstrap_per_round=1", "memory_seed_library=false", "rollout.max_turns=2",
             "rollout.max_new_tokens=10", "rollout.temperature=1.0", "designer.temperature=1.0",
             "designer.max_new_tokens=2048", "train.learning_rate=0.01", "tensorboard=false",
-            "checkpoint.keep_last=2", "sandbox.step_timeout=5.0", "dedup_threshold=1.01"]
+            "checkpoint.keep_last=2", "sandbox.step_timeout=5.0", "dedup_threshold=1.01",
+            "stream_key=chaos"]  # fixed: the uninterrupted runs are compared with each other
     return load_config(preset=None, overrides=sets + list(extra))
 
 

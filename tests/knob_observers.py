@@ -36,7 +36,8 @@ BASE = ["model=tiny", "rounds=1", "envs_per_round=3", "num_generations=2",
         "hint_generations=2", "regen_interval=2", "bootstrap=null", "skills_per_epoch=3",
         "rollout.max_turns=3", "rollout.max_new_tokens=64", "rollout.max_context_tokens=4096",
         "designer.max_new_tokens=4096", "tensorboard=false", "train.use_peft=false",
-        "train.learning_rate=1e-2", "train.num_iterations=2"]
+        "train.learning_rate=1e-2", "train.num_iterations=2",
+        "stream_key=knobs"]  # fixed, so that an observer repeats itself
 
 
 def base_config(**extra: Any) -> SelfPlayConfig:

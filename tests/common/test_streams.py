@@ -13,11 +13,22 @@ from hypothesis import strategies as st
 from spadekit.common.streams import STREAMS, RoundStreams, derive_seed, stream
 
 
-def test_the_seed_is_sha256_of_the_run_seed_name_and_keys():
-    digest = hashlib.sha256(b'["spadekit-stream",1,7,"play",3,"abc"]').digest()
-    assert derive_seed(7, "play", 3, "abc") == int.from_bytes(digest[:8], "big")
-    assert stream(7, "play", 3, "abc").random() == random.Random(
+def test_the_seed_is_sha256_of_the_run_seed_secret_name_and_keys():
+    digest = hashlib.sha256(b'["spadekit-stream",2,7,"k3y","play",3,"abc"]').digest()
+    assert derive_seed(7, "play", 3, "abc", secret="k3y") == int.from_bytes(digest[:8], "big")
+    assert stream(7, "play", 3, "abc", secret="k3y").random() == random.Random(
         int.from_bytes(digest[:8], "big")).random()
+    assert RoundStreams(7, 3, "k3y").get("play", "abc").random() == random.Random(
+        int.from_bytes(digest[:8], "big")).random()
+
+
+def test_without_the_secret_a_program_cannot_compute_its_seeds():
+    """What a program knows (formula, public seed, round, its own hash) gives other seeds than
+    the run's secret key does."""
+    known = {derive_seed(0, name, step, "sha") for name in STREAMS for step in range(4)}
+    keyed = {derive_seed(0, name, step, "sha", secret="9f2c") for name in STREAMS
+             for step in range(4)}
+    assert known.isdisjoint(keyed)
 
 
 def test_every_name_key_and_seed_gives_its_own_stream():
@@ -54,6 +65,8 @@ def test_unknown_names_and_bad_keys_are_refused():
         derive_seed(0, "play", 1.5)
     with pytest.raises(TypeError):
         derive_seed(0, "play", None)
+    with pytest.raises(TypeError):
+        derive_seed(0, "play", secret=None)
 
 
 @given(st.integers(-2 ** 70, 2 ** 70), st.sampled_from(sorted(STREAMS)),

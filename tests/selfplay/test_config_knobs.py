@@ -209,6 +209,7 @@ probe("train.lora_alpha", 64, update, train__use_peft=True)
 probe("train.lora_dropout", 0.5, update, train__use_peft=True)
 probe("train.lora_target_modules", ["q_proj"], update, train__use_peft=True)
 probe("seed", 3, loop)
+probe("stream_key", "another", loop)
 # the baselines
 probe("curriculum.kind", "fixed", curriculum)
 probe("curriculum.pool", lambda w: write_pool(w), curriculum, curriculum__kind="fixed")

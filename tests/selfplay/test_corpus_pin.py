@@ -170,3 +170,20 @@ def test_a_real_run_resumes_on_its_own_corpus_after_the_default_changed(tmp_path
     for rnd, lineage in rows:
         ids.setdefault(rnd, set()).add(json.loads(lineage or "{}").get("doc_id"))
     assert ids[1] and ids[1] <= began, ids
+
+
+def test_a_resume_whose_pinned_copy_is_missing_says_so_and_pins_again(tmp_path, caplog):
+    from spadekit.selfplay.corpus_pin import PIN_NAME, run_corpus
+
+    run = tmp_path / "run"
+    run.mkdir()
+    first = run_corpus(None, run, seed=0, resume=False)
+    assert (run / PIN_NAME).exists() and "corpus_changed" not in first.info
+    (run / PIN_NAME).unlink()
+    with caplog.at_level("WARNING"):
+        again = run_corpus(None, run, seed=0, resume=True)
+    changed = again.info["corpus_changed"]
+    assert changed["pinned_digest"] is None and changed["reason"] == f"{PIN_NAME} is missing"
+    assert changed["default_digest"] == first.info["digest"]
+    assert "is missing" in caplog.text and (run / PIN_NAME).exists()
+    assert "corpus_changed" not in run_corpus(None, run, seed=0, resume=True).info

@@ -93,7 +93,8 @@ def config(tmp: Path, rounds: int = 2, **extra):
             "rollout.temperature=1.0", "designer.temperature=1.0",
             "rollout.max_context_tokens=8192", "designer.max_new_tokens=8192",
             "train.learning_rate=0.01", "sandbox.step_timeout=3.0",
-            "dedup_threshold=1.01"]  # the scripted variants differ only in a constant
+            "dedup_threshold=1.01",  # the scripted variants differ only in a constant
+            "stream_key=tests"]  # fixed: two fresh runs of one config are the same run
     sets += [f"{k}={v}" for k, v in extra.items()]
     return load_config(preset=None, overrides=sets)
 

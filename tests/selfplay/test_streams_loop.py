@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from spadekit.common.streams import RoundStreams
 from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 
@@ -66,3 +67,28 @@ def test_a_bigger_corpus_moves_the_documents_and_no_play_or_spot_check_seed(tmp_
     assert big["prompts"] != a["prompts"]  # other documents were drawn ...
     assert big["plays"] == a["plays"]  # ... and not one play seed moved
     assert big["spot_checks"] == a["spot_checks"]  # nor any spot check's seed
+
+
+def test_an_unset_stream_key_is_drawn_per_run_recorded_and_kept_on_resume(tmp_path):
+    """The secret a program would need to compute its seeds: drawn for each new run (32 hex
+    digits), written to config.yaml, read back by a resume."""
+    import yaml
+
+    from spadekit.selfplay.config import load_config
+    from spadekit.selfplay.loop import SelfPlay
+
+    base = config(tmp_path)
+    cfg = load_config(preset=None, overrides=[
+        *[f"{k}={v}" for k, v in (("model", "tiny"), ("bootstrap", "null"))]])
+    assert base.stream_key == "tests" and cfg.stream_key is None
+    keys = []
+    for name in ("a", "b"):
+        with SelfPlay(cfg, tmp_path / name, policy=load_policy("tiny")) as sp:
+            keys.append(sp.config.stream_key)
+        stored = yaml.safe_load((tmp_path / name / "config.yaml").read_text())
+        assert stored["stream_key"] == keys[-1]
+    assert all(len(k) == 32 and int(k, 16) >= 0 for k in keys) and keys[0] != keys[1]
+    with SelfPlay(cfg, tmp_path / "a", policy=load_policy("tiny"), resume=True) as sp:
+        assert sp.config.stream_key == keys[0]
+        assert sp._streams(0).get("play", "x").random() == \
+            RoundStreams(cfg.seed, 0, keys[0]).get("play", "x").random()

@@ -1,14 +1,17 @@
 """Named random streams: one run seed, an independent stream for each purpose.
 
-``stream(seed, name, *keys)`` is a ``random.Random`` seeded from SHA-256 of the run seed, the
-stream's name (one of :data:`STREAMS`) and its keys (a round number, a program's hash...). Two
-guarantees follow:
+``stream(seed, name, *keys, secret=...)`` is a ``random.Random`` seeded from SHA-256 of the run
+seed, the run's secret stream key, the stream's name (one of :data:`STREAMS`) and its keys (a
+round number, a program's hash...). Three guarantees follow:
 
 - **independence**: what one purpose draws, and how much, never moves another's draws (a bigger
   corpus, one more design or one more spot check leaves the play seeds where they were);
 - **no hidden state**: a stream is a pure function of its seed, name and keys, so a resumed run
   draws what the uninterrupted run drew without storing any generator state, on every machine
-  and Python version (``random.Random(int)`` seeding is stable).
+  and Python version (``random.Random(int)`` seeding is stable);
+- **secrecy from the programs**: a designed program knows the formula, the public default seed,
+  the round and its own hash, but not the run's secret (``SelfPlayConfig.stream_key``), so it
+  cannot compute which seeds it will be played, hinted or spot-checked on.
 
 :class:`RoundStreams` hands out one round's streams, each created on first use and then
 continued, so consecutive draws for one purpose in a round do not repeat each other.
@@ -38,37 +41,42 @@ STREAMS: dict[str, str] = {
 }
 
 
-def derive_seed(seed: int, name: str, *keys: int | str) -> int:
-    """A 64-bit seed for stream ``name`` with ``keys`` under run seed ``seed``."""
+def derive_seed(seed: int, name: str, *keys: int | str, secret: str = "") -> int:
+    """A 64-bit seed for stream ``name`` with ``keys`` under run seed ``seed`` and the run's
+    secret stream key ``secret``."""
     if name not in STREAMS:
         raise ValueError(f"unknown random stream {name!r}; known: {', '.join(sorted(STREAMS))}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"a run seed is an int, got {seed!r}")
+    if not isinstance(secret, str):
+        raise TypeError(f"a stream secret is a str, got {type(secret).__name__}")
     for key in keys:
         if isinstance(key, bool) or not isinstance(key, (int, str)):
             raise TypeError(f"a stream key is an int or a str, got {key!r}")
-    text = json.dumps(["spadekit-stream", 1, seed, name, *keys], separators=(",", ":"))
+    text = json.dumps(["spadekit-stream", 2, seed, secret, name, *keys], separators=(",", ":"))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
-def stream(seed: int, name: str, *keys: int | str) -> random.Random:
+def stream(seed: int, name: str, *keys: int | str, secret: str = "") -> random.Random:
     """A fresh ``random.Random`` for stream ``name`` with ``keys`` under run seed ``seed``."""
-    return random.Random(derive_seed(seed, name, *keys))
+    return random.Random(derive_seed(seed, name, *keys, secret=secret))
 
 
 class RoundStreams:
-    """The streams of round ``step`` of a run seeded with ``seed``: :meth:`get` returns the same
-    generator for the same name and key within the round, so its draws continue."""
+    """The streams of round ``step`` of a run seeded with ``seed`` (and keyed with ``secret``):
+    :meth:`get` returns the same generator for the same name and key within the round, so its
+    draws continue."""
 
-    def __init__(self, seed: int, step: int) -> None:
-        self.seed, self.step = seed, step
+    def __init__(self, seed: int, step: int, secret: str = "") -> None:
+        self.seed, self.step, self.secret = seed, step, secret
         self._made: dict[tuple, random.Random] = {}
 
     def get(self, name: str, key: int | str | None = None) -> random.Random:
         keys = (self.step,) if key is None else (self.step, key)
         made = self._made.get((name, *keys))
         if made is None:
-            made = self._made[(name, *keys)] = stream(self.seed, name, *keys)
+            made = self._made[(name, *keys)] = stream(self.seed, name, *keys,
+                                                      secret=self.secret)
         return made
 
     def __repr__(self) -> str:

@@ -342,6 +342,13 @@ class SelfPlayConfig:
     """Per-round changes: the config of round N is this one plus every entry with
     ``from_round <= N``, applied in order (see :func:`scheduled_config`)."""
     seed: int = 0
+    stream_key: str | None = None
+    """The run's secret key for its random streams (``spadekit.common.streams``), beside
+    ``seed``: a designed program knows the public default seed and its own hash, and without a
+    secret it could compute the seeds it will be played, hinted and spot-checked on (and pay
+    only there). None: 32 random hex digits drawn when the run is created and stored in its
+    ``config.yaml``, so a resume repeats its draws. Set it (any string) for two fresh runs to
+    be the same run; keep it out of reach of the programs (it never enters the sandbox)."""
     checkpoint_every: int = 1
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Which checkpoints stay on disk (``keep_last``, ``keep_every``;

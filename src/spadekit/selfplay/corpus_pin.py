@@ -102,7 +102,8 @@ def default_change(pinned: Corpus) -> dict[str, Any] | None:
 
 def run_corpus(spec: Any, run_dir: Path, *, seed: int, resume: bool) -> Corpus:
     """The corpus a run grounds on: a resumed run's pinned copy when it has one; otherwise
-    ``load_corpus(spec)``, pinned into a new run's directory when it is the default.
+    ``load_corpus(spec)``, pinned into the run's directory when it is the default (a resumed
+    run whose copy is missing says so in ``info["corpus_changed"]``, reason ``missing``).
 
     A pinned copy whose documents are not the current default's (:func:`default_change`) is
     still the one returned; a warning is logged and its ``info["corpus_changed"]`` holds what
@@ -118,6 +119,15 @@ def run_corpus(spec: Any, run_dir: Path, *, seed: int, resume: bool) -> Corpus:
                         changed["pinned_digest"], changed["default_digest"])
         return corpus
     corpus = corpus_module.load_corpus(spec, seed=seed)
-    if is_default(spec) and not resume:
+    if is_default(spec) and resume:
+        # the run's own copy is gone (deleted, or a run from before pinning): it grounds on
+        # this spadekit's default from here on, pinned now, and says so
+        corpus.info["corpus_changed"] = {"pinned_digest": None, "pinned_spadekit": None,
+                                         "default_digest": corpus.info.get("digest"),
+                                         "default_spadekit": corpus.info.get("spadekit"),
+                                         "reason": f"{PIN_NAME} is missing"}
+        log.warning("%s is missing: the resumed run grounds on this spadekit's default corpus "
+                    "(digest %.12s) from here on", path, str(corpus.info.get("digest")))
+    if is_default(spec):
         pin(corpus, run_dir)
     return corpus

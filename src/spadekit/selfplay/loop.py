@@ -201,7 +201,7 @@ class SelfPlay(SetupSteps, AsyncRound):
         ``rollout.max_staleness >= 1``: ``async_round`` (``spadekit.selfplay.pipeline``)."""
         with contextlib.ExitStack() as transaction:  # committed by commit(); else rolled back
             r = RoundState(step, transaction, metrics={"step": step},
-                           streams=RoundStreams(self.config.seed, step))
+                           streams=self._streams(step))
             set_round(step)  # the fault points (spadekit.common.faults) are named by round
             self.apply_schedule(r)
             fault_point("begin")
@@ -228,10 +228,14 @@ class SelfPlay(SetupSteps, AsyncRound):
         designer samples (an external trainer such as slime's calls this). The round's
         ``schedule`` applies first, as in ``_round``."""
         r = RoundState(step, None, timings, metrics,
-                       streams=RoundStreams(self.config.seed, step))
+                       streams=self._streams(step))
         self.apply_schedule(r)
         samples = self.generate_round(r)
         return samples[:r.n_agent], samples[r.n_agent:]
+
+    def _streams(self, step: int) -> RoundStreams:
+        """Round ``step``'s named random streams, under the run's seed and secret key."""
+        return RoundStreams(self.config.seed, step, self.config.stream_key or "")
 
     def generate_round(self, r: RoundState) -> list[Sample]:
         """The generation half of round ``r``: design (or the baseline curriculum), validate,

@@ -8,6 +8,7 @@ order; ``spadekit.selfplay.distributed.PLACEMENT`` says on which ranks each runs
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ class SetupSteps:
         if (self.run_dir / "run.sqlite").exists():
             raise ConfigError(f"{self.run_dir} already holds a run; use --resume to "
                               "continue it, or choose another --run-dir")
+        if config.stream_key is None:  # the run's secret, recorded in config.yaml
+            config = dataclasses.replace(config, stream_key=secrets.token_hex(16))
         return config, str(self.run_dir)
 
     def load_model(self, policy: Any) -> Any:

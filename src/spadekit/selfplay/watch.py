@@ -178,8 +178,9 @@ def run_probes(envs: Any, probes: list[tuple[EnvProgram, int, list[str]]],
 
 def solution_actions_for(pool: Any, program: EnvProgram, seeds: list[int], max_turns: int,
                          tooluse: bool = False) -> tuple[dict[int, list[str]], list[dict]]:
-    """The program's ``solution()`` after ``reset(seed=s)`` for each seed, computed in a sandbox
-    of its own from ``pool`` (not the rollout's), and its tool schemas for a tool-use program.
+    """The program's ``solution()`` after ``reset(seed=s)`` for each seed, each on an instance of
+    its own, computed in a sandbox of its own from ``pool`` (not the rollout's), and its tool
+    schemas for a tool-use program.
     A seed whose solution fails (or a program that does not load) is left out."""
     found: dict[int, list[str]] = {}
     tools: list[dict] = []
@@ -198,8 +199,9 @@ def solution_actions_for(pool: Any, program: EnvProgram, seeds: list[int], max_t
                 tools = []
         if not sb.program.get("has_solution"):
             return found, tools
-        for seed in seeds:
+        for seed in seeds:  # an instance each, as play has: no "reset again" tell
             try:
+                env = sb.new_env(max_turns=max_turns)
                 env.reset(seed=seed)
                 actions = list(env.solution())
             except SandboxError:
