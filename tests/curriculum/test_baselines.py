@@ -35,7 +35,8 @@ def config(tmp: Path, kind: str, rounds: int = 2, **extra):
     sets = ["model=tiny", f"rounds={rounds}", "envs_per_round=2", "num_generations=2",
             f"curriculum.kind={kind}", "rollout.max_turns=2", "rollout.max_new_tokens=8",
             "rollout.temperature=1.0", "designer.temperature=1.0", "train.learning_rate=0.01",
-            "sandbox.step_timeout=3.0", "tensorboard=false"]
+            "sandbox.step_timeout=3.0", "tensorboard=false",
+            "stream_key=tests"]  # fixed: a straight run and a resumed one are compared
     sets += [f"{k}={v}" for k, v in extra.items()]
     return load_config(preset=None, overrides=sets)
 

@@ -105,7 +105,8 @@ def config(tmp, **extra):
             "tensorboard=false", "checkpoint_every=100", "seed=0",
             # KeyEnv's key word is a constant, which the watch retires (constant_answer): these
             # runs test the reward arithmetic on scripted returns, the watch has its own tests
-            "watch.spot_checks=0"]
+            "watch.spot_checks=0",
+            "stream_key=tests"]  # fixed: two fresh runs are compared (the lottery's returns)
     return load_config(preset=None, overrides=sets + [f"{k}={v}" for k, v in extra.items()])
 
 
