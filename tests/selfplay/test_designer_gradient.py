@@ -73,7 +73,7 @@ def test_cpu_tiny_shape_gives_the_designer_gradient(tmp_path):
     from spadekit.selfplay.loop import SelfPlay
 
     # the preset's shape; only the tiny model and the token budgets its tokenizer needs differ
-    cfg = load_config("cpu-tiny", overrides=[
+    cfg = load_config("cpu-tiny", overrides=["stream_key=tests",
         "model=tiny", "designer.max_new_tokens=8192", "rollout.max_context_tokens=8192",
         "tensorboard=false", "checkpoint_every=100"])
     assert (cfg.rounds, cfg.envs_per_round, cfg.skills_per_epoch, cfg.regen_interval) == \

@@ -108,7 +108,7 @@ def run(tmp_path: Path, kinds: list[str]) -> tuple[list[float], dict]:
             "rollout.max_new_tokens=16", "rollout.temperature=1.0", "designer.temperature=1.0",
             "designer.max_new_tokens=8192", "rollout.max_context_tokens=8192",
             "tensorboard=false", "checkpoint_every=100", "seed=0"]
-    cfg = load_config(preset=None, overrides=sets)
+    cfg = load_config(preset=None, overrides=sets + ["stream_key=tests"])
     policy = load_policy("tiny")
     with SelfPlay(cfg, tmp_path / "run", policy=policy,
                   designer_policy=designer(policy.tokenizer, kinds)) as sp:

@@ -52,7 +52,8 @@ class PeekEnv:
 
 
 def _cfg(*sets):
-    return load_config("cpu-warm", overrides=["model=tiny", "designer.max_new_tokens=4096",
+    return load_config("cpu-warm", overrides=["stream_key=tests", "model=tiny",
+                                              "designer.max_new_tokens=4096",
                                               *sets])
 
 
@@ -157,7 +158,7 @@ def test_novelty_uses_the_runs_dedup_threshold():
 # -- 2. the warm cache ------------------------------------------------------------------------
 
 def _ws_cfg(*sets):
-    return load_config("cpu-warm", overrides=[
+    return load_config("cpu-warm", overrides=["stream_key=tests",
         "model=tiny", "warmstart.model=any", "rounds=1", "envs_per_round=1",
         "num_generations=2", "hint_generations=1", "bootstrap=null",
         "rollout.max_new_tokens=8", "designer.max_new_tokens=16", "tensorboard=false",

@@ -87,7 +87,7 @@ def test_the_reviews_hacks_no_longer_pay(tmp_path):
             "rollout.max_new_tokens=160", "rollout.temperature=1.0", "designer.temperature=1.0",
             "designer.max_new_tokens=8192", "rollout.max_context_tokens=8192",
             "tensorboard=false", "checkpoint_every=100", "seed=0"]
-    cfg = load_config(preset=None, overrides=sets)
+    cfg = load_config(preset=None, overrides=sets + ["stream_key=tests"])
     policy = load_policy("tiny")
     with SelfPlay(cfg, tmp_path / "run", policy=policy,
                   designer_policy=designer(policy.tokenizer)) as sp:

@@ -24,7 +24,8 @@ def _config(**overrides):
             "designer.max_new_tokens": 24, "designer.hint_max_new_tokens": 8,
             "rollout.max_new_tokens": 8, "env_max_turns": 2, "tensorboard": False}
     base.update(overrides)
-    return load_config("cpu-tiny", overrides=[f"{k}={v}" for k, v in base.items()])
+    return load_config("cpu-tiny", overrides=["stream_key=tests",
+                                              *(f"{k}={v}" for k, v in base.items())])
 
 
 def _weights(policy) -> list[torch.Tensor]:

@@ -80,7 +80,8 @@ def run(tmp_path):
             "memory_seed_library=false", "dedup_threshold=1.01", "rollout.max_turns=3",
             "rollout.max_new_tokens=160", "rollout.temperature=1.0", "designer.temperature=1.0",
             "designer.max_new_tokens=8192", "rollout.max_context_tokens=8192",
-            "tensorboard=false", "checkpoint_every=100", "seed=0"]
+            "tensorboard=false", "checkpoint_every=100", "seed=0",
+            "stream_key=tests"]  # fixed: the same draws every time
     cfg = load_config(preset=None, overrides=sets)
     assert cfg.watch.spot_checks >= 1
     policy = load_policy("tiny")

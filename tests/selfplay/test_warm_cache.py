@@ -15,7 +15,7 @@ from spadekit.selfplay.warm_cache import (WarmstartConfig, applies, cache_key,
 
 
 def _cfg(*sets):
-    return load_config("cpu-warm", overrides=list(sets))
+    return load_config("cpu-warm", overrides=["stream_key=tests", *sets])
 
 
 def test_the_key_repeats_and_follows_what_the_examples_depend_on():
