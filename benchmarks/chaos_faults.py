@@ -28,12 +28,15 @@ UNSHARE = (["unshare", "--mount"] if os.geteuid() == 0
 
 
 def cli(run: Path, rounds: int, *extra: str) -> subprocess.Popen:
-    """``spadekit selfplay`` on the tiny model (the real CLI), new or resumed."""
+    """``spadekit selfplay --preset cpu-tiny`` on the tiny model (the real CLI), new or
+    resumed."""
     sets = ["rollout.max_new_tokens=4", "designer.max_new_tokens=16", "envs_per_round=1",
             "bootstrap_per_round=1", "num_generations=2", "hint_generations=1",
             "tensorboard=false"]
-    cmd = [sys.executable, "-m", "spadekit", "selfplay", "--model", "tiny", "--rounds",
-           str(rounds), *sum((["--set", s] for s in sets), []), *extra]
+    # cpu-tiny, not the default cpu-kit: its second hint call keeps round 1 longer than the
+    # one second sigterm() waits before signalling
+    cmd = [sys.executable, "-m", "spadekit", "selfplay", "--preset", "cpu-tiny", "--model",
+           "tiny", "--rounds", str(rounds), *sum((["--set", s] for s in sets), []), *extra]
     cmd += ["--resume", str(run)] if (run / "run.sqlite").exists() else ["--run-dir", str(run)]
     return chaos.POPEN(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "200"})

@@ -289,7 +289,8 @@ DOCUMENTED: dict[str, str] = {
     "eval.seed": "in-loop evaluation (spadekit.eval.inloop)",
     **{f"warmstart.{name}": "the warm start before the run (a cached SFT; each field is in "
        "its cache key and changes the build: tests/selfplay/test_warm_cache.py)"
-       for name in ("pool", "model", "programs", "epochs", "learning_rate", "lora_r", "lora_layers",
+       for name in ("pool", "model", "programs", "combos", "per_combo", "epochs", "learning_rate",
+                    "lora_r", "lora_layers",
                     "agent_seeds", "held_out_share", "seed", "seed_memory", "base")},
     **{f"sandbox.{name}": "isolation and limits of the sandbox (tests/test_sandbox_*.py)"
        for name in ("start_timeout", "load_timeout", "create_timeout", "reset_timeout",

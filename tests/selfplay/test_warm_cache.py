@@ -28,7 +28,8 @@ def test_the_key_repeats_and_follows_what_the_examples_depend_on():
         "warmstart.seed=4": True, "warmstart.pool=library": True, "model=tiny": True,
         "designer.prompt_style=full": True, "rollout.max_turns=4": True,
         "designer.positive_seeds=1": True, "designer.max_words=50": True,
-        "designer.hint_mode=second_call": True,
+        "designer.hint_mode=second_call": True, "warmstart.combos=12": True,
+        "warmstart.per_combo=2": True, "designer.prompt_style=kit": True,
         # sampling and the later stages do not change the examples: the same warm start
         "designer.temperature=0.9": False, "designer.repair_attempts=1": False,
         "warmstart.seed_memory=false": False, "rounds=5": False,
@@ -51,7 +52,7 @@ def test_bad_settings_are_refused():
 
     for bad in ({"programs": 0}, {"epochs": True}, {"agent_seeds": -1},
                 {"learning_rate": float("nan")}, {"held_out_share": 1.0}, {"pool": " "},
-                {"lora_layers": 0}):
+                {"lora_layers": 0}, {"combos": 0}, {"combos": True}, {"per_combo": 0}):
         with pytest.raises(ConfigError):
             WarmstartConfig(**bad)
     with pytest.raises(ConfigError, match="prompt_style"):

@@ -31,9 +31,11 @@ UNSAFE_HELP = ("Allow running programs below the 'standard' isolation tier (see 
 
 
 def selfplay(
-    preset: str = typer.Option("cpu-tiny", help="Preset: cpu-tiny (default: bundled SmolLM2 on "
-                               "CPU), cpu-warm (the same after a warm start), games-4b, "
-                               "tooluse-4b, games-30b, games-8b-thinking, ablate-*."),
+    preset: str = typer.Option("cpu-kit", help="Preset: cpu-kit (default: bundled SmolLM2 on "
+                               "CPU writing game-kit programs after a warm start of about 4 "
+                               "minutes, cached), cpu-tiny (the same without kit or warm "
+                               "start), cpu-warm (whole programs after a warm start), "
+                               "games-4b, tooluse-4b, games-30b, games-8b-thinking, ablate-*."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML file applied on top of "
                                           "the preset."),
     overrides: list[str] = typer.Option(None, "--set", help="Override one setting: "
@@ -273,10 +275,15 @@ def _selfplay_rounds(preset, config, overrides, model, rounds, run_dir, resume, 
             history.append(metrics)
             if main:
                 console.print(_round_table(metrics))
-    if main:
-        from spadekit.selfplay.round_report import summary_line
+        from spadekit.selfplay.round_report import (designed_games, designed_games_line,
+                                                    summary_line)
 
+        games = designed_games(sp.store, history[0]["step"]) if main and history else []
+    if main:
         console.print(summary_line(history), highlight=False)
+        if history:
+            console.print(designed_games_line(games), highlight=False, soft_wrap=True,
+                          markup=False)
         console.print(Text(f"done: {terminal_text(target, markup=False)} "
                            f"(resume with {resume_arg(target)})"), soft_wrap=True)
     _leave_process_group()

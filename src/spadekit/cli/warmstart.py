@@ -44,12 +44,16 @@ def procedural(
     limit: Optional[int] = typer.Option(None, help="At most this many candidates."),
     max_turns: Optional[int] = typer.Option(None, help="Every program's turn limit (use the "
                                             "run's turn cap, e.g. 3 for cpu-tiny); default: "
-                                            "drawn from 6-10."),
+                                            "drawn from 6-10 (whole) or 8 (kit)."),
+    style: str = typer.Option("whole", help="whole: complete programs of about 900 tokens; "
+                              "kit: game-kit programs of about 150 tokens (a class naming the "
+                              "parts and their parameters, spadekit.envs.gamekit)."),
 ) -> None:
     """Write a pool of procedural games: each combines a hidden state, an information action,
     a scoring rule and a turn structure, themed on words of a grounding document; every one is
     validated in the sandbox and near-duplicates are dropped. `split.json` beside the pool
-    names the held-out combinations (for measuring a designer's novelty)."""
+    names the held-out combinations (for measuring a designer's novelty). `--style kit` writes
+    the same combinations as game-kit programs."""
     from spadekit.runs.pool import write_pool
     from spadekit.sandbox.validate import Validator, ValidatorSettings
     from spadekit.selfplay.corpus import load_corpus
@@ -60,7 +64,7 @@ def procedural(
         parts = split_combos(seed, held_out_share, held_out_part)
         combos = parts.of(split)
         texts = [(d.id, d.text) for d in load_corpus(corpus)]
-        programs = candidates(combos, texts, seed, per_combo, max_turns)[:limit]
+        programs = candidates(combos, texts, seed, per_combo, max_turns, style)[:limit]
     except (ValueError, SpadekitError) as exc:
         raise typer.BadParameter(str(exc)) from None
     with _bar() as bar, Validator(settings=ValidatorSettings()) as validator:
@@ -69,7 +73,7 @@ def procedural(
                            progress=lambda done, _n: bar.update(task, completed=done))
     counts = write_pool(out, built.kept)
     write_split(parts, out)
-    summary = {**built.summary(), **counts, "split": split, "out": str(out)}
+    summary = {**built.summary(), **counts, "split": split, "style": style, "out": str(out)}
     (Path(out) / "procedural.json").write_text(json.dumps(summary, indent=1) + "\n")
     console.print(f"{summary['kept']} programs ({summary['combos']} combinations, "
                   f"{len(summary['skills'])} skills) in {out}; {summary['invalid']} invalid, "

@@ -63,7 +63,9 @@ class DesignerConfig:
     prompt_style: str = "full"
     """``full``: the paper's designer prompt (the whole program contract, references as code);
     ``compact``: the contract in a few lines and each reference as its class name and rules
-    (about 350 tokens; for small models on a CPU, ``spadekit.selfplay.prompts``)."""
+    (about 350 tokens; for small models on a CPU, ``spadekit.selfplay.prompts``); ``kit``
+    (games): a game-kit program (``spadekit.envs.gamekit``), the reply opened by the import of
+    the part that makes the round's skill unless ``response_prefix`` is set."""
     response_prefix: str = ""
     """Format aid: text that opens the designer's reply, e.g. one that opens the code block and
     the class. Its tokens are prompt tokens (never trained); the extractor reads prefix + reply
@@ -75,6 +77,9 @@ class DesignerConfig:
         if self.prompt_style not in PROMPT_STYLES:
             raise ConfigError(f"designer.prompt_style must be one of {PROMPT_STYLES}, got "
                               f"{self.prompt_style!r}")
+        if not isinstance(self.response_prefix, str):
+            raise ConfigError(f"designer.response_prefix must be a string, got "
+                              f"{self.response_prefix!r}")
 
 
 CHAT_ROLES = ("agent", "designer", "hint")
@@ -403,10 +408,19 @@ class SelfPlayConfig:
                 raise ConfigError(f"{name} must be >= 1")
         if self.hint_generations < 0 or self.bootstrap_per_round < 0:
             raise ConfigError("hint_generations and bootstrap_per_round must be >= 0")
-        if self.warmstart.pool == "procedural" and self.setting != "games":
-            raise ConfigError("warmstart.pool=procedural is a pool of games; for "
-                              f"setting={self.setting} set warmstart.pool to a pool directory "
-                              "of that setting, or null")
+        games_only = [f"{key}={value}" for key, value in (
+            ("warmstart.pool", self.warmstart.pool), ("designer.prompt_style",
+                                                      self.designer.prompt_style))
+            if value in ("procedural", "kit")]
+        if games_only and self.setting != "games":
+            raise ConfigError(
+                f"{' and '.join(games_only)} {'is' if len(games_only) == 1 else 'are'} for "
+                f"games (the procedural pool, the game kit); for setting={self.setting} also set "
+                + " ".join(f"--set {k}" for k in (
+                    "warmstart.pool=null" if "warmstart.pool=procedural" in games_only else "",
+                    "designer.prompt_style=compact"
+                    if "designer.prompt_style=kit" in games_only else "") if k)
+                + " (or use --preset tooluse-4b)")
         if not (math.isfinite(self.rollout.temperature)
                 and self.rollout.temperature >= MIN_TEMPERATURE):
             raise ConfigError(f"rollout.temperature must be >= {MIN_TEMPERATURE:g}, got "

@@ -18,6 +18,12 @@ lockstep determinism). A valid program is
   (the warm-start pool, the run's memory and environments) nor of an earlier valid sample of
   the same call: exactly what the loop's dedup gate lets into the pool.
 
+A valid kit program (issue 39, ``spadekit.selfplay.kit_identity``) also records its
+``composition`` (``number+probe+steep+budget``), whether it honours the requested skill (the
+skill its parts make, ``Combo.skill``, is the one asked for) and whether it is **kit-novel**: a
+composition that no program of ``known`` has, or own code (a hook override or a part it wrote)
+that no program of ``known`` has.
+
 ``summarize`` turns the samples into the shares, the invalid reasons and tokens per program.
 """
 
@@ -49,6 +55,10 @@ class DesignSample:
     similarity: float | None = None
     """The highest similarity to a known program (or an earlier valid sample)."""
     closest: str | None = None
+    composition: str | None = None
+    """A kit program's parts (``number+probe+steep+budget``; None for a whole program)."""
+    skill_honoured: bool | None = None
+    kit_novel: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +115,7 @@ def sample_designs(policy: Any, config: Any, validator: Any, *, n: int, seed: in
     from spadekit.policy.base import SamplingParams
     from spadekit.rollout.aids import designer_request, with_prefix
     from spadekit.selfplay.memory import fingerprint, similarity_of
+    from spadekit.selfplay.kit_identity import kit_identity
     from spadekit.selfplay.prompts import build_designer_messages
 
     dcfg = config.designer
@@ -128,6 +139,9 @@ def sample_designs(policy: Any, config: Any, validator: Any, *, n: int, seed: in
     reports = validator.validate_many([g.text for g in gens], workers=2,
                                       seeds=[rng.randrange(2 ** 63) for _ in gens])
     prints = [(p.sha256, fingerprint(p.code)) for p in known]
+    known_kits = [i for i in (kit_identity(p.code) for p in known) if i is not None]
+    known_compositions = {i.composition for i in known_kits}
+    known_own = {own for i in known_kits for own in i.own}
     out = []
     for (skill, doc_id), gen, report in zip(plan, gens, reports):
         sample = DesignSample(skill, doc_id, len(gen.token_ids), report.reason, report.stage,
@@ -143,13 +157,41 @@ def sample_designs(policy: Any, config: Any, validator: Any, *, n: int, seed: in
             sample.similarity, sample.closest = round(best[0], 4), best[1]
             sample.novel = best[0] < config.dedup_threshold
             prints.append((program.sha256, mine))
+            ident = kit_identity(program.code)
+            if ident is not None:
+                sample.composition = ident.composition
+                sample.skill_honoured = _kit_skill(ident) == skill
+                sample.kit_novel = (ident.composition not in known_compositions or
+                                    any(own not in known_own for own in ident.own))
         out.append(sample)
     return out
 
 
+def _choices(sample: DesignSample) -> str:
+    """The parts of a kit sample other than the one its skill's prompt names."""
+    from spadekit.envs.procedural.kit import KIT_PARTS, SKILL_PARTS
+
+    given = SKILL_PARTS.get(sample.skill)
+    names = {v: k for slot in KIT_PARTS.values() for k, v in slot.items()}
+    parts = (sample.composition or "").split("+")
+    return "+".join(p for p in parts if names.get(given) != p)
+
+
+def _kit_skill(ident: Any) -> str | None:
+    """The skill a kit program's parts make (``Combo.skill``), None with a part of its own."""
+    from spadekit.envs.procedural import Combo
+
+    try:
+        return Combo.parse(ident.composition).skill
+    except ValueError:
+        return None
+
+
 def summarize(samples: Sequence[DesignSample]) -> dict[str, Any]:
-    """Shares (valid of all, multi-turn and novel of valid), invalid reasons, tokens."""
+    """Shares (valid of all, multi-turn and novel of valid), invalid reasons, tokens; for kit
+    programs also distinct compositions, the kit-novel share and the skill-honoured share."""
     valid = [s for s in samples if s.reason == "ok"]
+    kits = [s for s in valid if s.composition is not None]
     reasons: dict[str, int] = {}
     for s in samples:
         if s.reason != "ok":
@@ -163,5 +205,13 @@ def summarize(samples: Sequence[DesignSample]) -> dict[str, Any]:
             "multiturn_share": share(sum(bool(s.multiturn) for s in valid), len(valid)),
             "novel_share": share(sum(bool(s.novel) for s in valid), len(valid)),
             "invalid_reasons": reasons,
+            "kit_programs": len(kits),
+            "distinct_compositions": len({s.composition for s in kits}),
+            "kit_novel_share": share(sum(bool(s.kit_novel) for s in kits), len(kits)),
+            # the choices the designer makes itself (the prompt names the skill's part): the
+            # other three parts, so that a collapse onto one of them shows even when
+            # compositions look new because the skill's part varies
+            "distinct_choices": len({_choices(s) for s in kits}),
+            "skill_honoured_share": share(sum(bool(s.skill_honoured) for s in kits), len(kits)),
             "tokens_mean": round(sum(s.tokens for s in samples) / len(samples), 1)
             if samples else None}

@@ -41,25 +41,30 @@ the player (re-theming) therefore leaves the similarity at 1.0; on the twelve li
 highest similarity between two different programs is about 0.42, while changing one constant or
 adding a small helper keeps a copy above 0.95. The default threshold is 0.9 (``similarity >=
 threshold`` is a duplicate). Code that does not parse falls back to raw word/symbol tokens.
+
+Kit programs (issue 39) are compared with each other by what they are
+(:func:`spadekit.selfplay.kit_identity.kit_identity`): another composition of parts is never a
+copy, however many shingles two 10-line classes share; the same parts, parameters and own code
+is a copy (similarity 1.0) whatever the theme; the same composition otherwise is a copy when
+the shingle similarity reaches the threshold (a parameter written as ``59+1``, a constant
+moved to a name). A kit program against a whole program, or one the identity cannot read,
+uses shingles.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import io
 import random
-import re
 import time
-import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spadekit.envs import pyparse
 from spadekit.envs.program import EnvProgram, find_env_classes
 from spadekit.runs.store import RunStore
 from spadekit.runs.schema import StoreError, StoreNotFound, dumps, finite, loads
+from spadekit.selfplay.canonical import canonical_tokens
+from spadekit.selfplay.kit_identity import kit_identity
 from spadekit.selfplay.rewards import WIN_RATE_INPUTS
 
 __all__ = ["DEFAULT_CAP", "DUPLICATE_THRESHOLD", "EnvironmentMemory", "MemoryRecord",
@@ -135,81 +140,6 @@ def summarize_validation(report: Any) -> dict[str, Any] | None:
 # ---------------------------------------------------------------------------------------------
 # near-duplicate fingerprints
 # ---------------------------------------------------------------------------------------------
-
-_BOUND, _STRING = "_v", "_s"
-_SCOPES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def _bound_names(tree: ast.AST) -> set[str]:
-    """Every name the program itself binds (so renaming it does not change behaviour)."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, _DEFS):
-            names.add(node.name)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
-            names.add(node.attr)
-        elif isinstance(node, ast.alias) and node.asname:
-            names.add(node.asname)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return names
-
-
-def _canonicalize(tree: ast.AST) -> None:
-    """In place: drop docstrings, rename bound identifiers and blank out string literals."""
-    bound = _bound_names(tree)
-    for node in ast.walk(tree):
-        if isinstance(node, _SCOPES):
-            body = node.body
-            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                node.body = body[1:] or [ast.Pass()]
-            if isinstance(node, _DEFS) and node.name in bound:
-                node.name = _BOUND
-        elif isinstance(node, ast.Name):
-            if node.id in bound:
-                node.id = _BOUND
-        elif isinstance(node, ast.Attribute):
-            if node.attr in bound:
-                node.attr = _BOUND
-        elif isinstance(node, ast.arg):
-            if node.arg in bound:
-                node.arg = _BOUND
-        elif isinstance(node, ast.Constant):
-            if isinstance(node.value, str):
-                node.value = _STRING
-        elif isinstance(node, ast.keyword):
-            if node.arg in bound:
-                node.arg = _BOUND
-        elif isinstance(node, ast.alias):
-            if node.asname:
-                node.asname = _BOUND
-        elif isinstance(node, ast.ExceptHandler):
-            if node.name:
-                node.name = _BOUND
-
-
-_TOKEN_NAMES = {tokenize.NEWLINE: "<nl>", tokenize.INDENT: "<in>", tokenize.DEDENT: "<de>"}
-_SKIP = {tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER, tokenize.ENCODING}
-
-
-def canonical_tokens(code: str) -> list[str]:
-    """The canonical token stream of ``code`` (see the module docstring)."""
-    try:
-        tree = pyparse.parse(code)
-        _canonicalize(tree)
-        text = ast.unparse(tree)
-        return [_TOKEN_NAMES.get(t.type, t.string)
-                for t in tokenize.generate_tokens(io.StringIO(text).readline)
-                if t.type not in _SKIP]
-    except (SyntaxError, ValueError, RecursionError, MemoryError, tokenize.TokenError):
-        return re.findall(r"\w+|[^\w\s]", re.sub(r"#[^\n]*", "", code))
-
 
 def fingerprint(code: str, k: int = SHINGLE_SIZE) -> frozenset[tuple[str, ...]]:
     """The set of ``k``-token shingles of :func:`canonical_tokens`."""
@@ -287,6 +217,7 @@ class EnvironmentMemory:
         self.shingle_size = int(shingle_size)
         self.rng = random.Random(seed)
         self._fingerprints: dict[str, frozenset] = {}
+        self._identities: dict[str, Any] = {}
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -345,6 +276,7 @@ class EnvironmentMemory:
         for sha in gone:
             self.store.execute("DELETE FROM memory WHERE sha256 = ?", (sha,))
             self._fingerprints.pop(sha, None)
+            self._identities.pop(sha, None)
         return gone
 
     def set_cap(self, cap: int) -> list[str]:
@@ -396,6 +328,7 @@ class EnvironmentMemory:
 
     def remove(self, sha: str) -> bool:
         self._fingerprints.pop(sha, None)
+        self._identities.pop(sha, None)
         return self.store.execute("DELETE FROM memory WHERE sha256 = ?", (sha,)).rowcount > 0
 
     def seed_from_library(self, step: int = 0) -> int:
@@ -474,20 +407,38 @@ class EnvironmentMemory:
             fp = self._fingerprints[record.sha256] = fingerprint(record.code, self.shingle_size)
         return fp
 
+    def _identity_of(self, record: MemoryRecord) -> Any:
+        if record.sha256 not in self._identities:
+            self._identities[record.sha256] = kit_identity(record.code)
+        return self._identities[record.sha256]
+
     def is_near_duplicate(self, code: str | EnvProgram, *, skill: str | None = None,
                           threshold: float | None = None) -> tuple[bool, str | None, float]:
         """``(is_duplicate, closest_sha, similarity)`` against the records in memory
         (optionally of one skill), by :func:`similarity_of` (a record padded with dead code is
-        still that record). ``closest_sha`` is ``None`` for an empty memory."""
+        still that record); two kit programs by their kit identity (a copy is 1.0 and nothing
+        else is a duplicate). ``closest_sha`` is ``None`` for an empty memory."""
         if isinstance(code, EnvProgram):
             code = code.code
         limit = self.duplicate_threshold if threshold is None else float(threshold)
         target = fingerprint(code, self.shingle_size)
-        best_sha, best = None, 0.0
+        ident = kit_identity(code)
+        best_sha, best, copy = None, 0.0, False
         for record in self.records(skill):
-            similarity = similarity_of(target, self._fingerprint_of(record))
+            other = self._identity_of(record) if ident is not None else None
+            if other is not None:
+                same = other.key == ident.key or (
+                    other.composition == ident.composition and
+                    similarity_of(target, self._fingerprint_of(record)) >= limit)
+                similarity = 1.0 if same else min(ident.similarity(other), 0.99)
+            else:
+                same = False
+                similarity = similarity_of(target, self._fingerprint_of(record))
             if best_sha is None or similarity > best:
-                best_sha, best = record.sha256, similarity
+                best_sha, best, copy = record.sha256, similarity, same
+        if ident is not None and best_sha is not None and \
+                self._identity_of(self.get(best_sha)) is not None:
+            return copy, best_sha, best
         return best_sha is not None and best >= limit, best_sha, best
 
     def blacklist_reason(self, program: EnvProgram) -> str | None:

@@ -11,8 +11,11 @@ combination wrote something it never saw.
 ``build_pool`` writes one candidate per combination (``per_combo`` of them, each on another
 grounding document and seed), validates each with the real validator, and keeps a valid one only
 when it is not a near-duplicate (the memory's fingerprint and threshold) of one already kept, so
-the kept pool's near-duplicate share is zero; ``raw_near_duplicate_share`` reports the share among
-the valid candidates before that filter. Everything is fixed by ``seed``: the same seed, corpus
+the kept pool's near-duplicate share is zero (kit programs are compared by what they are,
+``spadekit.selfplay.kit_identity``: same parts, parameters and own code is a copy);
+``raw_near_duplicate_share`` reports the share among the valid candidates before that filter.
+``style``: ``whole`` programs (``compose``) or ``kit`` programs (``compose_kit``, issue 39), of
+the same combinations and split. Everything is fixed by ``seed``: the same seed, corpus
 and parts give the same programs in the same order.
 """
 
@@ -24,15 +27,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from spadekit.envs.procedural import Combo, all_combos, compose, surface_words
+from spadekit.envs.procedural import (Combo, all_combos, compose, compose_kit, surface_words,
+                                     theme_words)
 from spadekit.envs.program import EnvProgram
+from spadekit.envs.procedural.kit import COMMANDS
+from spadekit.selfplay.kit_identity import kit_identity
 from spadekit.selfplay.memory import DUPLICATE_THRESHOLD, fingerprint, jaccard
 
-__all__ = ["HELD_OUT_PART", "PoolBuild", "Split", "build_pool", "candidates", "split_combos",
+__all__ = ["HELD_OUT_PART", "STYLES", "PoolBuild", "Split", "build_pool", "candidates",
+           "draw_combos", "split_combos",
            "split_documents", "write_split"]
 
 HELD_OUT_PART = "turns=gated"
 """The part whose every combination is held out by default."""
+STYLES = ("whole", "kit")
+"""How a procedural program is written: a whole program, or a game-kit program."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,30 @@ def split_combos(seed: int = 0, held_out_share: float = 0.2,
                  tuple(sorted(whole + rest[:k], key=order.get)), held_out_part, seed)
 
 
+def draw_combos(combos: Sequence[Combo], n: int, seed: int = 0) -> tuple[Combo, ...]:
+    """``n`` of ``combos`` (all when fewer), a draw fixed by ``seed`` that uses every part the
+    given combinations use (redrawn until it does, then the first draw that comes closest),
+    in their given order."""
+    combos = list(dict.fromkeys(combos))
+    if n >= len(combos):
+        return tuple(combos)
+    needed = {(kind, getattr(c, kind)) for c in combos
+              for kind in ("hidden", "info", "scoring", "turns")}
+    rng = random.Random(f"draw-combos:{seed}")
+    best: list[Combo] = []
+    best_cover = -1
+    for _ in range(200):
+        chosen = rng.sample(combos, n)
+        cover = len({(kind, getattr(c, kind)) for c in chosen
+                     for kind in ("hidden", "info", "scoring", "turns")})
+        if cover > best_cover:
+            best, best_cover = chosen, cover
+        if cover == len(needed):
+            break
+    keep = set(best)
+    return tuple(c for c in combos if c in keep)
+
+
 def split_documents(texts: Sequence[tuple[str | None, str]], seed: int = 0,
                     held_out_share: float = 0.5
                     ) -> tuple[list[tuple[str | None, str]], list[tuple[str | None, str]]]:
@@ -97,20 +130,34 @@ def split_documents(texts: Sequence[tuple[str | None, str]], seed: int = 0,
 
 
 def candidates(combos: Sequence[Combo], texts: Sequence[tuple[str | None, str]], seed: int,
-               per_combo: int = 1, max_turns: int | None = None) -> list[EnvProgram]:
+               per_combo: int = 1, max_turns: int | None = None, style: str = "whole"
+               ) -> list[EnvProgram]:
     """``per_combo`` programs of each combination, each themed on a document drawn from
     ``texts`` (``(doc_id, text)`` pairs) and numbered by a drawn seed; shuffled by ``seed``.
-    ``max_turns``: every program's turn limit (what a run's turn cap makes it); None: drawn."""
+    ``max_turns``: every program's turn limit (what a run's turn cap makes it); None: drawn
+    (whole programs) or 8 (kit programs). ``style``: one of :data:`STYLES`."""
     if not texts:
         raise ValueError("candidates needs at least one document for the surface text")
+    if style not in STYLES:
+        raise ValueError(f"a procedural style is one of {STYLES}, got {style!r}")
     rng = random.Random(seed)
     order = [c for c in combos for _ in range(max(1, per_combo))]
     rng.shuffle(order)
     out = []
+    # a kit program copies its items from the prompt's theme words: documents with too few
+    # of them would teach padding words instead
+    rich = ([t for t in texts if len([w for w in theme_words(t[1]) if w not in COMMANDS]) >= 10]
+            if style == "kit" else [])
     for combo in order:
-        doc_id, text = texts[rng.randrange(len(texts))]
-        words = surface_words(text, rng)
-        program = compose(combo, words, rng.randrange(2 ** 31), max_turns)
+        doc_id, text = (rich or texts)[rng.randrange(len(rich or texts))]
+        if style == "kit":  # the words in the document's order: the prompt's theme words
+            words = [w for w in theme_words(text) if w not in COMMANDS]
+            if len(words) < 10:
+                words += [w for w in surface_words("", rng, 10) if w not in words]
+            program = compose_kit(combo, words, rng.randrange(2 ** 31), max_turns)
+        else:
+            words = surface_words(text, rng)
+            program = compose(combo, words, rng.randrange(2 ** 31), max_turns)
         meta = dict(program.meta)
         meta["procedural"] = {**meta["procedural"], "doc_id": doc_id}
         out.append(dataclasses.replace(program, meta=meta))
@@ -154,14 +201,30 @@ def build_pool(programs: Sequence[EnvProgram], validator: Any, *,
                dedup_threshold: float = DUPLICATE_THRESHOLD, seed: int = 0,
                progress: Callable[[int, int], None] | None = None) -> PoolBuild:
     """Validate every program (``validator.validate``, seeds drawn from ``seed``) and keep the
-    valid ones that are not near-duplicates of one kept before."""
+    valid ones that are not near-duplicates of one kept before (kit programs: the same kit
+    identity, or the same composition at shingle similarity ``>= dedup_threshold``; others:
+    shingle similarity ``>= dedup_threshold``)."""
     rng = random.Random(seed)
     build = PoolBuild()
     prints: list[tuple[str, frozenset]] = []
+    identities: dict[tuple, str] = {}
+    kits: list[tuple[str, frozenset, str]] = []
     for i, program in enumerate(programs):
         report = validator.validate(program, seed=rng.getrandbits(63))
         if not report.ok:
             build.rejected.append((program, report))
+        elif (ident := kit_identity(program.code)) is not None:
+            mine = fingerprint(program.code)
+            same = [(sha, fp) for sha, fp, comp in kits if comp == ident.composition]
+            best = max(((jaccard(mine, fp), sha) for sha, fp in same), default=(0.0, ""))
+            if ident.key in identities:
+                build.near_duplicates.append((program, identities[ident.key], 1.0))
+            elif best[0] >= dedup_threshold:
+                build.near_duplicates.append((program, best[1], best[0]))
+            else:
+                identities[ident.key] = program.sha256
+                kits.append((program.sha256, mine, ident.composition))
+                build.kept.append((report.program or program, report))
         else:
             mine = fingerprint(program.code)
             best = max(((jaccard(mine, fp), sha) for sha, fp in prints), default=(0.0, ""))

@@ -5,7 +5,10 @@ corpus document, with reference environments to differ from and one example to a
 ``style`` is ``full`` (the paper's: the whole contract, references as code) or ``compact`` (for
 small models on a CPU: the contract in a few lines, each reference as its class name and opening
 rules, and the document as its first 16 content words, so the prompt costs about 350 tokens instead of
-1,000 plus the document and the references' code).
+1,000 plus the document and the references' code) or ``kit`` (games only, issue 39: a game-kit
+program, ``spadekit.envs.gamekit``: the menu of parts, the skill, the theme words, and each memory
+reference as its kit class on one line; the skill is named with the kit part that makes it, the
+one choice the loop makes for the designer, as it picks the skill).
 ``build_hint_messages`` is the second call (SPEC point 2): the same policy reads the code and
 writes a 1-3 sentence hint. ``parse_hint`` cleans a hint reply. The hint leak check (``hint_leaks``,
 ``leaked_fragments``) lives in :mod:`spadekit.selfplay.leaks` and is re-exported here.
@@ -22,15 +25,16 @@ from spadekit.envs.skills import (SETTINGS, SKILLS, _check_setting,  # noqa: F40
                                   normalize_skill, skills_for)
 from spadekit.selfplay.leaks import hint_leaks, leaked_fragments  # noqa: F401 (re-exported)
 
-__all__ = ["DOC_WORDS", "PROMPT_STYLES", "SETTINGS", "SKILLS", "build_designer_messages", "build_hint_messages",
-           "hint_leaks", "leaked_fragments", "normalize_skill", "parse_hint", "skills_for"]
+__all__ = ["DOC_WORDS", "PROMPT_STYLES", "SETTINGS", "SKILLS", "build_designer_messages",
+           "build_hint_messages", "hint_leaks", "kit_reference",
+           "leaked_fragments", "normalize_skill", "parse_hint", "skills_for"]
 
 #: Grounding documents are cut to this many words (SPEC point 10).
 DOC_WORDS = {"games": 6000, "tooluse": 4000}
 #: Reference programs longer than this are cut in the prompt.
 MAX_REFERENCE_CHARS = 12000
 #: ``designer.prompt_style`` values.
-PROMPT_STYLES = ("full", "compact")
+PROMPT_STYLES = ("full", "compact", "kit")
 #: Words of a reference's rules shown in the compact style, and characters at most.
 SUMMARY_WORDS = 30
 SUMMARY_CHARS = 300
@@ -225,6 +229,74 @@ def reference_summary(code: str, words: int = SUMMARY_WORDS) -> str:
     return f"{names[0] if names else 'a program'}: {rules}".strip()[:SUMMARY_CHARS]
 
 
+_KIT_SYSTEM = (
+    "You are the Environment Designer. Write a text game for one reasoning skill as a "
+    "game-kit program: import the parts from {package}; one class ...Env(KitEnv) with a "
+    "one-line theme from the theme words, then hidden, info, scoring and turns; then "
+    "HINT = \"<the strategy, no values>\".\n"
+    "hidden: HiddenNumber(low, high), HiddenCode(length, symbols), HiddenCell(rows, cols), "
+    "HiddenCause(items: 6 to 12 different words), HiddenOrder(items: 4 to 8 different "
+    "words)\n"
+    "info: Probe(), Reveal(), Clue()\n"
+    "scoring: ScoreExact(), ScoreSteep(power), ScoreBanded(near, partial), "
+    "ScoreThrifty(cost, floor)\n"
+    "turns: OpenTurns(limit), BudgetTurns(limit, looks), GatedTurns(limit, looks)\n"
+    "You may override intro, look, verdict or reminder, or write a part of your own. "
+    "max_turns={max_turns}.")
+
+
+def kit_reference(code: str) -> str:
+    """A memory reference in the kit prompt: a kit program's class on one line, its parts
+    with their parameters and the names of its own methods (``class HarborCellEnv(KitEnv):
+    hidden = HiddenCell(rows=5, cols=4); info = Probe(); ...``; the theme left out, so the
+    new game takes its own from its document), or :func:`reference_summary` of any other
+    program. At most :data:`SUMMARY_CHARS` characters."""
+    import ast
+
+    from spadekit.envs.gamekit import kit_version
+
+    code = code[:MAX_REFERENCE_CHARS]
+    if kit_version(code):
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = None
+        for node in getattr(tree, "body", []):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Env"):
+                body = []
+                for item in node.body:
+                    if isinstance(item, ast.Assign) and len(item.targets) == 1 and \
+                            isinstance(item.targets[0], ast.Name) and \
+                            item.targets[0].id in ("hidden", "info", "scoring", "turns"):
+                        body.append(ast.unparse(item).replace("'", '"'))
+                    elif isinstance(item, ast.FunctionDef):
+                        body.append(f"def {item.name}(...)")
+                line = f"class {node.name}(KitEnv): " + "; ".join(body)
+                return line[:SUMMARY_CHARS]
+    return reference_summary(code)
+
+
+def _kit_messages(skill: str, text: str, refs: list, negative: Any,
+                  max_turns: int) -> list[dict[str, str]]:
+    from spadekit.envs.gamekit import LATEST, PACKAGE
+    from spadekit.envs.procedural.kit import skill_part
+
+    part = skill_part(skill)
+    parts = [f"Skill: {skill} (its part: {part})."]
+    words = theme_words(text)
+    if words:
+        parts.append(f"Theme words: {', '.join(words)}.")
+    if refs:
+        parts.append("Already in memory (use other parts or settings):\n" + "\n".join(
+            kit_reference(code) for code, _w, _r in refs))
+    if negative is not None:
+        parts.append(f"Avoid ({_negative_reason(negative[1])}):\n{kit_reference(negative[0])}")
+    parts.append(f"Write a new kit game for {skill} with {part}.")
+    system = _KIT_SYSTEM.format(package=f"{PACKAGE}.{LATEST}", max_turns=max_turns)
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": "\n\n".join(parts)}]
+
+
 def _compact_messages(setting: str, skill: str, text: str, refs: list, negative: Any,
                       max_turns: int) -> list[dict[str, str]]:
     parts = [f"Skill: {skill}. {SKILLS[setting][skill]}"]
@@ -260,6 +332,11 @@ def build_designer_messages(setting: str, skill: str, document: str | None,
         raise ValueError(f"designer prompt style must be one of {PROMPT_STYLES}, got {style!r}")
     skill = normalize_skill(setting, skill)
     limit = DOC_WORDS[setting] if doc_words is None else doc_words
+    if style == "kit":
+        if setting != "games":
+            raise ValueError("the kit prompt style is for games (tool use has ToolEnv)")
+        return _kit_messages(skill, truncate_words(document or "", limit).strip(),
+                             [_reference(item) for item in positive], negative, max_turns)
     if style == "compact":
         return _compact_messages(setting, skill, truncate_words(document or "", limit).strip(),
                                  [_reference(item) for item in positive], negative, max_turns)

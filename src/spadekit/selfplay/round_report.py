@@ -1,5 +1,6 @@
-"""What a round's table says beyond its numbers: why an update was empty, and the one line a
-run ends with (what changed between its first and last round).
+"""What a round's table says beyond its numbers: why an update was empty, and the lines a
+run ends with (what changed between its first and last round, and the designed games it
+pooled: :func:`designed_games`, read from the run database).
 
 An update is empty when the trainer made no optimizer step; the reason comes from the round's
 metrics: no samples at all (no episode was played, or every one failed), every sample dropped
@@ -60,3 +61,51 @@ def summary_line(history: Sequence[dict[str, Any]]) -> str:
     if valid:
         text += f", designer valid share {valid[0]:.0%} -> {valid[-1]:.0%}"
     return text + f"; empty updates {empty} of {len(history)}"
+
+
+def designed_games(store: Any, since_step: int = 0) -> list[dict[str, Any]]:
+    """The environments the designer wrote from round ``since_step`` on, in order: class
+    name, skill, status, kit composition (None for a whole program), plays and mean return
+    without and with the hint (from the ``plays`` table), and the memory's regret and
+    designer reward (None until known)."""
+    from spadekit.selfplay.kit_identity import kit_identity
+
+    rows = store.query(
+        "SELECT e.sha256, e.class_name, e.skill, e.status, e.code, e.created_step, "
+        "m.regret, m.designer_reward FROM environments e LEFT JOIN memory m "
+        "ON m.sha256 = e.sha256 WHERE e.source LIKE 'designer:%' AND e.created_step >= ? "
+        "ORDER BY e.rowid", (since_step,))
+    out = []
+    for row in rows:
+        stats = {}
+        for hint in (0, 1):
+            n, mean = store.query("SELECT COUNT(*), AVG(episode_return) FROM plays WHERE "
+                                  "env_sha = ? AND with_hint = ? AND failure IS NULL",
+                                  (row["sha256"], hint))[0]
+            stats[hint] = (n, mean)
+        ident = kit_identity(row["code"])
+        out.append({"sha256": row["sha256"], "class_name": row["class_name"],
+                    "skill": row["skill"], "status": row["status"],
+                    "step": row["created_step"],
+                    "composition": ident.composition if ident else None,
+                    "plays": stats[0][0], "plays_with_hint": stats[1][0],
+                    "return": stats[0][1], "return_with_hint": stats[1][1],
+                    "regret": row["regret"], "designer_reward": row["designer_reward"]})
+    return out
+
+
+def designed_games_line(games: Sequence[dict[str, Any]], limit: int = 8) -> str:
+    """One line naming the designed games pooled, each with its mean return without -> with
+    the hint, regret and designer reward (``-`` while unknown)."""
+    if not games:
+        return "designed games pooled: none"
+
+    def num(v: Any) -> str:
+        return f"{v:.2f}" if isinstance(v, (int, float)) else "-"
+
+    items = [f"{g['class_name']} ({g['composition'] or 'whole program'}; return "
+             f"{num(g['return'])} -> {num(g['return_with_hint'])} with hint, regret "
+             f"{num(g['regret'])}, designer reward {num(g['designer_reward'])})"
+             for g in games[:limit]]
+    more = f", and {len(games) - limit} more" if len(games) > limit else ""
+    return f"designed games pooled: {len(games)}: " + ", ".join(items) + more

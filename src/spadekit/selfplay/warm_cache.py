@@ -21,7 +21,8 @@ removes it and starts afresh.
 
 ``warmstart.pool``: ``procedural`` (the procedural pool's training split: its combinations
 without the held-out part, themed on the corpus documents of the training half of
-:func:`spadekit.selfplay.procedural_pool.split_documents`, every program validated), ``library``,
+:func:`spadekit.selfplay.procedural_pool.split_documents`, every program validated; kit
+programs under ``designer.prompt_style: kit``), ``library``,
 or a pool directory.
 """
 
@@ -65,6 +66,12 @@ class WarmstartConfig:
     start again or rebuilds it where the cache was cleared."""
     programs: int = 48
     """At most this many programs of the pool (a seeded draw)."""
+    combos: int | None = None
+    """The procedural pool's compositions: at most this many of the training split's (a
+    seeded draw that uses every part of the split), so that the warm start leaves
+    compositions a designer can find that are new to it; None: all of them."""
+    per_combo: int = 1
+    """Procedural programs written per composition (each on another document and seed)."""
     epochs: int = 4
     learning_rate: float = 5.0e-4
     lora_r: int = 32
@@ -79,7 +86,7 @@ class WarmstartConfig:
     are what it learnt from, and the dedup gate keeps copies of them out of the pool."""
 
     def __post_init__(self) -> None:
-        for name in ("programs", "epochs", "lora_r"):
+        for name in ("programs", "epochs", "lora_r", "per_combo"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"warmstart.{name} must be an int >= 1, got {value!r}")
@@ -87,6 +94,10 @@ class WarmstartConfig:
                 self.agent_seeds < 0:
             raise ConfigError(f"warmstart.agent_seeds must be an int >= 0, got "
                               f"{self.agent_seeds!r}")
+        if self.combos is not None and (isinstance(self.combos, bool) or
+                                        not isinstance(self.combos, int) or self.combos < 1):
+            raise ConfigError(f"warmstart.combos must be null or an int >= 1, got "
+                              f"{self.combos!r}")
         if self.lora_layers is not None and (isinstance(self.lora_layers, bool) or
                                              not isinstance(self.lora_layers, int) or
                                              self.lora_layers < 1):
@@ -133,6 +144,7 @@ def _cache_root() -> Path:
 #: The source files that write the examples (prompts, programs, the SFT): their text is in
 #: the key, so a new spadekit that changes them builds a new warm start.
 KEY_SOURCES = ("envs/procedural/compose.py", "envs/procedural/mechanics.py",
+               "envs/procedural/kit.py", "selfplay/kit_identity.py",
                "selfplay/prompts.py", "selfplay/procedural_pool.py", "selfplay/warmstart.py",
                "selfplay/warm_cache.py", "train/sft.py", "train/model_prep.py",
                "rollout/aids.py", "policy/base.py")
@@ -278,19 +290,23 @@ def build_procedural_pool(config: Any, out: Path,
                           ) -> Path:
     """The procedural training pool for ``config``: the training combinations (seeded by
     ``warmstart.seed``), themed on the training half of the corpus, turn limit = the run's
-    turn cap, validated in the sandbox; near-duplicates dropped. Returns ``out``."""
+    turn cap, validated in the sandbox; near-duplicates dropped; game-kit programs when the
+    designer's ``prompt_style`` is ``kit``. Returns ``out``."""
     from spadekit.runs.pool import write_pool
     from spadekit.sandbox import SandboxPool
     from spadekit.sandbox.validate import Validator
     from spadekit.selfplay.corpus import load_corpus
-    from spadekit.selfplay.procedural_pool import (build_pool, candidates, split_combos,
-                                                   split_documents, write_split)
+    from spadekit.selfplay.procedural_pool import (build_pool, candidates, draw_combos,
+                                                   split_combos, split_documents, write_split)
 
-    seed = config.warmstart.seed
+    ws = config.warmstart
+    seed = ws.seed
     parts = split_combos(seed)
     docs = [(d.id, d.text) for d in load_corpus(config.corpus)]
     train_docs, _held = split_documents(docs, seed)
-    programs = candidates(parts.train, train_docs, seed, 1, config.turn_cap)
+    style = "kit" if config.designer.prompt_style == "kit" else "whole"
+    combos = parts.train if ws.combos is None else draw_combos(parts.train, ws.combos, seed)
+    programs = candidates(combos, train_docs, seed, ws.per_combo, config.turn_cap, style)
     settings = config.validation.settings(config.turn_cap)
     with SandboxPool(config.sandbox, warm=2) as pool, Validator(pool, settings) as validator:
         built = build_pool(programs, validator, seed=seed, progress=None if progress is None

@@ -40,9 +40,12 @@ __all__ = ["WarmstartResult", "agent_examples", "designer_completion", "designer
 
 
 def designer_completion(program: EnvProgram) -> str:
-    """What the designer writes for ``program``: the code block and the hint line."""
-    text = f"```python\n{program.code.strip()}\n```"
-    return text + (f"\nHINT: {program.hint.strip()}" if program.hint else "")
+    """What the designer writes for ``program``: the code block and the hint line (none for
+    a program that holds its hint as a module-level ``HINT = ...``, as kit programs do)."""
+    code = program.code.strip()
+    text = f"```python\n{code}\n```"
+    in_code = any(line.startswith(("HINT =", "HINT:")) for line in code.splitlines())
+    return text + (f"\nHINT: {program.hint.strip()}" if program.hint and not in_code else "")
 
 
 def _end_id(tokenizer: Any) -> int:
@@ -79,7 +82,7 @@ def designer_examples(policy: Any, config: Any, programs: Sequence[EnvProgram],
             doc = texts[rng.randrange(len(texts))]
         others = [p for p in by_skill.get(program.skill, []) if p.sha256 != program.sha256]
         k = min(dcfg.positive_seeds, len(others)) if config.use_memory else 0
-        refs = rng.sample(others, k) if k else []
+        refs = _references(program, others, k, rng)
         messages = build_designer_messages(config.setting, program.skill or "", doc if
                                            config.grounding else None, refs, None,
                                            config.turn_cap, doc_words=dcfg.max_words,
@@ -94,6 +97,29 @@ def designer_examples(policy: Any, config: Any, programs: Sequence[EnvProgram],
         if dcfg.hint_mode == "second_call" and program.hint:
             out.append((index, hint_example(policy, config, program)))
     return out
+
+
+def _references(program: EnvProgram, others: Sequence[EnvProgram], k: int,
+                rng: random.Random) -> list[EnvProgram]:
+    """``k`` of ``others`` as the prompt's memory references; for a procedural kit program,
+    preferring ones that share none of its information action, scoring rule and turn
+    structure, so the examples teach "write what memory lacks" (a designer shown a reference
+    learns to pick other parts, the means against collapse onto one composition)."""
+    if not k:
+        return []
+    mine = (program.meta or {}).get("procedural") or {}
+    if mine.get("style") != "kit":
+        return rng.sample(list(others), k)
+    slots = ("info", "scoring", "turns")
+
+    def shared(other: EnvProgram) -> int:
+        theirs = (other.meta or {}).get("procedural") or {}
+        return sum(bool(mine.get(s)) and mine.get(s) == theirs.get(s) for s in slots)
+
+    order = list(others)
+    rng.shuffle(order)
+    order.sort(key=shared)  # stable: the shuffle breaks ties
+    return order[:k]
 
 
 def _example(tok: Any, prompt: list[int], text: str, kind: str) -> SFTExample:

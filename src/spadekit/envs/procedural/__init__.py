@@ -2,10 +2,12 @@
 environments composed from parts (hidden state, information action, scoring rule, turn
 structure) with surface text drawn from a grounding document.
 
-``mechanics`` holds the parts, ``compose`` writes one program from a combination and a surface.
+``mechanics`` holds the parts, ``compose`` writes one whole program from a combination and a
+surface, ``kit`` the same combination as a game-kit program (issue 39).
 Standard library only, like the rest of ``spadekit.envs``.
 """
 
 from spadekit.envs.procedural.compose import Combo, all_combos, compose, surface_words, theme_words
+from spadekit.envs.procedural.kit import compose_kit
 
-__all__ = ["Combo", "all_combos", "compose", "surface_words", "theme_words"]
+__all__ = ["Combo", "all_combos", "compose", "compose_kit", "surface_words", "theme_words"]
