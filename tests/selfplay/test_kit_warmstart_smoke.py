@@ -5,7 +5,10 @@ prompt, a real LoRA SFT), then 8 designs sampled at the loop's temperature with 
 prompts on documents the warm start never saw, each validated by the real validator. The
 untrained model writes none (``benchmarks/designer.py``: 0 of 32); the trained one must write
 at least one valid kit program, and every valid one honours its skill. Measured: 1 of 6 valid
-with this recipe (24 programs: 0 of 6); about three minutes on two cores.
+with this recipe (24 programs: 0 of 6), and 1 or more of 8 in the one suite run; about three
+minutes on two cores. That margin is too thin for CI: another CPU's numerics draw other samples,
+and 0 of 8 would fail a correct build. It is marked ``slow`` (run it with ``-m slow``) until a
+recipe that fits three minutes gives several valid programs; issue 39 stays open for it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import pytest
 from conftest import TIERS
 
 
+@pytest.mark.slow  # not yet in the default run: see the module docstring
 def test_a_short_kit_warm_start_writes_valid_kit_programs(tmp_path, monkeypatch):
     pytest.importorskip("peft")
     if not TIERS:
