@@ -10,10 +10,10 @@ are drawn): ``learning`` as is, and ``frozen`` with ``train_designer=false`` (de
 rewarded and logged, never trained: the ablation of paper Table 3). The warm start is built
 once (cached) before either and not counted. Per round, from each run's ``run.sqlite``:
 
-- the designer reward of the samples due that round, and its two parts: the regret part
-  ``regret_weight * regret_norm`` and the plateau part ``plateau_weight * plateau(win rate)``
-  (from the ``designer_samples`` events: the plateau part from each sample's window win rate,
-  the regret part the rest);
+- the designer reward of the samples due that round, and, over the samples whose programs
+  were pooled, its two parts: the regret part ``regret_weight * regret_norm`` and the plateau
+  part ``plateau_weight * plateau(win rate)`` (from the ``designer_samples`` events: the
+  plateau part from each sample's window win rate, the regret part the rest);
 - the valid share of that round's designs, the kit-novel share of the valid ones (a
   composition or own code that neither the warm-start programs nor any earlier program of the
   run has), the distinct compositions in the pool so far;
@@ -133,6 +133,10 @@ def read_run(run_dir: Path, known: list) -> tuple[list[dict], list[float]]:
             rows.append({
                 "round": step,
                 "designer_reward": _mean([s["reward"] for s in due]),
+                # the parts over the samples whose programs were pooled (the others carry a
+                # fixed reward for an invalid program): reward_pooled = regret + plateau part
+                "designer_reward_pooled": _mean([s["reward"] for s, p in zip(due, plateau_parts)
+                                                 if p is not None]),
                 "regret_part": _mean(regret_parts), "plateau_part": _mean(plateau_parts),
                 "designer_samples_due": len(due),
                 "valid_share": round(valid.get(step, 0) / n, 4) if n else None,
