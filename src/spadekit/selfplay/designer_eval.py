@@ -169,12 +169,11 @@ def sample_designs(policy: Any, config: Any, validator: Any, *, n: int, seed: in
 
 def _choices(sample: DesignSample) -> str:
     """The parts of a kit sample other than the one its skill's prompt names."""
-    from spadekit.envs.procedural.kit import KIT_PARTS, SKILL_PARTS
+    from spadekit.envs.procedural.kit import SKILL_PARTS
+    from spadekit.selfplay.kit_identity import PART_KEYS
 
-    given = SKILL_PARTS.get(sample.skill)
-    names = {v: k for slot in KIT_PARTS.values() for k, v in slot.items()}
-    parts = (sample.composition or "").split("+")
-    return "+".join(p for p in parts if names.get(given) != p)
+    given = PART_KEYS.get(SKILL_PARTS.get(sample.skill))
+    return "+".join(p for p in (sample.composition or "").split("+") if p != given)
 
 
 def _kit_skill(ident: Any) -> str | None:

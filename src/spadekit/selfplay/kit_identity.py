@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from spadekit.envs import pyparse
 from spadekit.envs.gamekit import PACKAGE, VERSIONS
+from spadekit.envs.procedural.kit import KIT_PARTS
 from spadekit.selfplay.canonical import canonical_tokens
 
 __all__ = ["HOOKS", "KitIdentity", "PART_KEYS", "kit_identity"]
@@ -33,12 +34,9 @@ __all__ = ["HOOKS", "KitIdentity", "PART_KEYS", "kit_identity"]
 SLOTS = ("hidden", "info", "scoring", "turns")
 HOOKS = ("intro", "command", "look", "verdict", "reminder", "solution")
 """The methods of ``KitEnv`` a program may override (the kit calls them)."""
-PART_KEYS = {"HiddenNumber": "number", "HiddenCode": "code", "HiddenCell": "cell",
-             "HiddenCause": "cause", "HiddenOrder": "order", "Probe": "probe",
-             "Reveal": "reveal", "Clue": "clue", "ScoreExact": "exact", "ScoreSteep": "steep",
-             "ScoreBanded": "banded", "ScoreThrifty": "thrifty", "OpenTurns": "open",
-             "BudgetTurns": "budget", "GatedTurns": "gated"}
-"""Kit part class -> its name in a composition key (``spadekit.envs.procedural.Combo``)."""
+PART_KEYS = {cls: key for slot in KIT_PARTS.values() for key, cls in slot.items()}
+"""Kit part class -> its name in a composition key (``spadekit.envs.procedural.Combo``): the
+procedural kit's registry read backwards."""
 
 
 @dataclass(frozen=True)

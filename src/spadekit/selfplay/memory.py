@@ -423,7 +423,7 @@ class EnvironmentMemory:
         limit = self.duplicate_threshold if threshold is None else float(threshold)
         target = fingerprint(code, self.shingle_size)
         ident = kit_identity(code)
-        best_sha, best, copy = None, 0.0, False
+        best_sha, best, copy, best_is_kit = None, 0.0, False, False
         for record in self.records(skill):
             other = self._identity_of(record) if ident is not None else None
             if other is not None:
@@ -435,9 +435,9 @@ class EnvironmentMemory:
                 same = False
                 similarity = similarity_of(target, self._fingerprint_of(record))
             if best_sha is None or similarity > best:
-                best_sha, best, copy = record.sha256, similarity, same
-        if ident is not None and best_sha is not None and \
-                self._identity_of(self.get(best_sha)) is not None:
+                best_sha, best, copy, best_is_kit = record.sha256, similarity, same, \
+                    other is not None
+        if best_is_kit:  # kit against kit: the identity's verdict, not the threshold
             return copy, best_sha, best
         return best_sha is not None and best >= limit, best_sha, best
 
