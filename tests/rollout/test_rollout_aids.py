@@ -142,3 +142,50 @@ def test_designer_prefix_needs_token_ids():
     with pytest.raises(ConfigError):
         designer_request(TextOnly(), [{"role": "user", "content": "x"}], SamplingParams(),
                          None, "```python\n")
+
+
+def _grammar_play(config: RolloutConfig, seed: int):
+    from spadekit.policy.tiny import load_tiny_policy
+
+    Recorder.seen = []
+    [tr] = RolloutEngine(load_tiny_policy(seed=0), None, config).run(
+        [EpisodeSpec(None, seed=seed, env_factory=Recorder)])
+    return tr
+
+
+@pytest.mark.parametrize("prefix", ["\\boxed{", ""])
+def test_the_action_grammar_makes_every_reply_one_closed_box(prefix):
+    """The random tiny model writes anything; under the action grammar every action the game
+    receives is one closed box of at most ACTION_CHARS characters, with or without the
+    games prefix, and every sampled token stays trainable."""
+    pytest.importorskip("llguidance")
+    import re
+
+    from spadekit.rollout.aids import ACTION_CHARS
+
+    pattern = re.compile(r"\\boxed\{[A-Za-z0-9][A-Za-z0-9 ,.:;()+*/=_-]{0,%d}\}"
+                         % (ACTION_CHARS - 1))
+    prefixes = {"games": prefix} if prefix else {}
+    config = RolloutConfig(max_turns=3, max_new_tokens=64, temperature=1.0, seed=3,
+                           response_prefix=prefixes, action_grammar=("games",))
+    for seed in range(3):
+        tr = _grammar_play(config, seed)
+        assert tr.stop_reason == "terminated" and len(Recorder.seen) == 3
+        assert all(pattern.fullmatch(a) for a in Recorder.seen), Recorder.seen
+        assert sum(tr.loss_mask) > 0
+    free = _grammar_play(RolloutConfig(max_turns=3, max_new_tokens=64, temperature=1.0, seed=3,
+                                       response_prefix=prefixes), 0)
+    assert not all(pattern.fullmatch(a) for a in Recorder.seen), free.turns
+
+
+def test_the_action_grammar_is_for_games_only():
+    from spadekit.rollout.aids import action_grammar_for
+
+    with pytest.raises(ConfigError, match="action_grammar"):
+        RolloutConfig(action_grammar=("tooluse",))
+    with pytest.raises(ConfigError, match="action_grammar"):
+        RolloutConfig(action_grammar="games")
+    config = RolloutConfig(action_grammar=("games",))
+    assert action_grammar_for(config, "tooluse") is None
+    assert action_grammar_for(RolloutConfig(), "games") is None
+    assert action_grammar_for(config, "games").startswith('start: "\\\\boxed{" ACTION')

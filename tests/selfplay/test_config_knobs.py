@@ -33,8 +33,8 @@ import pytest
 
 from conftest import TEST_CONFIG, TIERS
 from knob_observers import (World, agent, base_config, budget, curriculum, design, designer,
-                            episode, loop, policy_name, tracking, update, write_corpus,
-                            write_pool)
+                            episode, game_episode, loop, policy_name, tracking, update,
+                            write_corpus, write_pool)
 from knob_watch import watch
 from spadekit.selfplay.config import (SCHEDULABLE, SCHEDULABLE_PREFIXES, RewardConfig, ScheduleEntry,
                              SelfPlayConfig, build, scheduled_config)
@@ -151,6 +151,7 @@ probe("designer.judge_temperature", 0.9, design, designer__judge="on")
 probe("designer.judge_max_new_tokens", 99, design, designer__judge="on")
 probe("designer.hint_model", "tiny", design)
 probe("designer.response_prefix", "# designed\n", design)
+probe("designer.grammar", "kit", design, designer__prompt_style="kit")
 probe("chat_template.all", {"enable_thinking": False}, design)
 probe("chat_template.designer", {"enable_thinking": False}, design)
 probe("chat_template.hint", {"enable_thinking": False}, design)
@@ -158,6 +159,7 @@ probe("chat_template.agent", {"enable_thinking": False}, episode)
 # one agent episode
 probe("rollout.max_turns", 2, episode)
 probe("rollout.max_new_tokens", 6, episode)
+probe("rollout.action_grammar", ("games",), game_episode)
 probe("rollout.max_context_tokens", 60, episode)
 probe("rollout.temperature", 0.9, episode, joint={"designer.temperature": 0.9})
 probe("rollout.top_p", 0.5, episode)

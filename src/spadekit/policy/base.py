@@ -82,6 +82,11 @@ class SamplingParams:
     the stop string are kept (token-exact), and the text is cut after it."""
     seed: int | None = None
     """Seed for this request's sampling stream; None draws from the backend's generator."""
+    grammar: str | None = None
+    """A Lark grammar (llguidance's dialect) the reply must follow: tokens are drawn from the
+    model's distribution renormalised over those the grammar allows, and logprobs are under
+    that distribution (``spadekit.policy.grammar``). The ``hf`` sampler and the ``vllm``
+    engine take it; other backends refuse it (``CapabilityError``). None: free text."""
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -98,6 +103,9 @@ class SamplingParams:
             raise PolicyError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
+        if self.grammar is not None and not (isinstance(self.grammar, str) and self.grammar):
+            raise PolicyError(f"grammar must be a non-empty string or None, got "
+                              f"{self.grammar!r:.60}")
 
 
 @dataclass

@@ -2,11 +2,13 @@
 
 Prompts of a batch are left-padded and decoded together with a KV cache (a call is split so
 that rows x longest prompt² stays within ``max_batch_cells``: the padded attention of a batch
-of very unequal prompts grows with it; a batch within the bound is generated as it comes); each row has its own
-temperature, top-p, token budget, stop strings and seeded random stream, and leaves the batch's
-work as soon as it finishes (the cache is trimmed to the rows still running). The logprob of each
-sampled token is ``log_softmax(logits / temperature)`` at that position, which is what a fresh
-training forward pass over the same tokens computes (tested to 1e-4 in fp32).
+of very unequal prompts grows with it; a batch within the bound is generated as it comes);
+each row has its own temperature, top-p, token budget, stop strings, seeded random stream and
+grammar, and leaves the batch's work as soon as it finishes (the cache is trimmed to the rows
+still running). The logprob of each sampled token is ``log_softmax(logits / temperature)`` at
+that position, which is what a fresh training forward pass over the same tokens computes (tested
+to 1e-4 in fp32); under a grammar, that distribution renormalised over the tokens the grammar
+allows (``spadekit.policy.grammar``).
 
 ``load_weights(named)`` copies Hugging Face-named tensors into the model in place (weight sync
 from a trainer that owns another copy: ``spadekit.policy.weight_sync``).
@@ -163,6 +165,9 @@ class HFPolicy:
         gens = [torch.Generator().manual_seed(p.seed) if p.seed is not None else self._rng
                 for p in params]
         watchers = [r.on_token for r in requests]
+        from spadekit.policy.grammar import constraint
+
+        grammars = [constraint(self, p.grammar, self.stop_ids) for p in params]
         new_ids: list[list[int]] = [[] for _ in range(b)]
         new_lp: list[list[float]] = [[] for _ in range(b)]
         finish = [""] * b
@@ -185,10 +190,17 @@ class HFPolicy:
                     logp = torch.log_softmax(logits / temps[rows], dim=-1)
                     chosen = []
                     for k, i in enumerate(rows):
-                        tok = self._pick(logp[k], params[i].top_p, greedy[i], gens[i])
+                        row = logp[k]
+                        if grammars[i] is not None:  # the distribution within the grammar
+                            row = row.masked_fill(~grammars[i].allowed(row.shape[-1]),
+                                                  float("-inf"))
+                            row = row - torch.logsumexp(row, 0)
+                        tok = self._pick(row, params[i].top_p, greedy[i], gens[i])
+                        if grammars[i] is not None:
+                            grammars[i].consume(tok)
                         chosen.append(tok)
                         new_ids[i].append(tok)
-                        new_lp[i].append(float(logp[k, tok]))
+                        new_lp[i].append(float(row[tok]))
                         # a watcher that answers False (its client is gone) ends the row now
                         if watchers[i] is not None and watchers[i](tok, new_lp[i][-1]) is False:
                             finish[i] = "abort"

@@ -159,6 +159,9 @@ class OpenAIPolicy:
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         if self._closed:
             raise PolicyError(f"{self.name}: the policy is closed")
+        from spadekit.policy.grammar import refuse_grammar
+
+        refuse_grammar(self, requests)
         self._alive()
         if not requests:
             return []

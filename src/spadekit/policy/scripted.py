@@ -42,6 +42,9 @@ class ScriptedPolicy:
                                                        chat_template_kwargs))
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        from spadekit.policy.grammar import refuse_grammar
+
+        refuse_grammar(self, requests)
         out = []
         answers = []
         for req in requests:

@@ -128,6 +128,8 @@ class VLLMPolicy:
         vllm = _import_vllm()
         self._SamplingParams = vllm.SamplingParams
         kwargs = {**_cpu_defaults(), **llm_kwargs}
+        # SamplingParams.grammar is llguidance's Lark dialect: vLLM's guidance backend reads it
+        kwargs.setdefault("structured_outputs_config", {"backend": "guidance"})
         if logprobs_mode is None:
             logprobs_mode = PROCESSED
             processor = _exact_processor(vllm)
@@ -227,6 +229,10 @@ class VLLMPolicy:
             kwargs["seed"] = int(p.seed)
         if key is not None:
             kwargs["extra_args"] = {LOGPROB_KEY: key}
+        if p.grammar is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            kwargs["structured_outputs"] = StructuredOutputsParams(grammar=p.grammar)
         return self._SamplingParams(**kwargs)
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:

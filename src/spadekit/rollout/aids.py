@@ -10,7 +10,12 @@ and GRPO has no signal. Two aids make the format easy, as small-model RL recipes
   assistant message holds the same text, so a re-render of the conversation matches the ids;
 * **format demonstrations** (``RolloutConfig.demonstrations``, the settings that get them): two
   example turns of a toy task, shown as earlier turns of the conversation before the first
-  observation. They are prompt tokens too.
+  observation. They are prompt tokens too;
+* an **action grammar** (``RolloutConfig.action_grammar``, games only): each reply is decoded
+  within the grammar of one ``\\boxed{...}`` action of at most :data:`ACTION_CHARS`
+  characters (its rest after a ``\\boxed{`` prefix), so a reply always closes its box and
+  ends (``action_grammar_for``; the sampler's ``SamplingParams.grammar``). What the action
+  says stays the model's.
 
 The designer has its own prefix (``DesignerConfig.response_prefix``, e.g. one that opens the
 code block and the class); ``designer_requests`` and ``with_prefix`` apply it. Every aid is off
@@ -47,8 +52,13 @@ DEMONSTRATIONS: dict[str, tuple[dict[str, str], ...]] = {
 they teach the format and not an answer."""
 
 
-def check_rollout_aids(response_prefix: Any, demonstrations: Any) -> None:
+def check_rollout_aids(response_prefix: Any, demonstrations: Any,
+                       action_grammar: Any = ()) -> None:
     """Raise ConfigError unless the agent's aids name known settings with string values."""
+    if isinstance(action_grammar, str) or not all(d in GRAMMAR_SETTINGS
+                                                  for d in action_grammar):
+        raise ConfigError(f"rollout.action_grammar must list settings of "
+                          f"{GRAMMAR_SETTINGS}, got {action_grammar!r}")
     if not isinstance(response_prefix, dict) or not all(
             k in SETTINGS and isinstance(v, str) for k, v in response_prefix.items()):
         raise ConfigError(f"rollout.response_prefix must map settings ({', '.join(SETTINGS)}) "
@@ -56,6 +66,23 @@ def check_rollout_aids(response_prefix: Any, demonstrations: Any) -> None:
     if isinstance(demonstrations, str) or not all(d in SETTINGS for d in demonstrations):
         raise ConfigError(f"rollout.demonstrations must list settings ({', '.join(SETTINGS)}), "
                           f"got {demonstrations!r}")
+
+
+ACTION_CHARS = 40
+"""The longest action the action grammar allows (the command and its arguments)."""
+GRAMMAR_SETTINGS = ("games",)
+"""The settings an action grammar exists for (tool use replies are tool calls)."""
+
+
+def action_grammar_for(config: Any, setting: str) -> str | None:
+    """The Lark grammar of one agent reply in ``setting`` (None when the aid is off there):
+    the rest of a ``\\boxed{`` prefix, or a whole box without one, holding one action of 1 to
+    :data:`ACTION_CHARS` characters with no braces, backslashes, quotes or line breaks."""
+    if setting not in getattr(config, "action_grammar", ()):
+        return None
+    head = "" if prefix_for(config, setting).endswith("\\boxed{") else '"\\\\boxed{" '
+    return (f'start: {head}ACTION "}}"\n'
+            f"ACTION: /[A-Za-z0-9][A-Za-z0-9 ,.:;()+*\\/=_-]{{0,{ACTION_CHARS - 1}}}/\n")
 
 
 def prefix_for(config: Any, setting: str) -> str:

@@ -44,7 +44,8 @@ from spadekit.common.errors import SandboxError
 from spadekit.rollout.local_env import LocalEnv
 from spadekit.sandbox.play import episode_return, with_hint
 from spadekit.policy.base import GenerationRequest, Policy, SamplingParams, encode_texts
-from spadekit.rollout.aids import demonstration_messages, opening_text, prefix_for
+from spadekit.rollout.aids import (action_grammar_for, demonstration_messages, opening_text,
+                                   prefix_for)
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.rollout.thinking import split_thinking
 from spadekit.rollout.sessions import (  # noqa: F401  (re-exported: the backend seam)
@@ -95,6 +96,9 @@ class RolloutConfig:
     demonstrations: tuple[str, ...] = ()
     """Format aid: the settings whose episodes open with the built-in example turns of a toy
     task before the first observation (prompt tokens, never trained). Empty: none."""
+    action_grammar: tuple[str, ...] = ()
+    """Format aid: the settings (``games``) whose replies are decoded within the grammar of one
+    ``\\boxed{...}`` action (``spadekit.rollout.aids.action_grammar_for``). Empty: none."""
 
     max_staleness: int = 0
     """Asynchronous rollouts (read by the self-play loop, ``spadekit.selfplay.pipeline``): 0 is
@@ -105,7 +109,7 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         from spadekit.rollout.aids import check_rollout_aids
-        check_rollout_aids(self.response_prefix, self.demonstrations)
+        check_rollout_aids(self.response_prefix, self.demonstrations, self.action_grammar)
         if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) \
                 or self.max_staleness < 0:
             raise ValueError(f"rollout.max_staleness must be an int >= 0, got "
@@ -366,7 +370,8 @@ class RolloutEngine:
             seed = None if cfg.seed is None else _seed(cfg.seed, tr.spec.seed, tr._index, turn)
             params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p,
                                     max_new_tokens=min(cfg.max_new_tokens, room),
-                                    stop=cfg.stop, seed=seed)
+                                    stop=cfg.stop, seed=seed, grammar=action_grammar_for(
+                                        cfg, tr.spec.tag.get("setting", "games")))
             ready.append(tr)
             requests.append(GenerationRequest(prompt_ids=list(tr.token_ids), params=params))
         gen_of: dict[int, Any] = {}

@@ -70,9 +70,23 @@ class DesignerConfig:
     """Format aid: text that opens the designer's reply, e.g. one that opens the code block and
     the class. Its tokens are prompt tokens (never trained); the extractor reads prefix + reply
     (``spadekit.rollout.aids``). Needs a policy that takes token ids. Empty: none."""
+    grammar: str | None = None
+    """``kit`` (with ``prompt_style: kit``): the designer's reply is decoded within the kit
+    grammar (``spadekit.selfplay.kit_grammar``; vLLM's ``structured_outputs`` likewise): every
+    composition and parameter value it allows loads, and the designer's own code is an
+    ``intro`` flavour at most. The loop's choice of form, recorded here. None: free text."""
 
     def __post_init__(self) -> None:
+        from spadekit.selfplay.kit_grammar import GRAMMARS
         from spadekit.selfplay.prompts import PROMPT_STYLES
+
+        if self.grammar is not None and self.grammar not in GRAMMARS:
+            raise ConfigError(f"designer.grammar must be one of {GRAMMARS} or null, got "
+                              f"{self.grammar!r}")
+        if self.grammar == "kit" and (self.prompt_style != "kit" or self.response_prefix):
+            raise ConfigError("designer.grammar=kit constrains the whole reply to a kit "
+                              "program: it needs designer.prompt_style=kit and no "
+                              "designer.response_prefix (or set designer.grammar=null)")
 
         if self.prompt_style not in PROMPT_STYLES:
             raise ConfigError(f"designer.prompt_style must be one of {PROMPT_STYLES}, got "

@@ -55,6 +55,7 @@ from spadekit.envs.program import EnvProgram
 from spadekit.selfplay.generate import solution_actions
 from spadekit.selfplay.judge import build_judge_messages, judge_enabled, parse_judgement
 from spadekit.selfplay.memory import EnvironmentMemory
+from spadekit.selfplay.kit_grammar import designer_grammar
 from spadekit.policy.base import GenerationRequest, Policy, SamplingParams
 from spadekit.selfplay.repair import build_repair_messages
 from spadekit.selfplay.rewards import FailureReward, designer_reward_for_failure
@@ -190,7 +191,10 @@ class DesignPhase:
             plan[-1]["request"] = designer_request(self.policy, messages, SamplingParams(
                 temperature=dcfg.temperature, top_p=dcfg.top_p,
                 max_new_tokens=dcfg.max_new_tokens,
-                seed=streams.get("design").randrange(2 ** 31)),
+                seed=streams.get("design").randrange(2 ** 31),
+                grammar=designer_grammar(dcfg.grammar, cfg.setting, skill,
+                                         doc.text if doc else None, cfg.turn_cap,
+                                         dcfg.max_words)),
                 cfg.chat_template.for_role("designer"), dcfg.response_prefix)
         with phase(f"round {step}: design ({len(plan)} environments)"):
             gens = with_prefix(self.policy.generate([p["request"] for p in plan]),

@@ -115,6 +115,7 @@ def sample_designs(policy: Any, config: Any, validator: Any, *, n: int, seed: in
     from spadekit.policy.base import SamplingParams
     from spadekit.rollout.aids import designer_request, with_prefix
     from spadekit.selfplay.memory import fingerprint, similarity_of
+    from spadekit.selfplay.kit_grammar import designer_grammar
     from spadekit.selfplay.kit_identity import kit_identity
     from spadekit.selfplay.prompts import build_designer_messages
 
@@ -133,7 +134,9 @@ def sample_designs(policy: Any, config: Any, validator: Any, *, n: int, seed: in
         plan.append((skill, doc_id))
         requests.append(designer_request(policy, messages, SamplingParams(
             temperature=dcfg.temperature, top_p=dcfg.top_p, max_new_tokens=dcfg.max_new_tokens,
-            seed=rng.randrange(2 ** 31)), config.chat_template.for_role("designer"),
+            seed=rng.randrange(2 ** 31), grammar=designer_grammar(
+                dcfg.grammar, config.setting, skill, text if config.grounding else None,
+                config.turn_cap, dcfg.max_words)), config.chat_template.for_role("designer"),
             dcfg.response_prefix))
     gens = with_prefix(policy.generate(requests), dcfg.response_prefix)
     reports = validator.validate_many([g.text for g in gens], workers=2,

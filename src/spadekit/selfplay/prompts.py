@@ -316,6 +316,14 @@ def _compact_messages(setting: str, skill: str, text: str, refs: list, negative:
             {"role": "user", "content": "\n\n".join(parts)}]
 
 
+def kit_theme_words(setting: str, document: str | None, doc_words: int | None = None
+                    ) -> list[str]:
+    """The theme words the kit prompt shows for ``document`` (cut to ``doc_words``, default
+    the setting's budget), as :func:`build_designer_messages` computes them."""
+    limit = DOC_WORDS[setting] if doc_words is None else doc_words
+    return theme_words(truncate_words(document or "", limit).strip())
+
+
 def build_designer_messages(setting: str, skill: str, document: str | None,
                             positive: Sequence[Any] = (), negative: tuple[str, Any] | None = None,
                             max_turns: int = 12, doc_words: int | None = None,

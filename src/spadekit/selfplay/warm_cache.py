@@ -152,7 +152,7 @@ _PER_EXAMPLE_ONLY = ("seed_memory", "base")
 """``warmstart`` fields that do not change the warm start itself."""
 _NOT_EXAMPLES = ("temperature", "top_p", "repair_attempts", "judge", "judge_temperature",
                  "judge_max_new_tokens", "hint_model", "model", "hint_temperature",
-                 "max_new_tokens", "hint_max_new_tokens")
+                 "max_new_tokens", "hint_max_new_tokens", "grammar")
 """``designer`` fields that only sample or check later (no example changes with them)."""
 
 
@@ -198,7 +198,8 @@ def cache_key(config: Any) -> str:
     rollout = ({"response_prefix": dict(config.rollout.response_prefix),
                 "demonstrations": list(config.rollout.demonstrations),
                 "system_prompt": getattr(config.rollout, "system_prompt", None)}
-               if ws.agent_seeds == 0 else dataclasses.asdict(config.rollout))
+               if ws.agent_seeds == 0 else {k: v for k, v in dataclasses.asdict(
+                   config.rollout).items() if k != "action_grammar"})  # replayed, not sampled
     payload = {"format": CACHE_FORMAT, "code": _code_digest(),
                "model": ws.base or config.model,
                "warmstart": {**{k: v for k, v in dataclasses.asdict(ws).items()

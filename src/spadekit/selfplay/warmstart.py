@@ -24,6 +24,7 @@ seeds its memory with, and what a designer's novelty is measured against).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
@@ -186,7 +187,7 @@ def agent_examples(policy: Any, config: Any, pool: Any, programs: Sequence[EnvPr
                 return action[len(prefix):] if prefix and action.startswith(prefix) else action
 
             engine = RolloutEngine(ScriptedPolicy(policy.tokenizer, reply), pool,
-                                   config.rollout,
+                                   dataclasses.replace(config.rollout, action_grammar=()),
                                    chat_template_kwargs=config.chat_template.for_role("agent"))
             [tr] = engine.run([EpisodeSpec(program, seed=seed, max_turns=config.turn_cap)])
             if tr.failure or tr.episode_return < 1.0 or not any(tr.loss_mask):
