@@ -107,6 +107,7 @@ def install_fake_vllm(monkeypatch, mod) -> None:
     kinds = types.ModuleType("vllm.sampling_params")
     kinds.RequestOutputKind = types.SimpleNamespace(CUMULATIVE="cumulative",
                                                     FINAL_ONLY="final_only")
+    kinds.StructuredOutputsParams = lambda **kw: types.SimpleNamespace(**kw)
     mod.sampling_params = kinds
     monkeypatch.setitem(sys.modules, "vllm", mod)
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", kinds)
@@ -145,12 +146,23 @@ def test_engine_is_built_with_processed_logprobs(fake_vllm):
     llm = fake_vllm.built[0]
     assert llm.model == "org/model"
     assert llm.kwargs == {"logprobs_mode": "processed_logprobs", **_cpu_defaults(),
-                          "dtype": "float32", "gpu_memory_utilization": 0.5}
+                          "dtype": "float32", "gpu_memory_utilization": 0.5,
+                          "structured_outputs_config": {"backend": "guidance"}}
     assert isinstance(policy, Policy) and policy.name == "vllm:org/model"
     assert policy.capabilities == frozenset({"token_ids", "logprobs", "stream"})
     assert "train" not in policy.capabilities
     assert policy.logprobs_exact(SamplingParams(temperature=0.7))
     assert not policy.logprobs_exact(SamplingParams(temperature=0.7, top_p=0.9))
+
+
+def test_a_grammar_goes_to_vllms_structured_outputs(fake_vllm):
+    policy = load_policy("vllm:org/model")
+    grammar = 'start: "yes" | "no"'
+    ruled = policy.sampling_params(SamplingParams(grammar=grammar)).kwargs
+    assert ruled["structured_outputs"].grammar == grammar
+    assert "structured_outputs" not in policy.sampling_params(SamplingParams()).kwargs
+    built = load_policy("vllm:org/model", structured_outputs_config={"backend": "xgrammar"})
+    assert built.llm.kwargs["structured_outputs_config"] == {"backend": "xgrammar"}
 
 
 def test_old_vllm_without_logprobs_mode(fake_vllm, monkeypatch):

@@ -156,25 +156,26 @@ def _grammar_play(config: RolloutConfig, seed: int):
 @pytest.mark.parametrize("prefix", ["\\boxed{", ""])
 def test_the_action_grammar_makes_every_reply_one_closed_box(prefix):
     """The random tiny model writes anything; under the action grammar every action the game
-    receives is one closed box of at most ACTION_CHARS characters, with or without the
-    games prefix, and every sampled token stays trainable."""
+    receives is one closed box of at most ACTION_WORDS short words, with or without the games
+    prefix, and every sampled token stays trainable."""
     pytest.importorskip("llguidance")
     import re
 
-    from spadekit.rollout.aids import ACTION_CHARS
+    from spadekit.rollout.aids import ACTION_WORD_CHARS, ACTION_WORDS
 
-    pattern = re.compile(r"\\boxed\{[A-Za-z0-9][A-Za-z0-9 ,.:;()+*/=_-]{0,%d}\}"
-                         % (ACTION_CHARS - 1))
+    word = r"[A-Za-z0-9,.:;()+*/=_-]{1,%d}" % ACTION_WORD_CHARS
+    pattern = re.compile(r"\\boxed\{%s( %s){0,%d}\}" % (word, word, ACTION_WORDS - 1))
     prefixes = {"games": prefix} if prefix else {}
-    config = RolloutConfig(max_turns=3, max_new_tokens=64, temperature=1.0, seed=3,
+    # a byte-level tokenizer: a token per character, so the budget holds the longest action
+    config = RolloutConfig(max_turns=3, max_new_tokens=200, temperature=1.0, seed=3,
                            response_prefix=prefixes, action_grammar=("games",))
     for seed in range(3):
         tr = _grammar_play(config, seed)
         assert tr.stop_reason == "terminated" and len(Recorder.seen) == 3
         assert all(pattern.fullmatch(a) for a in Recorder.seen), Recorder.seen
         assert sum(tr.loss_mask) > 0
-    free = _grammar_play(RolloutConfig(max_turns=3, max_new_tokens=64, temperature=1.0, seed=3,
-                                       response_prefix=prefixes), 0)
+    free = _grammar_play(RolloutConfig(max_turns=3, max_new_tokens=200, temperature=1.0,
+                                       seed=3, response_prefix=prefixes), 0)
     assert not all(pattern.fullmatch(a) for a in Recorder.seen), free.turns
 
 
@@ -189,3 +190,40 @@ def test_the_action_grammar_is_for_games_only():
     assert action_grammar_for(config, "tooluse") is None
     assert action_grammar_for(RolloutConfig(), "games") is None
     assert action_grammar_for(config, "games").startswith('start: "\\\\boxed{" ACTION')
+
+
+def test_every_library_and_procedural_kit_solution_fits_the_action_grammar(pool):
+    """What a game needs the agent to say fits the action grammar: the solutions of the
+    bundled library games and of one procedural kit program per composition (the longest
+    items the kit grammar offers) on a few seeds, read in the sandbox, are accepted by the
+    grammar's matcher token by token."""
+    pytest.importorskip("llguidance")
+    import random
+
+    import llguidance
+    import llguidance.hf
+
+    from spadekit.envs.procedural import all_combos, compose_kit
+    from spadekit.rollout.aids import action_grammar_for
+    from spadekit.selfplay.warmstart import _solutions
+
+    end = TOK.convert_tokens_to_ids("<|im_end|>")
+    llt = llguidance.hf.from_tokenizer(TOK, eos_token=end)
+    grammar = llguidance.LLMatcher.grammar_from_lark(action_grammar_for(
+        RolloutConfig(action_grammar=("games",)), "games"))
+    words = ["harbor", "lanterns", "meadowland", "copperish", "thistles", "willowing",
+             "garnets", "pebbly", "orchidist", "junipers"]
+    programs = [p for p in (library.program(e) for e in library.list_library())
+                if (p.domain or "games") == "games"]
+    programs += [compose_kit(c, words, i, 8) for i, c in enumerate(all_combos())
+                 if c.info == "probe"]
+    actions = set()
+    for program in programs:
+        for seq in _solutions(pool, program, [random.Random(program.sha256).randrange(1000)
+                                              for _ in range(3)], 8).values():
+            actions.update(seq)
+    assert len(actions) > 50
+    for action in sorted(actions):
+        matcher = llguidance.LLMatcher(llt, grammar, log_level=0)
+        ids = TOK.encode(action, add_special_tokens=False)
+        assert matcher.consume_tokens(ids) and matcher.consume_token(end), action

@@ -178,3 +178,44 @@ def test_each_composition_has_one_import_and_the_skill_part_leads():
         if "ScoreThrifty" in names:
             names = ["ScoreThrifty"] + [n for n in names if n != "ScoreThrifty"]
         assert kit_import(names).replace('"', '\\"') in grammar
+
+
+def test_turn_limits_stay_in_the_kit_and_fit_the_cap(tokenizer):
+    for cap in (2, 3, 8, 22, 25, 40):
+        for cls in ("OpenTurns", "BudgetTurns", "GatedTurns"):
+            for option in part_options(cls, WORDS, cap):
+                limit = int(option.split("limit=")[1].split(",")[0].rstrip(")"))
+                assert 4 <= limit <= 25, option
+                if cls == "GatedTurns":
+                    assert int(option.split("looks=")[1].rstrip(")")) < cap, option
+    with pytest.raises(ValueError, match="at least 2 turns"):
+        part_options("OpenTurns", WORDS, 1)
+    with pytest.raises(ConfigError, match="turn cap of at least 2"):
+        load_config("cpu-kit", overrides=["rollout.max_turns=1"])
+    codes = [_program({**_BASE, "turns": "GatedTurns"},
+                      {**{s: part_options(c, WORDS, 2)[0] for s, c in _BASE.items()},
+                       "turns": o}, 2) for o in part_options("GatedTurns", WORDS, 2)]
+    codes += [_program(_BASE, {**{s: part_options(c, WORDS, 25)[0] for s, c in _BASE.items()},
+                               "turns": o}, 25) for o in part_options("OpenTurns", WORDS, 25)]
+    with Validator(settings=ValidatorSettings(max_turns=2)) as validator:
+        reports = validator.validate_many(codes, workers=2, seeds=list(range(len(codes))))
+    assert all(r.ok for r in reports), [(r.reason, r.message[:120]) for r in reports]
+
+
+@pytest.mark.parametrize("text", ['theme = "A         "', 'theme = "the keeper  "'])
+def test_a_blank_theme_or_hint_is_outside_the_grammar(tokenizer, text):
+    good = _program(_BASE, {s: part_options(c, WORDS, 8)[0] for s, c in _BASE.items()}, 8)
+    grammar = kit_grammar("Mathematical_Reasoning", WORDS, 8)
+    bad = good.replace('theme = "the harbor keeper hides a secret among the nets"', text)
+    assert bad != good and not _accepts(tokenizer, grammar, f"```python\n{bad}\n```")
+    blank_hint = good.replace('HINT = "Look first, then answer once the looks pin it down."',
+                              'HINT = "A.........."')
+    assert not _accepts(tokenizer, grammar, f"```python\n{blank_hint}\n```")
+
+
+@pytest.mark.parametrize("override", [
+    "generation_model=openai:model@http://127.0.0.1:9/v1", "designer.repair_attempts=1",
+    "chat_template.designer.enable_thinking=true"])
+def test_the_config_refuses_what_would_bypass_a_grammar(override):
+    with pytest.raises(ConfigError, match="grammar"):
+        load_config("cpu-kit", overrides=[override])

@@ -307,6 +307,9 @@ class SGLangRouterPolicy:
                                                        chat_template_kwargs))
 
     def generate(self, requests: list[Any]) -> list[Any]:
+        from spadekit.policy.grammar import refuse_grammar
+
+        refuse_grammar(self, requests)  # SGLang's router is sent no grammar
         return list(self._pool.map(self._one, requests))
 
     def close(self) -> None:

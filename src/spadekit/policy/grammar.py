@@ -6,10 +6,12 @@ follows one request: :meth:`Constraint.allowed` gives the tokens that keep the r
 grammar (an end-of-turn token only once the grammar is complete), :meth:`Constraint.consume`
 advances it by the sampled token. The sampler draws from the model's distribution renormalised
 over the allowed tokens; each token's logprob is under that distribution, the one it was drawn
-from, as vLLM reports it (its grammar mask comes before its logprobs), so the trainer's
-truncated importance weight corrects for the grammar as for any behaviour policy. Failures are
-typed: no llguidance installed (``CapabilityError``), a grammar that does not compile or a token it
-refuses (``GrammarError``), never a silent unconstrained sample.
+from, as vLLM reports it (its grammar mask comes before its logprobs). The trainer's truncated
+importance weight ``exp(old - behaviour)`` is then the model's mass inside the grammar (at
+most 1): it scales down the tokens the grammar forced against the model; it cannot restore the
+mass outside the grammar, which is never sampled. Failures are typed: no llguidance
+installed (``CapabilityError``), a grammar that does not compile or a token it refuses
+(``GrammarError``), never a silent unconstrained sample.
 """
 
 from __future__ import annotations

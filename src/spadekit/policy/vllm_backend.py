@@ -82,8 +82,8 @@ import warnings
 import weakref
 from typing import Any, Iterable
 
-from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, SamplingParams,
-                                  cut_at_stop, encode_text, render_text)
+from spadekit.policy.base import (CapabilityError, Generation, GenerationRequest, PolicyError,
+                                  SamplingParams, cut_at_stop, encode_text, render_text)
 from spadekit.policy import vllm_logprobs
 from spadekit.policy.vllm_logprobs import KEY as LOGPROB_KEY
 
@@ -129,7 +129,9 @@ class VLLMPolicy:
         self._SamplingParams = vllm.SamplingParams
         kwargs = {**_cpu_defaults(), **llm_kwargs}
         # SamplingParams.grammar is llguidance's Lark dialect: vLLM's guidance backend reads it
-        kwargs.setdefault("structured_outputs_config", {"backend": "guidance"})
+        # (a vLLM without structured outputs keeps its defaults, and refuses a grammar later)
+        if hasattr(getattr(vllm, "sampling_params", None), "StructuredOutputsParams"):
+            kwargs.setdefault("structured_outputs_config", {"backend": "guidance"})
         if logprobs_mode is None:
             logprobs_mode = PROCESSED
             processor = _exact_processor(vllm)
@@ -230,8 +232,11 @@ class VLLMPolicy:
         if key is not None:
             kwargs["extra_args"] = {LOGPROB_KEY: key}
         if p.grammar is not None:
-            from vllm.sampling_params import StructuredOutputsParams
-
+            try:
+                from vllm.sampling_params import StructuredOutputsParams
+            except ImportError as exc:
+                raise CapabilityError(f"{self.name}: this vLLM has no structured outputs, so "
+                                      "it cannot follow a grammar") from exc
             kwargs["structured_outputs"] = StructuredOutputsParams(grammar=p.grammar)
         return self._SamplingParams(**kwargs)
 

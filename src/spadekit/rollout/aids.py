@@ -12,10 +12,10 @@ and GRPO has no signal. Two aids make the format easy, as small-model RL recipes
   example turns of a toy task, shown as earlier turns of the conversation before the first
   observation. They are prompt tokens too;
 * an **action grammar** (``RolloutConfig.action_grammar``, games only): each reply is decoded
-  within the grammar of one ``\\boxed{...}`` action of at most :data:`ACTION_CHARS`
-  characters (its rest after a ``\\boxed{`` prefix), so a reply always closes its box and
-  ends (``action_grammar_for``; the sampler's ``SamplingParams.grammar``). What the action
-  says stays the model's.
+  within the grammar of one ``\\boxed{...}`` action of at most :data:`ACTION_WORDS` short
+  words (its rest after a ``\\boxed{`` prefix), so a reply always closes its box and ends
+  (``action_grammar_for``; the sampler's ``SamplingParams.grammar``). What the action says
+  stays the model's.
 
 The designer has its own prefix (``DesignerConfig.response_prefix``, e.g. one that opens the
 code block and the class); ``designer_requests`` and ``with_prefix`` apply it. Every aid is off
@@ -68,21 +68,28 @@ def check_rollout_aids(response_prefix: Any, demonstrations: Any,
                           f"got {demonstrations!r}")
 
 
-ACTION_CHARS = 40
-"""The longest action the action grammar allows (the command and its arguments)."""
+ACTION_WORDS = 9
+"""The most words (a command and its arguments, one space apart) an action may hold..."""
+ACTION_WORD_CHARS = 16
+"""...and the most characters of each: room for a kit command over eight 9-letter items or
+any library game's solution, while a reply that runs on (``probe 13 2 8 1 5 8 ...``) is
+closed after nine words. A reply of words fits ``cpu-kit``'s 48 tokens; one of odd
+characters can still be cut by the budget."""
 GRAMMAR_SETTINGS = ("games",)
 """The settings an action grammar exists for (tool use replies are tool calls)."""
 
 
 def action_grammar_for(config: Any, setting: str) -> str | None:
     """The Lark grammar of one agent reply in ``setting`` (None when the aid is off there):
-    the rest of a ``\\boxed{`` prefix, or a whole box without one, holding one action of 1 to
-    :data:`ACTION_CHARS` characters with no braces, backslashes, quotes or line breaks."""
+    the rest of a ``\\boxed{`` prefix, or a whole box without one, holding one action: 1 to
+    :data:`ACTION_WORDS` words of 1 to :data:`ACTION_WORD_CHARS` characters one space apart,
+    with no braces, backslashes, quotes or line breaks."""
     if setting not in getattr(config, "action_grammar", ()):
         return None
     head = "" if prefix_for(config, setting).endswith("\\boxed{") else '"\\\\boxed{" '
+    word = f"[A-Za-z0-9,.:;()+*\\/=_-]{{1,{ACTION_WORD_CHARS}}}"
     return (f'start: {head}ACTION "}}"\n'
-            f"ACTION: /[A-Za-z0-9][A-Za-z0-9 ,.:;()+*\\/=_-]{{0,{ACTION_CHARS - 1}}}/\n")
+            f"ACTION: /{word}( {word}){{0,{ACTION_WORDS - 1}}}/\n")
 
 
 def prefix_for(config: Any, setting: str) -> str:

@@ -96,6 +96,36 @@ class DesignerConfig:
                               f"{self.response_prefix!r}")
 
 
+def check_grammars(config: Any) -> None:
+    """``ConfigError`` for a designer or agent grammar the run cannot hold: a turn cap below 2
+    (no kit game fits), a generator that cannot constrain its sampling (an ``openai:``
+    engine), repair turns (free text after a grammar), or a thinking chat template (both
+    grammars leave no room for ``<think>``)."""
+    ruled = [role for role, on in (("designer", config.designer.grammar),
+                                   ("agent", config.rollout.action_grammar)) if on]
+    if not ruled:
+        return
+    knobs = " and ".join({"designer": "designer.grammar", "agent": "rollout.action_grammar"}[r]
+                         for r in ruled)
+    if config.designer.grammar and config.turn_cap < 2:
+        raise ConfigError(f"designer.grammar=kit needs a turn cap of at least 2 (a kit game "
+                          f"looks or answers, then answers), got {config.turn_cap}")
+    engines = [("generation_model", config.generation_model),
+               ("designer.model", config.designer.model)]
+    for name, spec in engines:
+        if isinstance(spec, str) and spec.startswith("openai:"):
+            raise ConfigError(f"{knobs} cannot hold with {name}={spec}: an OpenAI-compatible "
+                              "server is sent no grammar; use a local engine or set "
+                              f"{knobs} off")
+    if config.designer.grammar and config.designer.repair_attempts:
+        raise ConfigError("designer.repair_attempts > 0 with designer.grammar=kit: a repair "
+                          "turn is free text, outside the grammar; set one of them off")
+    for role in ruled:
+        if config.chat_template.for_role(role).get("enable_thinking"):
+            raise ConfigError(f"chat_template enables thinking for the {role}, but {knobs} "
+                              "leaves no room for <think>; set one of them off")
+
+
 CHAT_ROLES = ("agent", "designer", "hint")
 """The roles whose prompts go through the chat template (the judge and repair turns are the
 designer's)."""
@@ -435,6 +465,7 @@ class SelfPlayConfig:
                     "designer.prompt_style=compact"
                     if "designer.prompt_style=kit" in games_only else "") if k)
                 + " (or use --preset tooluse-4b)")
+        check_grammars(self)
         if not (math.isfinite(self.rollout.temperature)
                 and self.rollout.temperature >= MIN_TEMPERATURE):
             raise ConfigError(f"rollout.temperature must be >= {MIN_TEMPERATURE:g}, got "

@@ -43,14 +43,19 @@ VALUES = {
 }
 """The parameter values the grammar allows (the procedural kit programs' values and a few
 between them); items counts for ``HiddenCause``/``HiddenOrder``, and the looks of
-``BudgetTurns``/``GatedTurns``. A turn limit is one of ``max(4, max_turns)`` and the next four."""
+``BudgetTurns``/``GatedTurns`` (a gated game's below ``max_turns``). A turn limit is one of
+``max(4, max_turns)`` and the next four, never above the kit's :data:`TURN_LIMIT`."""
+TURN_LIMIT = 25
+"""The kit's largest turn limit (``Turns.limit``)."""
 
-_THEME = r'/"[A-Za-z][A-Za-z ,\x27-]{8,80}"/'
+_THEME = r'/"[A-Za-z][A-Za-z ,\x27-]{6,76}[A-Za-z]{2}"/'
 _CLASS = r"/class [A-Z][a-z]{2,14}[A-Z][a-z]{2,9}Env\(KitEnv\):/"
 _FLAVOUR = r'/" [A-Z][A-Za-z ,\x27-]{3,60}\."/'
-_HINT = r'/"[A-Z][A-Za-z0-9 ,.;:\x27()-]{10,240}"/'
-"""Free text is bounded (theme 80, flavour 60, hint 240 characters), so a reply fits the
-default run's 256 new tokens with room to spare (about 160 measured)."""
+_HINT = r'/"[A-Z][a-z]+ [A-Za-z0-9 ,.;:\x27()-]{6,230}[A-Za-z.]"/'
+"""Free text is bounded (theme 80, flavour 60, hint 240 characters; the theme ends in two
+letters and the hint starts with a word, so neither is blank), so a reply of words fits the
+default run's 256 new tokens (about 160 measured); one of odd characters can exceed it and is
+then cut, and fails extraction like any cut reply."""
 
 
 def _runs(words: Sequence[str], sizes: Sequence[int]) -> list[str]:
@@ -79,12 +84,17 @@ def part_options(cls: str, words: Sequence[str], max_turns: int) -> list[str]:
         return [f"ScoreBanded(near={a}, partial={b})" for a, b in VALUES[cls]]
     if cls == "ScoreThrifty":
         return [f"ScoreThrifty(cost={a}, floor={b})" for a, b in VALUES[cls]]
-    cap = max(4, max_turns)
-    limits = range(cap, cap + 5)
+    if max_turns < 2:
+        raise ValueError(f"a kit game needs at least 2 turns, got max_turns={max_turns}")
+    low = min(max(4, max_turns), TURN_LIMIT)
+    limits = range(low, min(low + 4, TURN_LIMIT) + 1)
     if cls == "OpenTurns":
         return [f"OpenTurns(limit={n})" for n in limits]
-    if cls in ("BudgetTurns", "GatedTurns"):
+    if cls == "BudgetTurns":
         return [f"{cls}(limit={n}, looks={k})" for n in limits for k in VALUES["looks"]]
+    if cls == "GatedTurns":  # the required looks and the answer fit in max_turns
+        return [f"{cls}(limit={n}, looks={k})" for n in limits for k in VALUES["looks"]
+                if k < max_turns]
     return [f"{cls}()"]  # the information actions: Probe(), Reveal(), Clue()
 
 
