@@ -16,6 +16,7 @@ installed (``CapabilityError``), a grammar that does not compile or a token it r
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from spadekit.policy.base import CapabilityError, PolicyError
@@ -39,10 +40,14 @@ def _llg():
     return llguidance
 
 
+_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+"""Each policy's llguidance tokenizer, kept as long as the policy lives."""
+
+
 def _tokenizer(policy: Any, stop_ids) -> Any:
     """llguidance's view of ``policy.tokenizer`` with ``stop_ids`` as its end tokens, built
     once per policy (about half a second)."""
-    cached = getattr(policy, "_grammar_tokenizer", None)
+    cached = _TOKENIZERS.get(policy)
     if cached is not None:
         return cached
     llg = _llg()
@@ -51,7 +56,7 @@ def _tokenizer(policy: Any, stop_ids) -> Any:
     except (ValueError, TypeError) as exc:
         raise CapabilityError(f"{getattr(policy, 'name', 'policy')}: llguidance cannot read "
                               f"its tokenizer: {exc}") from exc
-    policy._grammar_tokenizer = tok
+    _TOKENIZERS[policy] = tok
     return tok
 
 

@@ -20,8 +20,9 @@ import itertools
 import json
 from typing import Sequence
 
-from spadekit.envs.gamekit import LATEST, PACKAGE
-from spadekit.envs.procedural.kit import COMMANDS, KIT_PARTS, SKILL_PARTS, SYMBOLS
+from spadekit.envs.gamekit import LATEST
+from spadekit.envs.procedural.kit import (COMMANDS, KIT_PARTS, SKILL_PARTS, SYMBOLS,
+                                          kit_import)
 
 __all__ = ["GRAMMARS", "VALUES", "designer_grammar", "kit_grammar", "part_options"]
 
@@ -107,12 +108,12 @@ def kit_grammar(skill: str, words: Sequence[str], max_turns: int, version: str =
     ``words`` (the theme words the prompt shows), its turn limits from ``max_turns``."""
     first = SKILL_PARTS[skill]
     slots = list(KIT_PARTS)
-    lines = ['start: "```python\\n" program "\\n```"', "program: " + " | ".join(
-        "c%d" % i for i in range(len(list(itertools.product(*KIT_PARTS.values())))))]
-    for i, combo in enumerate(itertools.product(*(KIT_PARTS[s].values() for s in slots))):
+    combos = list(itertools.product(*(KIT_PARTS[s].values() for s in slots)))
+    lines = ['start: "```python\\n" program "\\n```"',
+             "program: " + " | ".join("c%d" % i for i in range(len(combos)))]
+    for i, combo in enumerate(combos):
         names = ([first] if first in combo else []) + [c for c in combo if c != first]
-        head = json.dumps(f"from {PACKAGE}.{version} import {', '.join(['KitEnv', *names])}"
-                          "\n\n\n")
+        head = json.dumps(kit_import(names, version) + "\n\n\n")
         body = " ".join(f'"\\n    {slot} = " {_rule(cls)}' for slot, cls in zip(slots, combo))
         lines.append(f'c{i}: {head} CLASS "\\n    theme = " THEME {body} tail')
     for cls in sorted({c for slot in slots for c in KIT_PARTS[slot].values()}):
