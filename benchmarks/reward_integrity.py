@@ -12,6 +12,10 @@ this same run.
   garbage and random-policy baselines, a lockstep batch of ``lockstep_instances``, decoys)
   against the old contract's shape (no solution required, one instance at a time, no decoys):
   ``validation_vs_light_ratio`` and programs per second for both;
+- the blind-reply baseline (each printed action replied every turn, other seeds' solutions, on
+  ``blind_episodes`` drawn seeds) on the library's games and one procedural kit program of
+  every ninth composition: full validation against the same with ``blind_episodes=0``,
+  alternated three times: ``blind_baseline_ratio``;
 - the hint-leak check (literal, then the empirical probe in the sandbox) per hint, against
   ``parse_hint`` on the same hint (the cost a hint had before): ``leak_check_ms_per_hint``.
 
@@ -81,6 +85,16 @@ def validations(pool: SandboxPool, settings: ValidatorSettings, programs: list) 
     return elapsed / len(programs)
 
 
+def kit_programs() -> list:
+    """One procedural kit program of every ninth composition (20), on fixed theme words."""
+    from spadekit.envs.procedural.compose import all_combos
+    from spadekit.envs.procedural.kit import compose_kit
+
+    words = ("amber river lantern copper meadow falcon harbor velvet orchard glacier canyon "
+             "thistle").split()
+    return [compose_kit(combo, words, 1, 8) for combo in all_combos()[::9]]
+
+
 def leak_check_ms(pool: SandboxPool, programs: list) -> tuple[float, float]:
     """(ms per hint for the literal + empirical check, ms per hint for parse_hint alone)."""
     from spadekit.selfplay.generate import solution_actions
@@ -125,6 +139,16 @@ def main() -> None:
         out["validation_s_light"] = round(light, 3)
         out["validations_per_s_full"] = round(1 / full, 2)
         out["validation_vs_light_ratio"] = round(full / light, 2)
+        kit = kit_programs()
+        with_const, without_const = [], []
+        for _ in range(3):  # alternated, so a busy moment hits both
+            with_const.append(validations(pool, ValidatorSettings(), programs + kit))
+            without_const.append(validations(pool, ValidatorSettings(blind_episodes=0),
+                                             programs + kit))
+        out["validation_s_blind_16"] = round(statistics.median(with_const), 3)
+        out["validation_s_blind_0"] = round(statistics.median(without_const), 3)
+        out["blind_baseline_ratio"] = round(statistics.median(with_const)
+                                               / statistics.median(without_const), 3)
         checked, parsed = leak_check_ms(pool, programs)
         out["leak_check_ms_per_hint"] = round(checked, 2)
         out["parse_hint_ms_per_hint"] = round(parsed, 4)

@@ -194,8 +194,9 @@ weights and the ramp show; the per-round rates move, so the EMAs do too."""
 
 
 def _store_with_env(cfg: SelfPlayConfig, w: World):
-    """Two environments made at step 0 and played each round until their designer samples are
-    due (``WINS``), with hinted plays of mean 0.3 at step 0, plus an invalid program's sample."""
+    """Two environments made at step 0 (validation measured a chance return of 0.2) and
+    played each round until their designer samples are due (``WINS``), with hinted plays of
+    mean 0.3 at step 0, plus an invalid program's sample."""
     from spadekit.envs import library
     from spadekit.selfplay.memory import EnvironmentMemory
     from spadekit.selfplay.samples import update_ema
@@ -207,7 +208,8 @@ def _store_with_env(cfg: SelfPlayConfig, w: World):
     entries = [e for e in library.list_library() if e.setting == "games"][:2]
     for entry, wins in zip(entries, WINS):
         program = library.program(entry)
-        store.add_environment(program, step=0)
+        store.add_environment(program, step=0,
+                              validation={"ok": True, "details": {"chance_return": 0.2}})
         memory.add(program, step=0)
         for step in range(cfg.regen_interval):
             for i in range(4):

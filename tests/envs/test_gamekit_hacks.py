@@ -6,10 +6,12 @@ state that does not change with the seed, and overrides of the kit's machinery (
 ``step``), fail at load too; an opening observation or reminder that shows the secret fails the
 interface stage (the kit refuses it at reset, or at the first unknown command); a scoring rule,
 verdict or turn structure that pays for anything fails ``action_independent``. A hidden state
-that varies only while the kit checks it passes validation and is retired by the watch as
-``constant_answer``. The honest control, parts and hooks of its own, validates. A look that
+that varies only while the kit checks it passes validation, with a chance return of 1
+(another seed's solution wins), and is retired by the watch as ``constant_answer``. The honest control, parts and hooks of its own, validates. A look that
 gives the answer away is an easy game rather than a broken one: it validates, and the
-designer's reward (the plateau on the agent's win rate) is what judges it.
+designer's reward (the plateau on the agent's win rate) is what judges it. A game whose
+printed example answer earns partial credit validates with that figure as its chance return;
+an agent that copies the example then earns the designer nothing above chance.
 """
 
 from __future__ import annotations
@@ -45,9 +47,12 @@ REFUSED = {
     "pays_for_talk.py": (PAYS, "garbage scores a mean return of"),
 }
 WATCHED = {"constant_after_check.py": "constant_answer"}
-"""Pass validation; retired in play by the watch."""
+"""Pass validation (with a chance return of 1: another seed's solution wins); retired in play
+by the watch."""
 VALID = ("honest_override.py", "leak_look.py")
 """The control, and the easy game (see the module docstring)."""
+COPIED = ("copy_example.py",)
+"""A game whose printed example answer earns partial credit: valid, with that chance return."""
 
 
 def hack(name: str) -> str:
@@ -56,7 +61,7 @@ def hack(name: str) -> str:
 
 def test_every_hack_is_listed_here_and_in_the_readme():
     files = sorted(p.name for p in HACKS.glob("*.py"))
-    assert files == sorted([*REFUSED, *WATCHED, *VALID])
+    assert files == sorted([*REFUSED, *WATCHED, *VALID, *COPIED])
     readme = (HACKS / "README.md").read_text()
     assert all(f"- {name}:" in readme for name in files)
 
@@ -81,9 +86,52 @@ def test_the_control_and_the_easy_game_validate(pool, name):
 def test_a_hack_only_play_shows_is_retired_by_the_watch(tmp_path, pool, name):
     report = Validator(pool, seed=4).validate(hack(name))
     assert report.ok, report.message  # what validation sees is a game
+    assert report.details["chance_return"] == 1.0  # whose answer another seed's solution is
     for seed in range(3):
         with RunStore(tmp_path / f"run{seed}", create=True) as store:
             sha = store.add_environment(EnvProgram(code=hack(name)), step=0, validation=report)
             watch = PoolWatch(WatchConfig(spot_checks=1), store, {}, pool, 12, tooluse=False)
             retired, metrics = watch.after_play(0, [], RoundStreams(seed, 0))
             assert retired == {sha} and store.blacklist_reason(sha) == WATCHED[name]
+
+
+@pytest.mark.parametrize("name", COPIED)
+def test_copying_the_printed_answer_earns_the_designer_nothing_above_chance(tmp_path, pool,
+                                                                          name):
+    """The cheapest agent policy on this game replies the opening observation's example
+    answer every turn: under the reference's win rate its plays sit on the plateau; above the
+    chance return validation measured, they earn 0, and an agent that wins earns the band."""
+    from spadekit.selfplay.config import RewardConfig
+    from spadekit.selfplay.rewards import RewardParams, designer_signal
+    from spadekit.selfplay.samples import env_stats
+
+    report = Validator(pool, seed=5).validate(hack(name))
+    assert report.ok, report.message
+    d = report.details
+    assert d["chance_return"] == d["blind_mean_return"] >= 0.2
+    example = next(a for a in d["advertised"] if a.startswith("\\boxed{answer "))
+    program = EnvProgram(code=hack(name))
+    sb = pool.acquire(program.code)
+    try:  # the copier's real plays, on seeds validation did not use
+        copied = []
+        for seed in range(100, 116):
+            env = sb.new_env(max_turns=6)
+            env.reset(seed=seed)
+            _obs, reward, terminated, _tr, _info = env.step(example)
+            copied.append(reward if terminated else 0.0)
+    finally:
+        pool.release(sb)
+    with RunStore(tmp_path / "run", create=True) as store:
+        sha = store.add_environment(program, step=0, validation=report)
+        for r in copied:
+            store.record_play(sha, 0, with_hint=False, episode_return=r)
+            store.record_play(sha, 0, with_hint=True, episode_return=r)
+        stats = env_stats(store, {}, sha)
+    assert stats.chance == d["chance_return"]
+    reference = RewardParams.from_config(RewardConfig())
+    above = RewardParams.from_config(RewardConfig(above_chance=True))
+    assert 0.15 < sum(copied) / len(copied) < 0.6
+    assert designer_signal("blend", stats, reference) > 0.1   # the reference's plateau pays
+    assert designer_signal("blend", stats, above) == 0.0      # nothing above chance
+    winner = type(stats)([1.0, 0.5], [1.0, 0.5], chance=stats.chance)
+    assert designer_signal("plateau", winner, above) > 0.5    # an agent that plays earns it

@@ -4,8 +4,9 @@ Each hostile program of ``tests/data/hacks/`` is a plain program a designer coul
 the validator of 2767866 admitted: a lottery without a solution, one that pays 0.99 for any
 answer, one that pays for any action outside the old garbage grammar, one that pays any action
 from its sixth instance on, one that pays once it sees several instances stepping in turn, a
-tool-use one accepting any ``<answer>`` but ``done``, and one whose module-level random object
-is shared by its instances. Each is refused now; the ``honest_*`` controls and the
+tool-use one accepting any ``<answer>`` but ``done``, one whose module-level random object
+is shared by its instances, and one paying the example reply its own observation prints. A coin
+to call validates, with a chance return near one half. Each is refused now; the ``honest_*`` controls and the
 reference-style ``global_rng.py`` (module ``random`` seeded in ``reset``) still validate, and
 ``global_rng.py`` plays the same episodes interleaved in one worker as alone (per-instance
 random streams in the worker). A worker's total for one lockstep turn is measured and bounded.
@@ -43,6 +44,8 @@ REFUSED = {
     "batch_detector.py": {("lockstep", "nondeterministic"),
                           ("action_dependent", "action_independent")},
     "shared_rng_object.py": {("lockstep", "nondeterministic")},
+    # the example reply it prints is paid 0.8: the blind-reply baseline
+    "pays_the_example.py": {("action_dependent", "action_independent")},
 }
 
 
@@ -79,8 +82,12 @@ def test_action_independent_report_records_the_measured_figures(pool):
 def test_margin_is_a_setting(pool):
     # both margins: the random policy's is its own (random_margin)
     lenient = Validator(pool, ValidatorSettings(action_margin=0.005, random_margin=0.005),
-                        seed=4)
-    expect(lenient.validate(hack("pays_099.py")), True, "done", "ok")
+                        seed=4).validate(hack("pays_099.py"))
+    expect(lenient, True, "done", "ok")
+    # its riddle has one answer on every seed: another seed's solution wins it, which is its
+    # chance return (the watch's constant_answer judges such a program in play)
+    assert lenient.details["chance_return"] == 1.0
+    assert lenient.details["blind_reply"].startswith("replaying another seed's solution")
     half = Validator(pool, ValidatorSettings(action_margin=0.005), seed=4)
     expect(half.validate(hack("pays_099.py")), False, "action_dependent", "action_independent")
 
@@ -209,3 +216,45 @@ def test_slow_lockstep_turn_is_refused(pool):
     assert report.details["slow_turns"] and min(report.details["slow_turns"]) > 0.3
     fast_enough = ValidatorSettings(turn_budget_s=30.0, max_turns=3)
     expect(Validator(pool, fast_enough, seed=1).validate(SLOW), True, "done", "ok")
+
+
+def test_the_example_reply_is_measured_as_a_blind_reply(pool):
+    """The random policy replies the printed example now and then; replied every turn it is
+    a policy of its own, and its mean return is the program's chance return."""
+    report = Validator(pool, seed=4).validate(hack("pays_the_example.py"))
+    expect(report, False, "action_dependent", "action_independent")
+    d = report.details
+    assert d["printed_reply"] == "replying \\boxed{door 5} (an action the program prints) every turn"
+    assert d["printed_mean_return"] >= 0.8 and d["chance_return"] == d["printed_mean_return"]
+    assert d["random_mean_return"] < 0.75  # what the random policy alone would have let in
+    # picked among the printed actions and the solved seeds' solutions (about 32 episodes,
+    # at least 4 seeds each), then measured on 16 fresh seeds
+    seeds = d["seeds"]["blind"]
+    assert 4 <= len(seeds["pick"]) < 16 and len(seeds["measure"]) == 16
+    assert report.message.startswith(d["printed_reply"] + " scores a mean return of 0.")
+    off = Validator(pool, ValidatorSettings(blind_episodes=0), seed=4).validate(
+        hack("pays_the_example.py"))
+    assert off.ok and off.details["printed_mean_return"] == 0.0, off.message
+
+
+def test_the_chance_return_is_the_best_blind_baseline(pool):
+    report = Validator(pool, seed=1).validate(hack("honest_vault.py"))
+    d = report.details
+    assert d["chance_return"] == max(d["blind_mean_return"], d["garbage_mean_return"],
+                                     d["random_mean_return"])
+
+
+def test_a_guess_it_does_not_print_is_measured_through_other_seeds_solutions(pool):
+    """``\\boxed{side n}`` prints no option, so no printed action wins; another seed's
+    solution, replayed, calls the coin blind and wins about half the time: that is the chance
+    return, and what ``reward.above_chance`` subtracts (an agent calling at random earns 0)."""
+    from spadekit.selfplay.rewards import EnvStats, RewardParams, designer_signal
+
+    report = Validator(pool, seed=4).validate(hack("coin_call.py"))
+    expect(report, True, "done", "ok")
+    d = report.details
+    assert d["blind_reply"].startswith("replaying another seed's solution (\\boxed{side ")
+    assert 0.25 <= d["chance_return"] == d["blind_mean_return"] <= 0.75
+    guesser = EnvStats([0.5] * 8, [0.5] * 8, chance=d["chance_return"])
+    assert designer_signal("blend", guesser) == pytest.approx(0.6)  # the reference's band
+    assert designer_signal("blend", guesser, RewardParams(above_chance=True)) < 0.2

@@ -120,7 +120,8 @@ def validation(cfg: SelfPlayConfig, w: World) -> Any:
     for name in ("lottery.py", "pays_099.py", "honest_vault.py", knapsack):
         r = validator.validate(name if name == knapsack else (HACKS / name).read_text())
         out.append((r.ok, r.reason, len(r.details["seeds"].get("solution", ())),
-                    r.details.get("lockstep", {}).get("instances")))
+                    r.details.get("lockstep", {}).get("instances"),
+                    r.details.get("blind_mean_return")))
     return tuple(out)
 
 
@@ -186,6 +187,7 @@ probe("reward.ema_alpha_fast", 0.6, designer, reward__signal="learning_potential
 probe("reward.ema_alpha_slow", 0.2, designer, reward__signal="learning_potential")
 probe("reward.ema_scale", 2.0, designer, reward__signal="learning_potential")
 probe("reward.win_rate_input", "positive_share", designer)
+probe("reward.above_chance", True, designer)  # the stored chance return is 0.2
 probe("regen_interval", 3, designer)
 # how many plays
 probe("agent_samples_per_round", 12, budget, joint={"num_generations": None})
@@ -238,6 +240,7 @@ probe("validation.action_margin", 0.005, validation, validation__random_margin=0
 # the knapsack's random packs earn partial credit, so a margin of 1 refuses it (4 turns)
 probe("validation.random_margin", 1.0, validation, rollout__max_turns=12, env_max_turns=12)
 probe("validation.lockstep_instances", 60, validation)
+probe("validation.blind_episodes", 0, validation)  # the knapsack prints its actions
 probe("validation.turn_budget_s", 1e-6, validation)
 # what only the loop itself reads
 probe("model", "smollm2-135m", policy_name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, strategies as st
 
 from spadekit.sandbox import play
 
@@ -356,3 +357,59 @@ def test_ema_state_without_scale_loads_as_scale_one():
     resumed = EmaTracker(scale=3.0)
     resumed.load_state_dict(old)
     assert resumed.scale == 1.0 and resumed.learning_potential == approx(0.3 - 0.05)
+
+
+# -- the win rate above chance (reward.above_chance) ----------------------------------------------
+@pytest.mark.parametrize("w, c, expected", [
+    (0.5, 1 / 3, 0.25),     # (0.5 - 1/3) / (2/3): a guess among three, an agent at one half
+    (1 / 3, 1 / 3, 0.0),    # the guesser itself
+    (0.2, 1 / 3, 0.0),      # below chance is 0, not negative
+    (0.7, 0.0, 0.7),        # no blind reply earns anything: the win rate as it is
+    (1.0, 0.5, 1.0),
+    (0.9, 1.0, 0.0),        # a blind reply wins everything: nothing is above it
+])
+def test_above_chance_by_hand(w, c, expected):
+    assert rewards.above_chance(w, c) == approx(expected)
+
+
+def test_above_chance_refuses_values_outside_the_unit_interval():
+    for w, c in ((1.2, 0.0), (0.5, -0.1), (float("nan"), 0.0), (0.5, float("inf"))):
+        with pytest.raises(ValueError):
+            rewards.above_chance(w, c)
+
+
+def test_a_copied_answer_leaves_the_plateau_only_above_chance():
+    # HiddenNumber(10, 200) + ScoreSteep(5): replying the printed middle earns 0.33 a play
+    # (chance 0.33). Reference: plateau(0.33) = 1 - 0.07 / 0.25 = 0.72 -> 0.6 * 0.72 = 0.432;
+    # above chance: win rate 0 -> plateau 0 -> 0 (regret 0 either way)
+    copier = EnvStats([0.33] * 4, [0.33] * 4, chance=0.33)
+    assert designer_signal("blend", copier) == approx(0.432)
+    assert designer_signal("blend", copier, RewardParams(above_chance=True)) == 0.0
+    # an agent that plays: 0.66 -> (0.66 - 0.33) / 0.67 = 0.4925 -> in the band -> 0.6
+    player = EnvStats([0.66] * 4, [0.66] * 4, chance=0.33)
+    assert designer_signal("blend", player, RewardParams(above_chance=True)) == approx(0.6)
+    assert designer_signal("plateau", player, RewardParams(above_chance=True)) == approx(1.0)
+    # unmeasured chance (0): the same as the reference's
+    assert designer_signal("blend", EnvStats([0.5], [0.5]), RewardParams(above_chance=True)) \
+        == designer_signal("blend", EnvStats([0.5], [0.5]))
+
+
+def test_above_chance_comes_from_the_config_and_must_be_a_bool():
+    from spadekit.common.errors import ConfigError
+    from spadekit.selfplay.config import RewardConfig
+
+    assert RewardParams.from_config(RewardConfig()).above_chance is False
+    assert RewardParams.from_config(RewardConfig(above_chance=True)).above_chance is True
+    with pytest.raises(ConfigError, match="above_chance"):
+        RewardConfig(above_chance="yes")
+    with pytest.raises(ConfigError, match="win_rate_input must be mean_return"):
+        RewardConfig(above_chance=True, win_rate_input="positive_share")
+
+
+@given(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1))
+def test_above_chance_is_monotone_bounded_and_lowers_the_win_rate(w, w2, c):
+    a = rewards.above_chance(w, c)
+    assert 0.0 <= a <= 1.0 and a <= w + 1e-12
+    lo, hi = sorted((w, w2))
+    assert rewards.above_chance(lo, c) <= rewards.above_chance(hi, c) + 1e-12
+    assert rewards.above_chance(w, 0.0) == approx(w)

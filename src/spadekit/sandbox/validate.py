@@ -31,8 +31,13 @@ stages:
   (``spadekit.sandbox.probes``) is not ``action_margin`` (garbage) or ``random_margin`` (the
   random policy: plausible moves, which in an honest game with partial credit earn some)
   below the solution's: the program pays for something other than what the agent does.
-  ``details`` records ``solution_returns``, ``garbage_mean_return``, ``random_mean_return``,
-  ``action_margin`` and ``random_margin``;
+  The same holds for the best action the program advertises, replied every turn, measured on
+  fresh drawn seeds (``printed_mean_return``, ``printed_reply``). With each solved seed's
+  solution replayed on other seeds it makes the blind-reply baseline (``blind_mean_return``,
+  ``blind_reply``; a seed-independent answer is the watch's to judge in play, so that half
+  only feeds the chance return). ``details`` records ``solution_returns``,
+  ``garbage_mean_return``, ``random_mean_return``, ``chance_return`` (the best of the
+  baselines), ``action_margin`` and ``random_margin``;
 - ``trivially_won``: (only without a solution, ``require_solution`` off) garbage reached 1.0;
 - ``slow``: ``slow_steps`` calls slower than ``slow_step_s``, or lockstep turns on which the
   worker spent more than ``turn_budget_s`` on all its instances' steps together.
@@ -145,6 +150,16 @@ class ValidatorSettings:
       are measured on the drawn seeds (``BASELINE_EPISODES`` of each per seed): the fixed
       seeds are public, a program could play honest on them only (with no drawn seeds, on
       the fixed ones). The fixed seeds get garbage episodes too, recorded only.
+    - ``blind_episodes``: drawn seeds of the blind-reply baseline: each action the program
+      advertises, replied every turn, and each solved seed's solution, replayed on other
+      seeds, in batches of ``lockstep_instances`` (with more than two candidates each gets
+      fewer seeds, at least 4); the best of each kind is measured again on
+      ``blind_episodes`` fresh seeds; the printed one's mean must be ``random_margin`` below
+      the solution's too. The better one is ``blind_mean_return`` (with ``blind_reply``), and
+      ``chance_return`` (the best of it, the garbage's and the random policy's means) is what
+      a blind reply earns: self-play can read the agent's win rate above it
+      (``reward.above_chance``). A guess the program neither prints nor wins with elsewhere
+      is not measured.
     - ``total_timeout``: budget in seconds for one program's whole validation.
     - ``garbage_episodes``: episodes of drawn garbage when there is no solution to pair them
       with (each on a drawn seed, until the program ends it or the turn cap); the first is
@@ -172,6 +187,7 @@ class ValidatorSettings:
     require_solution: bool = True
     action_margin: float = 0.5
     random_margin: float = 0.25
+    blind_episodes: int = 16
     lockstep_instances: int = 8
     decoy_instances: int = 6
     turn_budget_s: float = 2.0
@@ -188,6 +204,7 @@ class ValidatorSettings:
         whole("slow_steps", self.slow_steps, 1)
         whole("solution_drawn_seeds", self.solution_drawn_seeds, 0)
         whole("lockstep_instances", self.lockstep_instances, 1)
+        whole("blind_episodes", self.blind_episodes, 0)
         whole("decoy_instances", self.decoy_instances, 0)
         if not isinstance(self.require_solution, bool):
             raise ConfigError(f"ValidatorSettings.require_solution must be a bool, got "

@@ -153,29 +153,8 @@ class EpisodeChecks:
             plan.append(("garbage", self.draw(), garbage_actions(
                 self.draw(), cap, self.tooluse, self.advertised, self.schemas, **echo), None))
         self.rng.shuffle(plan)
-        slow_turns = []
-        turn_budget = self.settings.turn_budget_s * getattr(self, "scale", 1.0)
-
-        def after_turn(total: float, steps: list[float]) -> None:
-            self._budget("lockstep")
-            self.times += steps
-            self.slow += sum(dt > self.settings.slow_step_s for dt in steps)
-            if total > turn_budget:
-                slow_turns.append(round(total, 3))
-            if self.slow >= self.settings.slow_steps or len(slow_turns) >= self.settings.slow_steps:
-                self._slow_fail(slow_turns)
-
-        try:
-            result = play_lockstep(self.sb, [(seed, acts) for _k, seed, acts, _o in plan], cap,
-                                   self.settings.max_turns, after_turn)
-        except LockstepError as exc:
-            fail = _Fail("lockstep", exc.error.reason, exc.error.message, **_err(exc.error))
-            if exc.action is not None:
-                fail.details["action"] = exc.action[:200]
-            raise fail from None
+        result = self._batch([(seed, acts) for _k, seed, acts, _o in plan], cap)
         turns = len(result.turn_seconds)
-        if slow_turns and len(slow_turns) >= min(self.settings.slow_steps, turns):
-            self._slow_fail(slow_turns)
         self.scored: dict[str, list[dict]] = {"garbage": [], "random": [], "solution": [],
                                               "mutant": [], "public": []}
         for (kind, seed, actions, alone), trace in zip(plan, result.traces):
@@ -188,7 +167,105 @@ class EpisodeChecks:
         self.scored["public"].append(self.episodes[0])
         self.seeds["garbage"] = [e["seed"] for e in self.scored["garbage"]]
         self.turn_max = max(result.turn_seconds, default=0.0)  # reported in step_ms
+        self._blind(cap)
         return {"lockstep": {"instances": len(plan), "turns": turns}}
+
+    def _batch(self, episodes: list[tuple[int, list[str]]], cap: int) -> Any:
+        """``play_lockstep`` of ``episodes`` in one worker under the turn budget."""
+        slow_turns: list[float] = []
+        turn_budget = self.settings.turn_budget_s * getattr(self, "scale", 1.0)
+
+        def after_turn(total: float, steps: list[float]) -> None:
+            self._budget("lockstep")
+            self.times += steps
+            self.slow += sum(dt > self.settings.slow_step_s for dt in steps)
+            if total > turn_budget:
+                slow_turns.append(round(total, 3))
+            if self.slow >= self.settings.slow_steps or len(slow_turns) >= self.settings.slow_steps:
+                self._slow_fail(slow_turns)
+
+        try:
+            result = play_lockstep(self.sb, episodes, cap, self.settings.max_turns, after_turn)
+        except LockstepError as exc:
+            fail = _Fail("lockstep", exc.error.reason, exc.error.message, **_err(exc.error))
+            if exc.action is not None:
+                fail.details["action"] = exc.action[:200]
+            raise fail from None
+        if slow_turns and len(slow_turns) >= min(self.settings.slow_steps,
+                                                 len(result.turn_seconds)):
+            self._slow_fail(slow_turns)
+        return result
+
+    def _blind(self, cap: int) -> None:
+        """The blind-reply baseline: replies that do not read the episode, of two kinds. Each
+        action the program prints, replied every turn (``printed``), and each solved seed's
+        solution, replayed as it is on other seeds (``solution``), are played on drawn seeds
+        (``blind_episodes``, fewer when there are more than two candidates: about twice that
+        many episodes in all, at least 4 each), in batches of a training group's size
+        (``lockstep_instances``, under the same turn budget). The best of each kind, picked
+        there, is measured again on ``blind_episodes`` fresh seeds (a mean picked as the best
+        of several is biased upward); the first fresh episode of each is replayed alone and
+        must match."""
+        n, group = self.settings.blind_episodes, max(self.settings.lockstep_instances, 1)
+        self.seeds["blind"] = {"pick": [], "measure": []}
+        self.blind: dict[str, list[dict]] = {}
+        candidates = {("printed",) + (a,) * cap: None for a in self.advertised}
+        candidates.update({("solution",) + tuple(e["actions"]): None for e in self.solved
+                           if e["actions"]})
+        if not n or not candidates:
+            return
+
+        def play(episodes: list[tuple[int, list[str]]]) -> list[list[tuple]]:
+            traces: list[list[tuple]] = []
+            for i in range(0, len(episodes), group):
+                traces += self._batch(episodes[i:i + group], cap).traces
+            return traces
+
+        pick = [self.draw() for _ in range(min(n, max(4, -(-2 * n // len(candidates)))))]
+        plan = [(seed, c) for seed in pick for c in candidates]
+        self.rng.shuffle(plan)
+        returns: dict[tuple, list[float]] = {}
+        for (seed, c), trace in zip(plan, play([(seed, list(c[1:])) for seed, c in plan])):
+            returns.setdefault(c, []).append(_episode(seed, list(c[1:]), trace, cap)["return"])
+        best = {}
+        for c in candidates:
+            if c[0] not in best or statistics.fmean(returns[c]) > statistics.fmean(
+                    returns[best[c[0]]]):
+                best[c[0]] = c
+        measure = [self.draw() for _ in range(n)]
+        kinds = sorted(best)
+        traces = play([(seed, list(best[k][1:])) for k in kinds for seed in measure])
+        for index, kind in enumerate(kinds):
+            actions, got = list(best[kind][1:]), traces[index * n:(index + 1) * n]
+            self.blind[kind] = [_episode(seed, actions, trace, cap)
+                                          for seed, trace in zip(measure, got)]
+            env, _ = self.fresh("lockstep")
+            alone = self._play("lockstep", env, measure[0], actions)
+            _same_or_fail("lockstep", alone, got[0], "while other instances played the same "
+                          "blind reply in the same worker", kind=f"blind {kind}",
+                          seed=measure[0])
+        self.seeds["blind"] = {"pick": pick, "measure": measure}
+
+    def _chance(self, out: dict[str, Any], *others: float) -> float:
+        """Record the blind-reply baseline (each kind's picked reply, its mean return on the
+        fresh seeds; ``blind_*`` the better kind) and the chance return: the best of it and
+        ``others``. Returns the printed kind's mean (0 without one): the one held to the
+        margin, since a seed-independent answer (another seed's solution wins) is the watch's
+        ``constant_answer`` to judge in play, and only lowers what the plateau reads."""
+        means: dict[str, tuple[float, str]] = {}
+        for kind, episodes in getattr(self, "blind", {}).items():
+            acts = episodes[0]["actions"] or [""]
+            shown = " then ".join(a[:40] for a in acts[:3]) + (" ..." if len(acts) > 3 else "")
+            means[kind] = (statistics.fmean(e["return"] for e in episodes),
+                           f"replying {acts[0][:80]} (an action the program prints) every turn"
+                           if kind == "printed" else
+                           f"replaying another seed's solution ({shown})")
+        best, reply = max(means.values(), default=(0.0, None))
+        printed, printed_reply = means.get("printed", (0.0, None))
+        out.update(blind_mean_return=round(best, 4), blind_reply=reply,
+                   printed_mean_return=round(printed, 4), printed_reply=printed_reply,
+                   chance_return=round(max([best, *others]), 4))
+        return printed
 
     def _slow_fail(self, slow_turns: list[float]) -> None:
         if slow_turns:
@@ -217,6 +294,7 @@ class EpisodeChecks:
                                     f"action {i + 1}: {episode['actions'][i][:80]!r})",
                                     garbage_seed=episode["seed"],
                                     garbage_actions=episode["actions"][:i + 1], **out)
+            self._chance(out, statistics.fmean(e["return"] for e in garbage) if garbage else 0.0)
             return out
         solved = [e["return"] for e in self.scored["solution"]]
         same = {e["seed"] for e in rand}
@@ -230,15 +308,19 @@ class EpisodeChecks:
                    random_returns=r, random_mean_return=round(statistics.fmean(r), 4),
                    action_margin=self.settings.action_margin,
                    random_margin=self.settings.random_margin)
-        for who, mean, margin in (("garbage", out["garbage_mean_return"],
-                                   self.settings.action_margin),
-                                  ("the random policy", out["random_mean_return"],
-                                   self.settings.random_margin)):
+        self._chance(out, out["garbage_mean_return"], out["random_mean_return"])
+        where = "on the solution's seeds"
+        for who, mean, margin, on in (
+                ("garbage", out["garbage_mean_return"], self.settings.action_margin, where),
+                ("the random policy", out["random_mean_return"], self.settings.random_margin,
+                 where),
+                (out["printed_reply"], out["printed_mean_return"],
+                 self.settings.random_margin, "on fresh drawn seeds")):
             if sol_mean - mean < margin - 1e-9:
                 raise _Fail("action_dependent", "action_independent", f"{who} scores a mean "
-                            f"return of {mean:g} on the solution's seeds, less than {margin:g} "
-                            f"below the solution's {sol_mean:g}: the reward does not depend "
-                            "enough on the actions", **out)
+                            f"return of {mean:g} {on}, less than {margin:g} below the "
+                            f"solution's {sol_mean:g}: the reward does not depend enough on "
+                            "the actions", **out)
         self._each_play_seed(garbage, out)
         return out
 

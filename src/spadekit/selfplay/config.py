@@ -185,6 +185,12 @@ class RewardConfig:
     share of them with return > 0 (lets a program paying a little on half the seeds whatever
     the agent does sit in the band). The variance of the same returns is logged either way
     (``designer/win_rate_variance``)."""
+    above_chance: bool = False
+    """The plateau reads the win rate above the environment's chance return,
+    ``(w - c) / (1 - c)``: ``c`` is the best mean return of a blind reply that validation
+    measured (an action the program prints, replied every turn; the random policy; garbage), 0
+    where unmeasured. Off: the reference's win rate, which a game paying a copied example
+    answer or a guess among three puts on the plateau."""
     failed_episode_reward: float = 0.0
     """Return given to a crashed agent episode (the reference uses -1)."""
     designer_weight_cap: float = 50.0
@@ -312,7 +318,12 @@ class ValidationConfig:
     """The solution's mean return must beat garbage's by this much."""
     random_margin: float = 0.25
     """... and a random policy's (plausible moves, which earn partial credit in honest games)
-    by this much."""
+    by this much, and so must a blind reply (an action the program prints, replied every turn,
+    or another seed's solution)."""
+    blind_episodes: int = 16
+    """Drawn seeds on which the blind replies are played (each printed action every turn,
+    each solved seed's solution on other seeds): the blind-reply baseline, part of the chance
+    return ``reward.above_chance`` reads."""
     lockstep_instances: int = 8
     """At least this many instances are played interleaved in one worker (a training group)."""
     turn_budget_s: float = 2.0
@@ -326,6 +337,7 @@ class ValidationConfig:
                                  solution_drawn_seeds=self.solution_drawn_seeds,
                                  action_margin=self.action_margin,
                                  random_margin=self.random_margin,
+                                 blind_episodes=self.blind_episodes,
                                  lockstep_instances=self.lockstep_instances,
                                  turn_budget_s=self.turn_budget_s)
 

@@ -16,6 +16,9 @@ the share of those plays with return > 0 instead (this project's earlier choice,
 ablation: a program that pays 0.2 on half the seeds whatever the agent does has share 0.5 and
 sits in the band, but mean return 0.1). The variance of the same returns
 (``return_variance``) is logged next to it as the reference's "bimodal-hack monitor".
+With ``reward.above_chance`` the plateau reads the win rate above the environment's chance
+return instead (``above_chance``): what a blind reply earns, as the validator measured it, so a
+game that pays a copied example answer or a lucky guess does not sit in the band.
 A program that hangs in validation earns ``HANG_PENALTY`` and is blacklisted; any other invalid
 program earns ``INVALID_REWARD`` and is never played.
 
@@ -42,7 +45,8 @@ from spadekit.sandbox.play import episode_return
 
 __all__ = [
     "episode_return",
-    "regret", "regret_norm", "plateau", "win_rate", "return_variance", "WIN_RATE_INPUTS",
+    "regret", "regret_norm", "plateau", "win_rate", "above_chance", "return_variance",
+    "WIN_RATE_INPUTS",
     "solve_rate", "designer_reward",
     "HANG_PENALTY", "INVALID_REWARD", "HANG_REASONS", "FailureReward",
     "designer_reward_for_failure",
@@ -119,6 +123,18 @@ def win_rate(returns: Sequence[float], input: str = "mean_return") -> float:
         return sum(1 for v in values if v > 0) / len(values)
     raise ValueError(f"win_rate: input must be one of {', '.join(WIN_RATE_INPUTS)}, got "
                      f"{input!r}")
+
+
+def above_chance(win_rate: float, chance: float) -> float:
+    """The win rate above chance: ``(win_rate - chance) / (1 - chance)`` clipped to [0, 1], 0
+    when ``chance >= 1``. ``chance`` is the best mean return of a blind reply (the validator's
+    ``chance_return``: the program's printed actions replied every turn, the random policy,
+    garbage). Hand check: a guess among three answers wins 1/3; an agent at win rate 0.5 is
+    0.25 above it, one at 1/3 is at 0. Raises ``ValueError`` outside [0, 1]."""
+    w, c = _finite(win_rate, "win_rate"), _finite(chance, "chance")
+    if not (0.0 <= w <= 1.0 and 0.0 <= c <= 1.0):
+        raise ValueError(f"above_chance: win_rate and chance must lie in [0, 1], got {w}, {c}")
+    return 0.0 if c >= 1.0 else min(1.0, max(0.0, (w - c) / (1.0 - c)))
 
 
 def return_variance(returns: Sequence[float]) -> float:
@@ -288,12 +304,14 @@ class EnvStats:
     same snapshot). ``lifetime_returns``: every no-hint return of the environment over its life in
     the pool so far (None means: only the generation-step plays exist, use
     ``returns_without_hint``). ``ema``: the environment's win-rate tracker, needed only by
-    ``learning_potential``.
+    ``learning_potential``. ``chance``: the mean return of a blind reply (the validator's
+    ``chance_return``; 0 where unmeasured), read by the plateau with ``above_chance``.
     """
 
     returns_with_hint: Sequence[float]
     returns_without_hint: Sequence[float]
     lifetime_returns: Sequence[float] | None = None
+    chance: float = 0.0
     ema: EmaTracker | None = None
 
     def lifetime(self) -> Sequence[float]:
@@ -316,8 +334,15 @@ class RewardParams:
     plateau_high: float = PLATEAU_HIGH
     plateau_ramp: float = PLATEAU_RAMP
     win_rate_input: str = "mean_return"
+    above_chance: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.above_chance, bool):
+            raise ValueError(f"above_chance must be a bool, got {self.above_chance!r}")
+        if self.above_chance and self.win_rate_input != "mean_return":
+            raise ValueError("above_chance measures the win rate above a chance mean return, "
+                             f"so win_rate_input must be mean_return, got "
+                             f"{self.win_rate_input!r}")
         if self.win_rate_input not in WIN_RATE_INPUTS:
             raise ValueError(f"win_rate_input must be one of {', '.join(WIN_RATE_INPUTS)}, got "
                              f"{self.win_rate_input!r}")
@@ -327,12 +352,19 @@ class RewardParams:
         """The parameters of a ``RewardConfig`` (any object with these attribute names; one
         without ``win_rate_input`` gets the default)."""
         values: dict[str, Any] = {name: float(getattr(reward, name))
-                                  for name in cls.__dataclass_fields__ if name != "win_rate_input"}
+                                  for name in cls.__dataclass_fields__
+                                  if name not in ("win_rate_input", "above_chance")}
         values["win_rate_input"] = str(getattr(reward, "win_rate_input", "mean_return"))
+        values["above_chance"] = getattr(reward, "above_chance", False)
         return cls(**values)
 
     def win_rate(self, returns: Sequence[float]) -> float:
         return win_rate(returns, self.win_rate_input)
+
+    def plateau_input(self, stats: "EnvStats") -> float:
+        """The win rate the plateau reads: the lifetime one, above chance when ``above_chance``."""
+        w = self.win_rate(stats.lifetime())
+        return above_chance(w, stats.chance) if self.above_chance else w
 
     def plateau(self, win_rate: float) -> float:
         return plateau(win_rate, self.plateau_low, self.plateau_high, self.plateau_ramp)
@@ -350,7 +382,7 @@ DesignerSignal = Callable[[EnvStats, RewardParams], float]
 def _signal_blend(stats: EnvStats, p: RewardParams) -> float:
     return designer_reward(p.regret_norm(regret(stats.returns_with_hint,
                                                 stats.returns_without_hint)),
-                           p.plateau(p.win_rate(stats.lifetime())), p.regret_weight,
+                           p.plateau(p.plateau_input(stats)), p.regret_weight,
                            p.plateau_weight)
 
 
@@ -359,7 +391,7 @@ def _signal_regret(stats: EnvStats, p: RewardParams) -> float:
 
 
 def _signal_plateau(stats: EnvStats, p: RewardParams) -> float:
-    return p.plateau(p.win_rate(stats.lifetime()))
+    return p.plateau(p.plateau_input(stats))
 
 
 def _signal_learning_potential(stats: EnvStats, p: RewardParams) -> float:

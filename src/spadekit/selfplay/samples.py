@@ -99,6 +99,7 @@ def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config
     rewards, regrets = [], []
     win_rates: list[float | None] = []
     variances: list[float | None] = []
+    plateau_inputs: list[float] = []
     params = RewardParams.from_config(cfg.reward)
     for item in due:
         meta = item.get("meta") or {}
@@ -111,6 +112,7 @@ def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config
         reward = designer_signal(cfg.reward.signal, stats, params)
         rewards.append(reward)
         win_rates.append(params.win_rate(stats.lifetime()))
+        plateau_inputs.append(params.plateau_input(stats))
         variances.append(return_variance(stats.lifetime()))
         regret = store.env_stats(item["env_sha"])["regret_at_gen"]
         if regret is not None:
@@ -122,6 +124,8 @@ def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config
     if scored:
         metrics["designer/win_rate_variance"] = sum(scored) / len(scored)
         metrics["designer/win_rate"] = sum(w for w in win_rates if w is not None) / len(scored)
+        # what the plateau read: the win rate above chance with reward.above_chance
+        metrics["designer/plateau_input"] = sum(plateau_inputs) / len(plateau_inputs)
     return DueRewards(due, rewards, win_rates, variances)
 
 
@@ -169,12 +173,24 @@ def env_stats(store: Any, ema: dict[str, EmaTracker], sha: str) -> EnvStats:
     creation step (regret, matched timing) and every no-hint play of its life (win rate)."""
     rows = store.query("SELECT episode_return, with_hint, step FROM plays "
                             "WHERE env_sha = ?", (sha,))
-    created = store.get_environment(sha)["created_step"]
+    env = store.get_environment(sha)
+    created = env["created_step"]
     with_hint = [r[0] for r in rows if r[1] and r[2] == created]
     without = [r[0] for r in rows if not r[1] and r[2] == created]
     lifetime = [r[0] for r in rows if not r[1]]
     return EnvStats(returns_with_hint=with_hint or [0.0], returns_without_hint=without or
-                    [0.0], lifetime_returns=lifetime or None, ema=ema.get(sha))
+                    [0.0], lifetime_returns=lifetime or None, ema=ema.get(sha),
+                    chance=chance_return(env))
+
+
+def chance_return(env: dict[str, Any]) -> float:
+    """The stored environment's chance return (its validation's ``chance_return``, clipped to
+    [0, 1]); 0 where validation did not measure it (a program pooled without validation)."""
+    details = (env.get("validation") or {}).get("details") or {}
+    value = details.get("chance_return")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return 0.0
+    return min(1.0, max(0.0, float(value)))
 
 
 def round_win_rate(store: Any, sha: str, step: int,
