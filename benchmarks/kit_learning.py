@@ -108,8 +108,10 @@ def read_run(run_dir: Path, known: list) -> tuple[list[dict], list[float]]:
         rows, pool_comps = [], set()
         for step in sorted(set(designed) | set(samples)):
             due = [s for s in samples.get(step, []) if s.get("reward") is not None]
-            plateau_parts = [rp.plateau_weight * plateau(s["win_rate"], rp.plateau_low,
-                                                        rp.plateau_high)
+            # what the plateau read (above chance with reward.above_chance; the win rate in
+            # runs recorded before plateau_input was)
+            plateau_parts = [rp.plateau_weight * plateau(s.get("plateau_input", s["win_rate"]),
+                                                        rp.plateau_low, rp.plateau_high)
                              if s.get("win_rate") is not None else None for s in due]
             regret_parts = [s["reward"] - p if p is not None else None
                             for s, p in zip(due, plateau_parts)]

@@ -227,10 +227,11 @@ def test_the_example_reply_is_measured_as_a_blind_reply(pool):
     assert d["printed_reply"] == "replying \\boxed{door 5} (an action the program prints) every turn"
     assert d["printed_mean_return"] >= 0.8 and d["chance_return"] == d["printed_mean_return"]
     assert d["random_mean_return"] < 0.75  # what the random policy alone would have let in
-    # picked among the printed actions and the solved seeds' solutions (about 32 episodes,
-    # at least 4 seeds each), then measured on 16 fresh seeds
-    seeds = d["seeds"]["blind"]
-    assert 4 <= len(seeds["pick"]) < 16 and len(seeds["measure"]) == 16
+    # a first pass over the printed actions and the solved seeds' solutions (at least 6
+    # episodes each), then the leaders on 16 fresh seeds each: every episode its own seed
+    pick, measure = d["seeds"]["blind"]["pick"], d["seeds"]["blind"]["measure"]
+    assert len(pick) >= 6 * 2 and len(measure) >= 16 and len(measure) % 16 == 0
+    assert len(set(pick) | set(measure)) == len(pick) + len(measure)
     assert report.message.startswith(d["printed_reply"] + " scores a mean return of 0.")
     off = Validator(pool, ValidatorSettings(blind_episodes=0), seed=4).validate(
         hack("pays_the_example.py"))

@@ -16,6 +16,7 @@ import pytest
 from conftest import TIERS
 
 
+@pytest.mark.timeout(900)  # a hang guard: about 130 s alone on 2 cores, 300 s on a busy machine
 def test_a_short_kit_warm_start_writes_valid_kit_programs(tmp_path, monkeypatch):
     pytest.importorskip("peft")
     pytest.importorskip("llguidance")

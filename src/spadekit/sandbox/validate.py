@@ -153,13 +153,13 @@ class ValidatorSettings:
     - ``blind_episodes``: drawn seeds of the blind-reply baseline: each action the program
       advertises, replied every turn, and each solved seed's solution, replayed on other
       seeds, in batches of ``lockstep_instances`` (with more than two candidates each gets
-      fewer seeds, at least 4); the best of each kind is measured again on
-      ``blind_episodes`` fresh seeds; the printed one's mean must be ``random_margin`` below
-      the solution's too. The better one is ``blind_mean_return`` (with ``blind_reply``), and
-      ``chance_return`` (the best of it, the garbage's and the random policy's means) is what
-      a blind reply earns: self-play can read the agent's win rate above it
-      (``reward.above_chance``). A guess the program neither prints nor wins with elsewhere
-      is not measured.
+      fewer seeds, at least 6); the leaders are measured again on ``blind_episodes`` fresh
+      seeds each, the best of each kind kept; the printed one's mean must be
+      ``random_margin`` below the solution's too. The better one is ``blind_mean_return``
+      (with ``blind_reply``), and ``chance_return`` (the best of it, the garbage's and the
+      random policy's means) is what a blind reply earns: self-play can read the agent's win
+      rate above it (``reward.above_chance``). A guess the program neither prints nor wins
+      with elsewhere is not measured.
     - ``total_timeout``: budget in seconds for one program's whole validation.
     - ``garbage_episodes``: episodes of drawn garbage when there is no solution to pair them
       with (each on a drawn seed, until the program ends it or the turn cap); the first is
@@ -401,6 +401,8 @@ class _Runner(EpisodeChecks):
         """Seeds the caller will play (validated like drawn ones, and each on its own)."""
         self.scale = 1.0
         """How many times self-play's seeds this validation checks (its budgets grow so)."""
+        self.phase_scale = 1.0
+        """How many times a validation's work a phase of its own does (its budget grows so)."""
         self.meter = meter if meter is not None else ParentMeter()
         self.tooluse, self.details = tooluse, details
         self.hint = hint
@@ -440,7 +442,7 @@ class _Runner(EpisodeChecks):
             raise _Fail(stage, PARENT_BUDGET, f"the parent spent {parent:.1f}s reading what the "
                         f"program returned, more than its budget of {PARENT_BUDGET_S:g}s",
                         parent_s=round(parent, 3))
-        total = self.settings.total_timeout * self.scale
+        total = self.settings.total_timeout * self.scale * self.phase_scale
         if time.monotonic() - self.clock - parent > total:
             raise _Fail(stage, "timeout", f"validation exceeded its total budget of "
                         f"{total:g}s (not counting {parent:.2f}s of the "

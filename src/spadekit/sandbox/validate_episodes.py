@@ -10,6 +10,7 @@ call timings and ``settings``). The checks, their order and reason codes are des
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any
 
 from spadekit.common.errors import EnvRaised, InvalidResult, SandboxError
@@ -20,6 +21,13 @@ from spadekit.sandbox.probes import garbage_action, garbage_actions, random_poli
 
 BASELINE_EPISODES = 3
 """Garbage and random-policy episodes per drawn solution seed (each measured)."""
+BLIND_PICK = 6
+"""At least this many first-pass seeds for each blind reply (so decoys lucky on a few seeds
+rarely crowd out a reply that pays on every one)."""
+BLIND_FINALISTS = 6
+"""Blind replies measured on ``blind_episodes`` fresh seeds after the first pass."""
+BLIND_BUDGET_EPISODES = 96
+"""The blind phase's time budget is ``total_timeout`` per this many planned episodes."""
 
 
 class _Fail(Exception):
@@ -199,52 +207,67 @@ class EpisodeChecks:
     def _blind(self, cap: int) -> None:
         """The blind-reply baseline: replies that do not read the episode, of two kinds. Each
         action the program prints, replied every turn (``printed``), and each solved seed's
-        solution, replayed as it is on other seeds (``solution``), are played on drawn seeds
-        (``blind_episodes``, fewer when there are more than two candidates: about twice that
-        many episodes in all, at least 4 each), in batches of a training group's size
-        (``lockstep_instances``, under the same turn budget). The best of each kind, picked
-        there, is measured again on ``blind_episodes`` fresh seeds (a mean picked as the best
-        of several is biased upward); the first fresh episode of each is replayed alone and
-        must match."""
+        solution, replayed as it is on other seeds (``solution``), are played first on a few
+        drawn seeds each (about ``2 * blind_episodes`` episodes in all, at least ``BLIND_PICK``
+        each); the leaders (``BLIND_FINALISTS``, and the best of each kind) are measured on
+        ``blind_episodes`` fresh seeds, their best mean per kind recorded (a single pick's mean
+        would be biased upward, and decoys that win by luck could hide the reply that pays).
+        Every episode has a seed of its own, batches are of ``lockstep_instances`` under the
+        same turn budget, the phase has its own ``total_timeout`` (grown with its episodes:
+        ``BLIND_BUDGET_EPISODES``), and the first fresh episode of each kind's best is
+        replayed alone and must match."""
         n, group = self.settings.blind_episodes, max(self.settings.lockstep_instances, 1)
         self.seeds["blind"] = {"pick": [], "measure": []}
-        self.blind: dict[str, list[dict]] = {}
-        candidates = {("printed",) + (a,) * cap: None for a in self.advertised}
-        candidates.update({("solution",) + tuple(e["actions"]): None for e in self.solved
-                           if e["actions"]})
+        self.blind: dict[str, tuple[list[str], list[dict]]] = {}
+        candidates = list(dict.fromkeys(
+            [("printed",) + (a,) * cap for a in self.advertised]
+            + [("solution",) + tuple(e["actions"]) for e in self.solved if e["actions"]]))
         if not n or not candidates:
             return
+        each = min(n, max(BLIND_PICK, -(-2 * n // len(candidates))))
+        planned = each * len(candidates) + n * (BLIND_FINALISTS + 2)
+        started, clock = time.monotonic(), self.clock
+        # the phase's own budget, grown with its episodes; the rest of validation keeps its own
+        self.clock, self.phase_scale = started, max(1.0, planned / BLIND_BUDGET_EPISODES)
 
-        def play(episodes: list[tuple[int, list[str]]]) -> list[list[tuple]]:
-            traces: list[list[tuple]] = []
-            for i in range(0, len(episodes), group):
-                traces += self._batch(episodes[i:i + group], cap).traces
-            return traces
+        def play(plan: list[tuple[int, tuple]]) -> list[dict]:
+            out: list[dict] = []
+            for i in range(0, len(plan), group):
+                chunk = plan[i:i + group]
+                traces = self._batch([(seed, list(c[1:])) for seed, c in chunk], cap).traces
+                out += [_episode(seed, list(c[1:]), trace, cap)
+                        for (seed, c), trace in zip(chunk, traces)]
+            return out
 
-        pick = [self.draw() for _ in range(min(n, max(4, -(-2 * n // len(candidates)))))]
-        plan = [(seed, c) for seed in pick for c in candidates]
-        self.rng.shuffle(plan)
-        returns: dict[tuple, list[float]] = {}
-        for (seed, c), trace in zip(plan, play([(seed, list(c[1:])) for seed, c in plan])):
-            returns.setdefault(c, []).append(_episode(seed, list(c[1:]), trace, cap)["return"])
-        best = {}
-        for c in candidates:
-            if c[0] not in best or statistics.fmean(returns[c]) > statistics.fmean(
-                    returns[best[c[0]]]):
-                best[c[0]] = c
-        measure = [self.draw() for _ in range(n)]
-        kinds = sorted(best)
-        traces = play([(seed, list(best[k][1:])) for k in kinds for seed in measure])
-        for index, kind in enumerate(kinds):
-            actions, got = list(best[kind][1:]), traces[index * n:(index + 1) * n]
-            self.blind[kind] = [_episode(seed, actions, trace, cap)
-                                          for seed, trace in zip(measure, got)]
+        def means(plan: list[tuple[int, tuple]]) -> dict[tuple, list[dict]]:
+            self.rng.shuffle(plan)
+            by: dict[tuple, list[dict]] = {}
+            for (_seed, c), episode in zip(plan, play(plan)):
+                by.setdefault(c, []).append(episode)
+            return by
+
+        pick = means([(self.draw(), c) for c in candidates for _ in range(each)])
+        score = {c: statistics.fmean(e["return"] for e in pick[c]) for c in candidates}
+        ranked = sorted(candidates, key=lambda c: -score[c])
+        finalists = list(dict.fromkeys(ranked[:BLIND_FINALISTS] + [
+            next(c for c in ranked if c[0] == kind) for kind in sorted({c[0] for c in
+                                                                         candidates})]))
+        measured = means([(self.draw(), c) for c in finalists for _ in range(n)])
+        for c in finalists:
+            best = self.blind.get(c[0])
+            if best is None or _mean(measured[c]) > _mean(best[1]):
+                self.blind[c[0]] = (list(c[1:]), measured[c])
+        for kind, (actions, episodes) in self.blind.items():
+            first = episodes[0]
             env, _ = self.fresh("lockstep")
-            alone = self._play("lockstep", env, measure[0], actions)
-            _same_or_fail("lockstep", alone, got[0], "while other instances played the same "
-                          "blind reply in the same worker", kind=f"blind {kind}",
-                          seed=measure[0])
-        self.seeds["blind"] = {"pick": pick, "measure": measure}
+            alone = self._play("lockstep", env, first["seed"], actions)
+            _same_or_fail("lockstep", alone, first["trace"], "while other instances played "
+                          "blind replies in the same worker", kind=f"blind {kind}",
+                          seed=first["seed"])
+        self.seeds["blind"] = {"pick": sorted({e["seed"] for v in pick.values() for e in v}),
+                               "measure": sorted({e["seed"] for v in measured.values()
+                                                  for e in v})}
+        self.clock, self.phase_scale = clock + (time.monotonic() - started), 1.0
 
     def _chance(self, out: dict[str, Any], *others: float) -> float:
         """Record the blind-reply baseline (each kind's picked reply, its mean return on the
@@ -253,14 +276,13 @@ class EpisodeChecks:
         margin, since a seed-independent answer (another seed's solution wins) is the watch's
         ``constant_answer`` to judge in play, and only lowers what the plateau reads."""
         means: dict[str, tuple[float, str]] = {}
-        for kind, episodes in getattr(self, "blind", {}).items():
-            acts = episodes[0]["actions"] or [""]
+        for kind, (acts, episodes) in getattr(self, "blind", {}).items():
             shown = " then ".join(a[:40] for a in acts[:3]) + (" ..." if len(acts) > 3 else "")
             means[kind] = (statistics.fmean(e["return"] for e in episodes),
                            f"replying {acts[0][:80]} (an action the program prints) every turn"
                            if kind == "printed" else
                            f"replaying another seed's solution ({shown})")
-        best, reply = max(means.values(), default=(0.0, None))
+        best, reply = max(means.values(), key=lambda m: m[0], default=(0.0, None))
         printed, printed_reply = means.get("printed", (0.0, None))
         out.update(blind_mean_return=round(best, 4), blind_reply=reply,
                    printed_mean_return=round(printed, 4), printed_reply=printed_reply,
@@ -341,6 +363,10 @@ class EpisodeChecks:
                             "reward does not depend on the actions", play_seed=seed,
                             play_seed_garbage_returns=returns, **out)
 
+
+
+def _mean(episodes: list[dict]) -> float:
+    return statistics.fmean(e["return"] for e in episodes)
 
 
 def _episode(seed: int, actions: list[str], trace: list[tuple], cap: int, **extra: Any) -> dict:

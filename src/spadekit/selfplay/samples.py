@@ -85,6 +85,8 @@ class DueRewards:
     """The window win rate (plateau input) of each; None for a fixed reward."""
     variances: list[float | None] = field(default_factory=list)
     """The variance of each window's no-hint returns (bimodal-hack monitor); None likewise."""
+    plateau_inputs: list[float | None] = field(default_factory=list)
+    """What the plateau read: the win rate, above chance with ``reward.above_chance``."""
 
 
 def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config: Any, step: int,
@@ -99,13 +101,14 @@ def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config
     rewards, regrets = [], []
     win_rates: list[float | None] = []
     variances: list[float | None] = []
-    plateau_inputs: list[float] = []
+    plateau_inputs: list[float | None] = []
     params = RewardParams.from_config(cfg.reward)
     for item in due:
         meta = item.get("meta") or {}
         if "fixed_reward" in meta:
             rewards.append(float(meta["fixed_reward"]))
             win_rates.append(None)
+            plateau_inputs.append(None)
             variances.append(None)
             continue
         stats = env_stats(store, ema, item["env_sha"])
@@ -125,8 +128,9 @@ def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config
         metrics["designer/win_rate_variance"] = sum(scored) / len(scored)
         metrics["designer/win_rate"] = sum(w for w in win_rates if w is not None) / len(scored)
         # what the plateau read: the win rate above chance with reward.above_chance
-        metrics["designer/plateau_input"] = sum(plateau_inputs) / len(plateau_inputs)
-    return DueRewards(due, rewards, win_rates, variances)
+        metrics["designer/plateau_input"] = sum(w for w in plateau_inputs
+                                                if w is not None) / len(scored)
+    return DueRewards(due, rewards, win_rates, variances, plateau_inputs)
 
 
 def designer_samples_from(scored: DueRewards, store: Any, config: Any, step: int, n_agent: int,
@@ -151,6 +155,7 @@ def designer_samples_from(scored: DueRewards, store: Any, config: Any, step: int
                             "skill": skill, "generated_step": item.get("generated_step"),
                             "reward": rewards[i], "advantage": adv, "weight": weight,
                             "win_rate": _at(scored.win_rates, i),
+                            "plateau_input": _at(scored.plateau_inputs, i),
                             "win_rate_variance": _at(scored.variances, i)})
             samples.append(Sample(role="designer", group_id=skill,
                                   token_ids=item["token_ids"], loss_mask=item["loss_mask"],
