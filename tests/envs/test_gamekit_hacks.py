@@ -102,7 +102,7 @@ def test_copying_the_printed_answer_earns_the_designer_nothing_above_chance(tmp_
     answer every turn: under the reference's win rate its plays sit on the plateau; above the
     chance return validation measured, they earn 0, and an agent that wins earns the band."""
     from spadekit.selfplay.config import RewardConfig
-    from spadekit.selfplay.rewards import RewardParams, designer_signal
+    from spadekit.selfplay.rewards import RewardParams, designer_signal, episode_return
     from spadekit.selfplay.samples import env_stats
 
     report = Validator(pool, seed=5).validate(hack(name))
@@ -118,7 +118,7 @@ def test_copying_the_printed_answer_earns_the_designer_nothing_above_chance(tmp_
             env = sb.new_env(max_turns=6)
             env.reset(seed=seed)
             _obs, reward, terminated, _tr, _info = env.step(example)
-            copied.append(reward if terminated else 0.0)
+            copied.append(episode_return(reward, terminated))
     finally:
         pool.release(sb)
     with RunStore(tmp_path / "run", create=True) as store:

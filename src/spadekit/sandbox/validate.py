@@ -403,6 +403,8 @@ class _Runner(EpisodeChecks):
         """How many times self-play's seeds this validation checks (its budgets grow so)."""
         self.phase_scale = 1.0
         """How many times a validation's work a phase of its own does (its budget grows so)."""
+        self.blind: dict[str, tuple[list[str], list[dict]]] = {}
+        """The blind-reply baseline by kind: the reply's actions and its measured episodes."""
         self.meter = meter if meter is not None else ParentMeter()
         self.tooluse, self.details = tooluse, details
         self.hint = hint

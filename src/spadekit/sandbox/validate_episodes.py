@@ -218,7 +218,6 @@ class EpisodeChecks:
         replayed alone and must match."""
         n, group = self.settings.blind_episodes, max(self.settings.lockstep_instances, 1)
         self.seeds["blind"] = {"pick": [], "measure": []}
-        self.blind: dict[str, tuple[list[str], list[dict]]] = {}
         candidates = list(dict.fromkeys(
             [("printed",) + (a,) * cap for a in self.advertised]
             + [("solution",) + tuple(e["actions"]) for e in self.solved if e["actions"]]))
@@ -247,7 +246,7 @@ class EpisodeChecks:
             return by
 
         pick = means([(self.draw(), c) for c in candidates for _ in range(each)])
-        score = {c: statistics.fmean(e["return"] for e in pick[c]) for c in candidates}
+        score = {c: _mean(pick[c]) for c in candidates}
         ranked = sorted(candidates, key=lambda c: -score[c])
         finalists = list(dict.fromkeys(ranked[:BLIND_FINALISTS] + [
             next(c for c in ranked if c[0] == kind) for kind in sorted({c[0] for c in
@@ -276,9 +275,9 @@ class EpisodeChecks:
         margin, since a seed-independent answer (another seed's solution wins) is the watch's
         ``constant_answer`` to judge in play, and only lowers what the plateau reads."""
         means: dict[str, tuple[float, str]] = {}
-        for kind, (acts, episodes) in getattr(self, "blind", {}).items():
+        for kind, (acts, episodes) in self.blind.items():
             shown = " then ".join(a[:40] for a in acts[:3]) + (" ..." if len(acts) > 3 else "")
-            means[kind] = (statistics.fmean(e["return"] for e in episodes),
+            means[kind] = (_mean(episodes),
                            f"replying {acts[0][:80]} (an action the program prints) every turn"
                            if kind == "printed" else
                            f"replaying another seed's solution ({shown})")
@@ -316,7 +315,7 @@ class EpisodeChecks:
                                     f"action {i + 1}: {episode['actions'][i][:80]!r})",
                                     garbage_seed=episode["seed"],
                                     garbage_actions=episode["actions"][:i + 1], **out)
-            self._chance(out, statistics.fmean(e["return"] for e in garbage) if garbage else 0.0)
+            self._chance(out, _mean(garbage) if garbage else 0.0)
             return out
         solved = [e["return"] for e in self.scored["solution"]]
         same = {e["seed"] for e in rand}

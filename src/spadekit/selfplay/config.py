@@ -189,8 +189,8 @@ class RewardConfig:
     """The plateau reads the win rate above the environment's chance return,
     ``(w - c) / (1 - c)``: ``c`` is the best mean return of a blind reply that validation
     measured (an action the program prints, replied every turn; another seed's solution; the
-    random policy; garbage), 0 where unmeasured. Off: the reference's win rate, which a game paying a copied example
-    answer or a guess among three puts on the plateau."""
+    random policy; garbage), 0 where unmeasured. Off: the reference's win rate, which a game
+    paying a copied example answer or a lucky guess puts on the plateau."""
     failed_episode_reward: float = 0.0
     """Return given to a crashed agent episode (the reference uses -1)."""
     designer_weight_cap: float = 50.0

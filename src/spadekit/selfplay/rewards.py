@@ -129,8 +129,9 @@ def above_chance(win_rate: float, chance: float) -> float:
     """The win rate above chance: ``(win_rate - chance) / (1 - chance)`` clipped to [0, 1], 0
     when ``chance >= 1``. ``chance`` is the best mean return of a blind reply (the validator's
     ``chance_return``: the program's printed actions replied every turn, other seeds'
-    solutions, the random policy, garbage). Hand check: a guess among three answers wins 1/3; an agent at win rate 0.5 is
-    0.25 above it, one at 1/3 is at 0. Raises ``ValueError`` outside [0, 1]."""
+    solutions, the random policy, garbage). Hand check: a guess among three answers wins 1/3;
+    an agent at win rate 0.5 is 0.25 above it, one at 1/3 is at 0. Raises ``ValueError``
+    outside [0, 1]."""
     w, c = _finite(win_rate, "win_rate"), _finite(chance, "chance")
     if not (0.0 <= w <= 1.0 and 0.0 <= c <= 1.0):
         raise ValueError(f"above_chance: win_rate and chance must lie in [0, 1], got {w}, {c}")

@@ -82,7 +82,7 @@ class DueRewards:
     due: list[dict] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     win_rates: list[float | None] = field(default_factory=list)
-    """The window win rate (plateau input) of each; None for a fixed reward."""
+    """The window win rate of each; None for a fixed reward."""
     variances: list[float | None] = field(default_factory=list)
     """The variance of each window's no-hint returns (bimodal-hack monitor); None likewise."""
     plateau_inputs: list[float | None] = field(default_factory=list)
