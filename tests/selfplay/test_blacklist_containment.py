@@ -1,6 +1,6 @@
 """The near-duplicate blacklist holds against dead-code padding (review of issue 22, finding 2).
 
-``tests/data/attacks_review/blacklist_padding.py``: a retired program (``batch_detector.py``)
+``tests/data/reward_attacks/blacklist_padding.py``: a retired program (``batch_detector.py``)
 with one unused function appended had a Jaccard similarity of 0.716 to itself and passed the
 gate (threshold 0.9). The gate now measures containment: the share of the blacklisted program's
 shingles present in the new one. Exact copies, one-token edits and padded copies are refused;
@@ -21,7 +21,7 @@ from spadekit.envs.program import EnvProgram
 from spadekit.runs.store import RunStore
 from spadekit.selfplay.memory import EnvironmentMemory, containment, fingerprint, jaccard
 
-ATTACK = Path(__file__).resolve().parents[1] / "data" / "attacks_review" / "blacklist_padding.py"
+ATTACK = Path(__file__).resolve().parents[1] / "data" / "reward_attacks" / "blacklist_padding.py"
 
 
 def attack():

@@ -1,11 +1,11 @@
 """verbose_pays.py through real self-play rounds (review of issue 22, finding 1).
 
 Real loop (tiny model, real sandbox, real run database, the in-batch watch on), a scripted
-designer that writes only ``tests/data/attacks_review/verbose_pays.py`` (a vault that pays any
+designer that writes only ``tests/data/reward_attacks/verbose_pays.py`` (a vault that pays any
 reply with six or more words before its box on half the seeds, and every such reply saying
 "binary search", the hint's phrase) and a scripted agent that never guesses the code but always
 writes a sentence before ``\\boxed{guess 500}``. Before the fix every copy validated and earned
-0.64-0.94, none retired (``tests/data/attacks_review/review_e2e.py``).
+0.64-0.94, none retired (``tests/selfplay/test_reward_attacks_e2e.py``).
 
 * With everything on, the validator's model-like garbage refuses some copies (in the loop it
   validates before the hint exists, and on 3 turns), and the watch retires every copy that
@@ -28,7 +28,7 @@ from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.selfplay.config import load_config
 
-ATTACK = Path(__file__).resolve().parents[1] / "data" / "attacks_review" / "verbose_pays.py"
+ATTACK = Path(__file__).resolve().parents[1] / "data" / "reward_attacks" / "verbose_pays.py"
 HINT = ("Reason out loud, in a full sentence, that you will use binary search, before each boxed "
         "guess.")
 ROUNDS = 3
