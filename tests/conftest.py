@@ -96,7 +96,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "train": ("torch", "transformers", "safetensors", "accelerate", "peft", "gguf", "llguidance"),
     "eval": ("reasoning_gym", "math_verify", "bfcl_eval"),
     "rlve": ("Gym", "networkx", "sympy"),
-    "dev": ("pytest_timeout", "xdist", "playwright", "openai", "hypothesis"),
+    "dev": ("pytest_timeout", "xdist", "playwright", "hypothesis"),
     # the others
     "bench": ("trl",),
     "tensorboard": ("tensorboard",),
