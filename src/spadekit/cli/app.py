@@ -546,12 +546,12 @@ def serve(
 
     from spadekit.common.loopback import is_loopback
 
-    refusal = (VLLM_INSTALL if importlib.util.find_spec("vllm") is None
-               else f"binding {host} needs an API key (--api-key-file or SPADEKIT_API_KEY)"
+    refusal = (f"binding {host} needs an API key (--api-key-file or SPADEKIT_API_KEY)"
                if not key and not is_loopback(host)
                else "--allow-weight-updates needs an API key (--api-key-file or "
                "SPADEKIT_API_KEY): every route of the server, the weight routes too, needs it"
-               if not key and allow_weight_updates else None)
+               if not key and allow_weight_updates
+               else VLLM_INSTALL if importlib.util.find_spec("vllm") is None else None)
     if refusal:
         err_console.print(f"cannot serve {model}: {refusal}", markup=False, style="red")
         raise typer.Exit(2)
