@@ -201,3 +201,15 @@ def test_specs_and_registry(server, hf, monkeypatch):
     assert isinstance(p, OpenAIPolicy) and p.base_url == server
     assert p.capabilities == frozenset({"token_ids", "logprobs"})
     p.close()
+
+
+def test_a_second_role_over_http_renders_with_the_trained_model_s_tokenizer(server, hf):
+    """``designer.hint_model`` / a separate designer as ``openai:NAME@URL`` (``load_beside``):
+    the server's answers are decoded with the tokenizer of the policy it stands beside."""
+    from spadekit.policy.registry import load_beside
+
+    p = load_beside(f"openai:smollm2-135m@{server}", hf, timeout=120)
+    assert p.tokenizer is hf.tokenizer and "token_ids" in p.capabilities
+    g = gen(p, messages=MESSAGES, max_new_tokens=4, seed=5)
+    assert g.prompt_ids == hf.render(MESSAGES) and g.text
+    p.close()
