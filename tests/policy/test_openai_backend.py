@@ -120,6 +120,7 @@ def test_full_capabilities(client):
     assert client.features.token_prompts and client.features.extras
     assert "Training: possible" in client.explain_capabilities()
     assert vllm_server.is_vllm(client) and client.cannot_restore_weights() is None
+    assert client._server_instance()  # vLLM names its instance: a restart is seen (transport)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

@@ -16,8 +16,9 @@ import pytest
 
 from spadekit.policy import GenerationRequest, PolicyError, SamplingParams, load_policy
 from spadekit.policy.base import CapabilityError
-from spadekit.policy.openai_backend import (MalformedResponse, OpenAIPolicy, ServerHTTPError,
-                                            ServerTimeout, ServerUnreachable, load_openai)
+from spadekit.policy.openai_backend import (EngineLost, MalformedResponse, OpenAIPolicy,
+                                            ServerHTTPError, ServerTimeout, ServerUnreachable,
+                                            load_openai)
 from spadekit.policy.weight_items import WeightSyncError
 
 CANNED = {"choices": [{"text": "ok", "finish_reason": "stop",
@@ -31,13 +32,15 @@ class Scripted:
     body)``; a body of None means: stay silent until closed. GETs are 404. ``bodies`` keeps what
     was posted."""
 
-    def __init__(self, script):
-        self.calls, self.bodies = 0, []
+    def __init__(self, script, metrics=None):
+        self.calls, self.bodies, self.metrics = 0, [], metrics
         self.release = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
+                if self.path == "/metrics" and outer.metrics:
+                    return self._answer(200, outer.metrics().encode())
                 self._answer(404, {"error": "no such route"})
 
             def do_POST(self):  # noqa: N802
@@ -83,8 +86,8 @@ class Scripted:
 def scripted():
     made = []
 
-    def make(script):
-        made.append(Scripted(script))
+    def make(script, metrics=None):
+        made.append(Scripted(script, metrics))
         return made[-1]
 
     yield make
@@ -178,6 +181,33 @@ def test_a_server_that_is_not_vllm_refuses_weight_pushes(scripted):
     assert "--allow-weight-updates" in c.cannot_restore_weights()
     gen(c, prompt_ids=[1], max_new_tokens=2)  # generation without pushes still works
     assert c.lost is None
+
+
+def test_a_followed_server_that_restarts_or_stops_is_engine_lost(scripted):
+    """Once weights were pushed (the policy follows the trainer), another server instance at the
+    address (a restart: vLLM's process start time changed) or silence is ``EngineLost``, for
+    that call and every later one."""
+    started = ["process_start_time_seconds 1.0"]
+    srv = scripted(lambda *_: (200, CANNED), metrics=lambda: "# HELP x\n" + started[0] + "\n")
+    c = srv.client(retries=0, timeout=2)
+    c._follows, c._instance = True, c._server_instance()  # as after a push
+    assert c._instance == "1.0"
+    gen(c, prompt_ids=[1], max_new_tokens=2)  # the same instance: fine
+    started[0] = "process_start_time_seconds 2.0"
+    with pytest.raises(EngineLost, match="restarted") as info:
+        gen(c, prompt_ids=[1], max_new_tokens=2)
+    assert info.value.details["url"] == srv.url
+    n = srv.calls
+    with pytest.raises(EngineLost):
+        gen(c, prompt_ids=[1], max_new_tokens=2)
+    with pytest.raises(EngineLost):
+        c.load_weights([])
+    assert srv.calls == n  # nothing more was sent
+    quiet = scripted(lambda *_: (200, None), metrics=lambda: started[0])
+    c = quiet.client(retries=0, timeout=0.5)
+    c._follows, c._instance = True, c._server_instance()
+    with pytest.raises(EngineLost, match="no answer"):
+        gen(c, prompt_ids=[1], max_new_tokens=2)
 
 
 def test_the_registry_and_env_name_the_server(scripted, monkeypatch):

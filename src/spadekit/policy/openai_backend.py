@@ -11,7 +11,8 @@ processed_logprobs``, as ``spadekit serve --model`` does). ``timeout`` (default 
 ``SPADEKIT_OPENAI_TIMEOUT``) bounds every wait; connection failures, 408, 409, 429 and 5xx are
 retried ``retries`` times by the SDK (``Retry-After`` honoured); a read timeout is never retried.
 Failures are typed ``PolicyError``s (``openai_wire``). Weight pushes go to a vLLM server only
-(``vllm_server``); once pushed to, a server that stops answering makes this policy ``EngineLost``.
+(``vllm_server``); once pushed to, a server that stops answering, or another server instance at
+its address (a restart lost the pushed weights), makes this policy ``EngineLost``.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class OpenAIPolicy:
         self.lost: EngineLost | None = None
         """Why this engine, which follows a trainer, was lost; None if it is not."""
         self._follows = False  # a push succeeded: generations must come from the pushed weights
+        self._instance: str | None = None  # the server instance pushed to (_server_instance)
         self.tokenizer = _load_tokenizer(tokenizer)
         self._client = _sdk_client(self.base_url, self.api_key, self.timeout, self.retries)
         self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="spadekit-openai")
@@ -119,6 +121,9 @@ class OpenAIPolicy:
             if self._follows:
                 raise self._lose(exc.message) from exc
             raise
+        finally:
+            if self._follows and self.lost is None:
+                self._same_server()  # the answers came from the server that holds the weights
 
     # -- weight pushes: a vLLM server only (spadekit.policy.vllm_server) ---------------------
 
@@ -138,7 +143,8 @@ class OpenAIPolicy:
             raise self._lose(f"a weight push broke off ({exc.message})") from exc
         except (OSError, http.client.HTTPException) as exc:
             raise self._lose(f"a weight push broke off ({type(exc).__name__}: {exc})") from exc
-        self._follows = self._follows or final
+        if final and not self._follows:
+            self._follows, self._instance = True, self._server_instance()
         return loaded
 
     def cannot_restore_weights(self) -> str | None:
@@ -164,6 +170,8 @@ class OpenAIPolicy:
         from spadekit.policy import vllm_server
 
         self._alive()
+        if self._follows:
+            self._same_server()  # a push to a restarted server would mix two weight histories
         if not vllm_server.is_vllm(self):
             raise WeightSyncError(f"{self.name} at {self.base_url} is not a vLLM server: "
                                   f"{NEEDS_VLLM}")
@@ -233,6 +241,28 @@ class OpenAIPolicy:
                 "so nothing of it may be trained on: once a server answers there again, resume "
                 "the run (it pushes its weights anew)", url=self.base_url)
         return EngineLost(self.lost.message, **self.lost.details)
+
+    def _server_instance(self) -> str | None:
+        """vLLM's ``process_start_time_seconds`` (``/metrics``), which a restart changes; None
+        where the server has no such metric. ``EngineLost`` when it cannot be asked."""
+        root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+        auth = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            resp = httpx2.get(f"{root}/metrics", headers=auth, timeout=self.timeout,
+                              trust_env=False)
+        except httpx2.HTTPError as exc:
+            raise self._lose(f"it stopped answering ({type(exc).__name__}: {exc})") from exc
+        for line in resp.text.splitlines() if resp.status_code == 200 else ():
+            if line.startswith("process_start_time_seconds"):
+                return line.split()[-1]
+        return None
+
+    def _same_server(self) -> None:
+        """EngineLost unless the server instance pushed to still answers."""
+        now = self._server_instance()
+        if now != self._instance:
+            raise self._lose(f"it restarted (started at {now}; the weights were pushed to the "
+                             f"server started at {self._instance})")
 
     def _capabilities(self) -> frozenset[str]:
         f = self.features
