@@ -47,7 +47,7 @@ SRC = str(ROOT / "src")
 PRELOAD = ("torch", "numpy", "transformers:LlamaConfig", "transformers:LlamaForCausalLM",
            "transformers:PreTrainedTokenizerFast", "transformers:AutoTokenizer",
            "transformers:AutoModelForCausalLM", "peft", "spadekit.cli", "spadekit.selfplay.loop",
-           "spadekit.policy.registry", "spadekit.policy.tiny", "spadekit.policy.serve",
+           "spadekit.policy.registry", "spadekit.policy.tiny",
            "spadekit.train.trainer")
 """What a zygote imports before it forks (the costly part of starting a spadekit process);
 ``module:name`` also resolves ``name`` (transformers builds its lazy module's index on the first

@@ -249,7 +249,7 @@ def _reset_after(live, sent: bytes, answer_begun: bool) -> None:
     import socket
     import time
 
-    from test_http_server import reset, wait_for
+    from test_dashboard_disconnects import reset, wait_for
 
     before = live.disconnects
     sock = socket.create_connection(("127.0.0.1", live.server_address[1]))

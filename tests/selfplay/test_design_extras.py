@@ -181,18 +181,24 @@ def test_judge_auto_is_on_for_tooluse(tmp_path, tiny):
         assert out.reasons == {"judge_rejected": 1} and out.pooled == []
 
 
-def test_hints_from_an_external_model_over_http(tmp_path, tiny):
-    from spadekit.policy.serve import serve
+def test_hints_from_a_separate_hint_model(tmp_path, tiny):
+    """``designer.hint_model`` names another policy (any spec; over HTTP an ``openai:`` one,
+    tests/policy/test_openai_backend.py): it writes the hints, the designer is not asked."""
+    import uuid
+
+    from spadekit.policy.registry import register_backend
 
     external = ScriptedPolicy(tiny.tokenizer, lambda _i, _t:
                               "HINT: Think about which single word the rules point to.")
+    asked = []
+    name = f"hinter{uuid.uuid4().hex[:8]}"
+    register_backend(name, lambda spec, **options: asked.append(spec) or external)
     calls = {}
-    with serve(external, model_name="hinter") as srv:
-        with _phase(tmp_path, tiny, responder([_block(w) for w in WORDS[:2]], calls=calls),
-                    **{"designer.hint_model": f"openai:hinter@{srv.url}"}) as sp:
-            out = sp.design.run(0, RoundStreams(0, 0))
-            hints = [sp.store.get_hint(sha)["hint"] for sha in out.pooled]
-        assert srv.stats()["requests"] >= 2
+    with _phase(tmp_path, tiny, responder([_block(w) for w in WORDS[:2]], calls=calls),
+                **{"designer.hint_model": f"{name}:hints"}) as sp:
+        out = sp.design.run(0, RoundStreams(0, 0))
+        hints = [sp.store.get_hint(sha)["hint"] for sha in out.pooled]
+    assert asked == [f"{name}:hints"]
     assert "hint" not in calls and out.hints["ok"] == 2
     assert hints == ["Think about which single word the rules point to."] * 2
 

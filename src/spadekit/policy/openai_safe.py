@@ -1,5 +1,4 @@
-"""Untrusted text sent to an OpenAI-compatible server as text, never as forged control tokens
-(issue 25, review findings 1-2).
+"""Untrusted text sent to an OpenAI-compatible server as text, never as forged control tokens.
 
 ``OpenAIPolicy`` sends token-id prompts where the server takes them; the ids are built by
 ``render``, which already encodes special-token strings inside message content as ordinary

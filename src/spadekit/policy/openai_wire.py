@@ -17,7 +17,7 @@ from spadekit.policy.weight_items import WeightSyncError
 
 __all__ = ["TIMEOUT_ENV", "EngineLost", "MalformedResponse", "ServerFeatures", "ServerHTTPError",
            "ServerTimeout", "ServerUnreachable", "env_timeout", "normalize_base_url",
-           "parse_spec", "retry_after", "sampling_fields",
+           "parse_spec", "sampling_fields",
            "chat_tokens", "completion_tokens", "finish_reason", "first_choice", "int_list"]
 
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
@@ -89,16 +89,6 @@ def sampling_fields(p: SamplingParams) -> dict[str, Any]:
 def env_timeout() -> float:
     """The timeout env ``SPADEKIT_OPENAI_TIMEOUT`` sets (seconds), else 120."""
     return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT)
-
-
-def retry_after(value: str | None) -> float | None:
-    """Seconds of a ``Retry-After`` header (None when absent or not a number)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
 
 
 # -- typed failures ---------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hmac
 import json
 import os
@@ -39,12 +40,11 @@ import threading
 import traceback
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from spadekit.common.http_server import QuietHTTPServer
 from spadekit.common.loopback import is_loopback
 from spadekit.common.errors import ConfigError
 from spadekit.report import data
@@ -58,7 +58,43 @@ _NOT_FOUND = ("no environment", "no episode")  # ReportError messages of data.py
 _BAD_ID = ("not an", "environment id")
 
 
-class DashboardServer(QuietHTTPServer):
+_CLIENT_GONE = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
+
+
+def _peer_gone(sock: object) -> bool:
+    """Whether the client of ``sock`` closed or reset it (a peek: nothing is read)."""
+    if not isinstance(sock, socket.socket):
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:  # open, with nothing to read
+        return False
+    except OSError as exc:
+        return isinstance(exc, _CLIENT_GONE) or exc.errno in (errno.ENOTCONN, errno.EBADF)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Daemon request threads; a client that resets or closes its connection mid-request (a
+    closed tab) is counted in ``disconnects``, not printed; any other error still prints."""
+
+    daemon_threads = True
+    disconnects = 0
+    _count = threading.Lock()
+
+    def client_left(self, exc: BaseException | None, sock: object) -> bool:
+        """Count and say True when ``exc`` is this request's own connection going away."""
+        if isinstance(exc, _CLIENT_GONE) and _peer_gone(sock):
+            with self._count:
+                self.disconnects += 1
+            return True
+        return False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not self.client_left(sys.exc_info()[1], request):
+            super().handle_error(request, client_address)
+
+
+class DashboardServer(_QuietServer):
     """The HTTP server; ``url`` is where the dashboard is, ``run_dir`` what it shows."""
 
     allow_reuse_address = True

@@ -1,5 +1,5 @@
-"""``spadekit.common.http_server``: a client that resets its connection, while the server reads
-its request or writes the answer, is counted and prints nothing; a connection error that is
+"""The dashboard's threaded server (``spadekit.report.server``): a client that resets its
+connection, while the server reads its request or writes the answer, is counted and prints nothing; a connection error that is
 not its client's (a handler's own broken pipe) and any other exception in a request thread
 still print their traceback; the server goes on serving. Real sockets on loopback."""
 
@@ -14,7 +14,8 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from spadekit.common.http_server import QuietHTTPServer, client_went_away, peer_gone
+from spadekit.report.server import _peer_gone as peer_gone
+from spadekit.report.server import _QuietServer as QuietHTTPServer
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -116,11 +117,19 @@ def test_any_other_exception_still_prints_its_traceback(server, capfd):
     assert get(server, "/").endswith(b"ok")
 
 
-def test_only_a_closed_or_reset_connection_counts_as_a_client_that_went_away():
-    for gone in (ConnectionResetError(), BrokenPipeError(), ConnectionAbortedError()):
-        assert client_went_away(gone)
-    for other in (None, ValueError(), OSError(), TimeoutError(), ConnectionRefusedError()):
-        assert not client_went_away(other)
+def test_only_a_closed_or_reset_connection_counts_as_a_client_that_went_away(server):
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server_side = listener.accept()[0]
+        client.close()
+        wait_for(lambda: peer_gone(server_side))
+        for other in (None, ValueError(), OSError(), TimeoutError(), ConnectionRefusedError()):
+            assert not server.client_left(other, server_side)
+        assert server.disconnects == 0
+        for gone in (ConnectionResetError(), BrokenPipeError(), ConnectionAbortedError()):
+            assert server.client_left(gone, server_side)
+        assert server.disconnects == 3
+        server_side.close()
 
 
 def test_peer_gone_tells_an_open_connection_from_a_closed_or_reset_one():
