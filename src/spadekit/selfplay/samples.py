@@ -23,8 +23,8 @@ from typing import Any
 
 from spadekit.selfplay.advantages import (Sample, agent_advantages, designer_advantages, designer_weight,
                                  per_turn_samples)
-from spadekit.selfplay.rewards import (EmaTracker, EnvStats, RewardParams, designer_signal,
-                                       return_variance, win_rate)
+from spadekit.selfplay.rewards import (EmaTracker, EnvStats, designer_signal, return_variance,
+                                       win_rate)
 from spadekit.rollout.engine import Trajectory
 from spadekit.rollout.thinking import ends_inside_thinking
 
@@ -102,7 +102,7 @@ def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config
     win_rates: list[float | None] = []
     variances: list[float | None] = []
     plateau_inputs: list[float | None] = []
-    params = RewardParams.from_config(cfg.reward)
+    params = cfg.reward
     for item in due:
         meta = item.get("meta") or {}
         if "fixed_reward" in meta:
@@ -215,12 +215,12 @@ def update_ema(store: Any, ema: dict[str, EmaTracker], config: Any, sha: str,
     """Fold round ``step``'s win rate of ``sha`` into its learning-potential tracker (created on
     first use), with the round's ``reward.ema_*`` constants."""
     r = config.reward
-    w = round_win_rate(store, sha, step, getattr(r, "win_rate_input", "mean_return"))
+    w = round_win_rate(store, sha, step, r.win_rate_input)
     if w is None:
         return
     tracker = ema.get(sha)
     if tracker is None:
-        tracker = ema[sha] = EmaTracker(r.ema_alpha_fast, r.ema_alpha_slow, r.ema_scale)
-    tracker.alpha_fast, tracker.alpha_slow = float(r.ema_alpha_fast), float(r.ema_alpha_slow)
-    tracker.scale = float(r.ema_scale)
+        tracker = ema[sha] = r.ema()
+    tracker.alpha_fast, tracker.alpha_slow, tracker.scale = r.ema_alpha_fast, r.ema_alpha_slow, \
+        r.ema_scale
     tracker.update(w)
