@@ -38,7 +38,8 @@ PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 @section
 class DesignerConfig:
-    temperature: Number = 0.6
+    temperature: pydantic.StrictFloat = 0.6
+    """Equal to ``rollout.temperature`` (which holds the range): one sampling temperature."""
     top_p: Unit = 1.0
     max_new_tokens: PosInt = 1024
     """Designer output budget (paper: 16384)."""
@@ -515,13 +516,14 @@ def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
 
 
 class _Loader(__import__("yaml").SafeLoader):
-    """YAML with ``1e-5`` read as a number (YAML 1.1 wants ``1.0e-5``)."""
+    """YAML with ``1e-5``, ``nan`` and ``inf`` read as numbers (YAML 1.1 wants ``1.0e-5``)."""
 
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
+    re.compile(r"^[-+]?(?:(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+"
+               r"|(?i:nan|inf|infinity))$"),
+    list("-+0123456789.nNiI"))
 
 
 def read_yaml(text: str) -> Any:
