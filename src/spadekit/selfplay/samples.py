@@ -1,19 +1,12 @@
 """The per-role training samples of one self-play round (SPEC points 4-7).
 
-- agent: GRPO z-scores of returns within each environment's no-hint plays of the round (hint
-  plays measure regret only); a crashed episode gets ``reward.failed_episode_reward``; one
-  sample per episode, or one per assistant turn (``train.sample_granularity=turn``, for
-  thinking models) with the episode's advantage on each; ``thinking_cut/agent`` counts the
-  turns (hinted plays too) whose reply ended inside an unclosed ``<think>``;
-- designer: the samples due now, rewarded by ``reward.signal`` with the round's ``reward.*``
-  constants (so a schedule entry moves them) over the environment's plays, centred per skill,
-  upweighted, importance-corrected later by the trainer (their behaviour logprobs were stored at
-  generation time); each sample's reward, advantage, weight, window win rate (the plateau's
-  input, ``reward.win_rate_input``) and the variance of the window's no-hint returns (the
-  bimodal-hack monitor) is recorded as a ``designer_samples`` event in the run database, and
-  the round's mean variance as ``designer/win_rate_variance``;
-- the learning-potential trackers: each pooled environment's EMAs get that round's no-hint win
-  rate (``update_ema``; the same ``reward.win_rate_input``).
+- agent: GRPO advantages within each environment's no-hint plays (hint plays measure regret
+  only); a crashed episode returns ``reward.failed_episode_reward``; one sample per episode, or
+  per assistant turn (``train.sample_granularity=turn``);
+- designer: the samples due now, rewarded by ``reward.signal`` with the round's ``config.reward``
+  (so a schedule entry moves it), centred per skill, upweighted; each one's reward, advantage,
+  weight, plateau input and window variance is recorded as a ``designer_samples`` event;
+- the learning-potential trackers get each pooled environment's round win rate (``update_ema``).
 """
 
 from __future__ import annotations
