@@ -30,8 +30,8 @@ from spadekit.selfplay.checkpoints import CheckpointConfig
 from spadekit.selfplay.rewards import RewardConfig
 from spadekit.selfplay.warm_cache import WarmstartConfig
 from spadekit.selfplay.watch import WatchConfig
-from spadekit.train.config import (Count, Number, PosInt, Positive, Str, TrainConfig, Unit,
-                                   config_error, section)
+from spadekit.train.config import (Count, NonNegative, Number, PosInt, Positive, Str,
+                                   TrainConfig, Unit, config_error, section)
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
@@ -306,7 +306,8 @@ class SelfPlayConfig:
     plain directory of programs, a run directory) whose programs also start the memory, with
     their lineage recorded in a ``memory_seeded`` event; None: none."""
     memory_size: PosInt = 200
-    dedup_threshold: Unit = 0.9
+    dedup_threshold: NonNegative = 0.9
+    """A program this similar to one in memory is a duplicate (above 1: none is)."""
     grounding: pydantic.StrictBool = True
     """Ablation switch: False gives the designer no grounding document (no corpus is loaded)."""
     use_memory: pydantic.StrictBool = True
