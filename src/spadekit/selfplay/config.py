@@ -264,13 +264,10 @@ class SelfPlayConfig:
     """``games`` (reasoning puzzles) or ``tooluse`` (multi-turn API calling)."""
     model: Str = "smollm2-135m"
     generation_model: Str | None = None
-    """A separate generation engine whose weights follow the trainer after every update (no
-    reload from disk): ``vllm:PATH`` (in-process, colocated; GPU), ``openai:NAME@URL`` of a
-    ``spadekit serve --model M --allow-weight-updates`` server (token in
-    ``SPADEKIT_WEIGHTS_TOKEN``), or ``hf:PATH``/``tiny`` (a copy in this process). None: the
-    trained model generates. Its samples are then importance-corrected like the designer's.
-    ``auto``: in-process vLLM on the run's (warm-started) model when vLLM is installed, else
-    None."""
+    """A separate generation engine whose weights follow the trainer after every update:
+    ``vllm:PATH`` (in-process), ``openai:NAME@URL`` (a server that takes weight pushes),
+    ``hf:PATH``/``tiny`` (a copy in this process), ``auto`` (in-process vLLM when installed,
+    else none). Its samples are importance-corrected. None: the trained model generates."""
     rounds: PosInt = 2
     envs_per_round: PosInt = 4
     """Environments the designer writes at each regeneration (paper: 24)."""
@@ -279,9 +276,8 @@ class SelfPlayConfig:
     environment is played ``ceil(agent_samples_per_round / environments in the pool)`` times
     (8 at 192 / 24). Exactly one of this and ``num_generations`` is set (the other null)."""
     num_generations: PosInt | None = 4
-    """TRL's name, kept for a fixed count: no-hint plays of every pooled environment per round,
-    whatever the pool's size (``plays_per_env``). Null when ``agent_samples_per_round`` is set
-    (the paper presets); a run directory written before that field existed sets this one."""
+    """TRL's name: a fixed count of no-hint plays of every pooled environment per round
+    (``plays_per_env``); null when ``agent_samples_per_round`` is set."""
     hint_generations: Count = 4
     """Hinted plays of each new designer environment at its generation step, for regret (paper:
     16). Regret compares them with the same round's no-hint plays (``plays_per_env`` of them)."""
@@ -289,10 +285,8 @@ class SelfPlayConfig:
     """Rounds an environment stays in the pool; also the designer update delay k."""
     skills_per_epoch: PosInt = 3
     env_max_turns: PosInt = 12
-    """The episode cap (SPEC: 12; paper cap 25). One number, ``turn_cap`` = ``min(env_max_turns,
-    rollout.max_turns)``, is stated in the designer's contract, given to the validator and to
-    every played program's constructor, and caps each play (a program's own smaller
-    ``max_turns`` is respected): ``rollout.max_turns`` is a ceiling that clamps it."""
+    """The episode cap (SPEC: 12; paper 25). ``turn_cap = min(env_max_turns,
+    rollout.max_turns)`` is the one cap of the designer's contract, the validator and play."""
     bootstrap: Str | None = "library"
     """Environments the agent plays while the designer is still weak: ``library`` (the
     reference environments of the active skills), a pool directory, or None."""
@@ -302,9 +296,8 @@ class SelfPlayConfig:
     memory_seed_library: pydantic.StrictBool = True
     """Start the environment memory with the reference library (designer seeds from round 0)."""
     memory_seed: Str | None = None
-    """An environment source (a pool directory, e.g. one ``spadekit import-reference`` wrote, a
-    plain directory of programs, a run directory) whose programs also start the memory, with
-    their lineage recorded in a ``memory_seeded`` event; None: none."""
+    """An environment source (a pool, program or run directory) whose programs also start the
+    memory (lineage in a ``memory_seeded`` event); None: none."""
     memory_size: PosInt = 200
     dedup_threshold: NonNegative = 0.9
     """A program this similar to one in memory is a duplicate (above 1: none is)."""
@@ -321,19 +314,15 @@ class SelfPlayConfig:
     ``from_round <= N``, applied in order (see :func:`scheduled_config`)."""
     seed: pydantic.StrictInt = 0
     stream_key: Str | None = None
-    """The run's secret key for its random streams (``spadekit.common.streams``), beside
-    ``seed``: a designed program knows the public default seed and its own hash, and without a
-    secret it could compute the seeds it will be played, hinted and spot-checked on (and pay
-    only there). None: 32 random hex digits drawn when the run is created and stored in its
-    ``config.yaml``, so a resume repeats its draws. Set it (any string) for two fresh runs to
-    be the same run; keep it out of reach of the programs (it never enters the sandbox)."""
+    """The run's secret key for its random streams (``spadekit.common.streams``), so a program
+    cannot compute the seeds it will be played on. None: 32 random hex digits drawn at creation
+    and stored in ``config.yaml`` (a resume repeats its draws); set it for two runs to match."""
     checkpoint_every: PosInt = 1
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Which checkpoints stay on disk (``keep_last``, ``keep_every``;
     ``spadekit.selfplay.checkpoints``)."""
     tensorboard: pydantic.StrictBool = True
-    """Also write each round's metrics to ``run_dir/tensorboard`` when the ``tensorboard``
-    package is installed (``pip install -e ".[tensorboard]"``)."""
+    """Also write each round's metrics to ``run_dir/tensorboard`` (needs ``tensorboard``)."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     """Experiment trackers (W&B, trackio) each round also goes to (``spadekit.runs.tracking``,
     ``docs/tracking.md``); none by default."""
