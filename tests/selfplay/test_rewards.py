@@ -11,8 +11,7 @@ from spadekit.sandbox import play
 
 from spadekit.selfplay import rewards
 from spadekit.selfplay.rewards import (DESIGNER_SIGNALS, HANG_PENALTY, INVALID_REWARD, EmaTracker,
-                              RewardParams,
-                              EnvStats, FailureReward, azr_learnability, designer_reward,
+                              RewardConfig, EnvStats, FailureReward, azr_learnability, designer_reward,
                               designer_reward_for_failure, designer_signal, episode_return,
                               plateau, register_designer_signal, regret, regret_norm,
                               solve_rate, win_rate)
@@ -94,13 +93,13 @@ def test_a_lottery_sits_in_the_band_only_by_positive_share():
     assert win_rate(lottery) == approx(0.1) and plateau(win_rate(lottery)) == 0.0
     stats = EnvStats(returns_with_hint=lottery, returns_without_hint=lottery)
     assert designer_signal("plateau", stats) == 0.0  # the default input
-    assert designer_signal("plateau", stats, RewardParams(win_rate_input="positive_share")) == 1.0
+    assert designer_signal("plateau", stats, RewardConfig(win_rate_input="positive_share")) == 1.0
     # regret 0 -> blend = 0.6 * plateau
-    assert designer_signal("blend", stats, RewardParams(win_rate_input="positive_share")) \
+    assert designer_signal("blend", stats, RewardConfig(win_rate_input="positive_share")) \
         == approx(0.6)
     assert designer_signal("blend", stats) == 0.0
     with pytest.raises(ValueError):
-        RewardParams(win_rate_input="share")
+        RewardConfig(win_rate_input="share")
 
 
 def test_return_variance_is_the_bimodal_monitor():
@@ -257,7 +256,7 @@ def test_designer_signals(name, expected):
 
 
 def test_positive_share_input_moves_only_the_plateau():
-    share = RewardParams(win_rate_input="positive_share")
+    share = RewardConfig(win_rate_input="positive_share")
     assert designer_signal("plateau", _stats(), share) == approx(0.6)
     assert designer_signal("blend", _stats(), share) == approx(0.76)   # 0.4 + 0.6 * 0.6
     assert designer_signal("solve_rate", _stats(), share) == approx(0.2)
@@ -301,27 +300,24 @@ def test_blend_takes_the_plateau_band_and_weights_from_the_params():
     stats = _win_rate_03_regret_0075()
     # default band [0.4, 0.6]: plateau(0.3) = 1 - 0.1 / 0.25 = 0.6 -> 0.4 * 0.5 + 0.6 * 0.6
     assert designer_signal("blend", stats) == approx(0.56)
-    assert designer_signal("blend", stats, RewardParams()) == approx(0.56)
+    assert designer_signal("blend", stats, RewardConfig()) == approx(0.56)
     # the 4B run's later band [0.2, 0.4]: plateau 1 -> 0.4 * 0.5 + 0.6 * 1
-    band = RewardParams(plateau_low=0.2, plateau_high=0.4)
+    band = RewardConfig(plateau_low=0.2, plateau_high=0.4)
     assert designer_signal("blend", stats, band) == approx(0.8)
     assert designer_signal("plateau", stats, band) == approx(1.0)
     # every other constant: scale 0.3 -> norm 0.25; weights 0.5/0.5; ramp 0.5 -> plateau 0.8
-    assert designer_signal("regret", stats, RewardParams(regret_scale=0.3)) == approx(0.25)
-    assert designer_signal("blend", stats, RewardParams(regret_weight=0.5, plateau_weight=0.5)) \
+    assert designer_signal("regret", stats, RewardConfig(regret_scale=0.3)) == approx(0.25)
+    assert designer_signal("blend", stats, RewardConfig(regret_weight=0.5, plateau_weight=0.5)) \
         == approx(0.5 * 0.5 + 0.5 * 0.6)
-    assert designer_signal("plateau", stats, RewardParams(plateau_ramp=0.5)) == approx(0.8)
+    assert designer_signal("plateau", stats, RewardConfig(plateau_ramp=0.5)) == approx(0.8)
 
 
-def test_reward_params_from_a_reward_config():
-    from spadekit.selfplay.config import RewardConfig
-
-    params = RewardParams.from_config(RewardConfig(plateau_low=0.2, plateau_high=0.4,
-                                                   regret_scale=0.3))
+def test_the_reward_config_holds_the_reward_constants():
+    params = RewardConfig(plateau_low=0.2, plateau_high=0.4, regret_scale=0.3)
     assert (params.plateau_low, params.plateau_high, params.regret_scale) == (0.2, 0.4, 0.3)
     assert params.regret_weight == 0.4 and params.plateau_ramp == 0.25
     assert params.win_rate_input == "mean_return"
-    share = RewardParams.from_config(RewardConfig(win_rate_input="positive_share"))
+    share = RewardConfig(win_rate_input="positive_share")
     assert share.win_rate_input == "positive_share" and share.win_rate([0.2, 0.0]) == 0.5
     from spadekit.common.errors import ConfigError
     with pytest.raises(ConfigError):
@@ -384,13 +380,13 @@ def test_a_copied_answer_leaves_the_plateau_only_above_chance():
     # above chance: win rate 0 -> plateau 0 -> 0 (regret 0 either way)
     copier = EnvStats([0.33] * 4, [0.33] * 4, chance=0.33)
     assert designer_signal("blend", copier) == approx(0.432)
-    assert designer_signal("blend", copier, RewardParams(above_chance=True)) == 0.0
+    assert designer_signal("blend", copier, RewardConfig(above_chance=True)) == 0.0
     # an agent that plays: 0.66 -> (0.66 - 0.33) / 0.67 = 0.4925 -> in the band -> 0.6
     player = EnvStats([0.66] * 4, [0.66] * 4, chance=0.33)
-    assert designer_signal("blend", player, RewardParams(above_chance=True)) == approx(0.6)
-    assert designer_signal("plateau", player, RewardParams(above_chance=True)) == approx(1.0)
+    assert designer_signal("blend", player, RewardConfig(above_chance=True)) == approx(0.6)
+    assert designer_signal("plateau", player, RewardConfig(above_chance=True)) == approx(1.0)
     # unmeasured chance (0): the same as the reference's
-    assert designer_signal("blend", EnvStats([0.5], [0.5]), RewardParams(above_chance=True)) \
+    assert designer_signal("blend", EnvStats([0.5], [0.5]), RewardConfig(above_chance=True)) \
         == designer_signal("blend", EnvStats([0.5], [0.5]))
 
 
@@ -398,8 +394,8 @@ def test_above_chance_comes_from_the_config_and_must_be_a_bool():
     from spadekit.common.errors import ConfigError
     from spadekit.selfplay.config import RewardConfig
 
-    assert RewardParams.from_config(RewardConfig()).above_chance is False
-    assert RewardParams.from_config(RewardConfig(above_chance=True)).above_chance is True
+    assert (RewardConfig()).above_chance is False
+    assert (RewardConfig(above_chance=True)).above_chance is True
     with pytest.raises(ConfigError, match="above_chance"):
         RewardConfig(above_chance="yes")
     with pytest.raises(ConfigError, match="win_rate_input must be mean_return"):

@@ -116,17 +116,11 @@ def _resolve(preset, config, overrides, model, rounds, unsafe, extra: list[str])
     does not load)."""
     from spadekit.selfplay.config import load_config
 
-    sets = list(overrides or []) + extra
-    if model:
-        sets.append(f"model={model}")
-    if unsafe:
-        sets.append("sandbox.allow_unsafe=true")
+    sets = [*(overrides or []), *extra, *([f"model={json.dumps(model)}"] if model else []),
+            *(["sandbox.allow_unsafe=true"] if unsafe else []),
+            *([f"rounds={rounds}"] if rounds is not None else [])]
     try:
         cfg = load_config(preset, config, sets)
-        if rounds is not None:
-            import dataclasses
-
-            cfg = dataclasses.replace(cfg, rounds=rounds)
     except SpadekitError as exc:
         raise typer.BadParameter(exc.message) from None
     return cfg

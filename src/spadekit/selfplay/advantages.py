@@ -1,19 +1,10 @@
-"""Per-role advantages, the designer's upweighting factor, and the training ``Sample`` record
-(SPEC points 6-7). ``Sample`` itself lives in :mod:`spadekit.train.sample`.
+"""Per-role advantages and the designer's loss weight (SPEC points 6-7).
 
-- Reasoning Agent: GRPO within each environment: the z-score of each play's return over that
-  environment's plays, ``(r - mean) / (std + eps)``, with the population standard deviation
-  (divide by n, as GRPO implementations do).
-- Environment Designer: the designer rewards centred by their mean within each skill, no std
-  division; a skill with a single sample in the round is centred against the round's mean over
-  all designer samples instead (``designer_advantages``), so it still gets a gradient. The upweighting factor ``min(n_agent / n_designer * regen_interval, cap)`` is not
-  folded into the advantage: it travels as an explicit per-sample loss weight
-  (``Sample.weight``), so logged advantages stay on the reward's scale.
-- Designer samples are trained ``regen_interval`` rollouts after they were generated, so they
-  need the behaviour logprobs stored at generation time for truncated importance sampling; those
-  without are dropped (``drop_without_logprobs``).
-
-Plain Python floats, exact and torch-free; the trainer turns ``Sample`` lists into tensors.
+The agent's advantage is GRPO's z-score within each environment; the designer's is its reward
+centred within its skill (no std division); the designer's upweighting travels as a per-sample
+loss weight (``Sample.weight``, from ``spadekit.train.sample``), not folded into the advantage.
+Designer samples are trained ``regen_interval`` rounds late and need their behaviour logprobs
+for truncated importance sampling (``drop_without_logprobs``). Plain floats, torch-free.
 """
 
 from __future__ import annotations
@@ -24,6 +15,7 @@ from typing import Any, Iterable, Literal, Sequence
 __all__ = ["agent_advantages", "designer_advantages", "designer_weight", "Sample",
            "drop_without_logprobs", "per_turn_samples", "turn_spans", "ROLES"]
 
+from spadekit.selfplay.rewards import RewardConfig
 from spadekit.train.sample import ROLES, Sample
 
 
@@ -92,7 +84,7 @@ def designer_advantages(rewards_by_skill: dict[str, list[float]]) -> dict[str, l
 
 
 def designer_weight(n_agent_samples: int, n_designer_samples: int, regen_interval: int,
-                    cap: float = 50.0) -> float:
+                    cap: float = RewardConfig.designer_weight_cap) -> float:
     """The designer's per-sample loss weight: ``min(n_agent / n_designer * regen_interval, cap)``.
 
     Designer samples are few (one per environment) and arrive once per ``regen_interval``

@@ -1,99 +1,96 @@
-"""The self-play configuration: one dataclass tree, YAML presets, ``--set key=value`` overrides.
+"""The self-play configuration: one tree of frozen dataclasses, YAML presets, ``--set`` overrides.
 
-``SelfPlayConfig`` holds every knob of a run, with SPEC.md's values where the paper fixes them
-and small values in the ``cpu-tiny`` preset (the default). Presets live in ``configs/*.yaml`` at
-the repository root and inside the package (``spadekit/selfplay/presets``); a config file or ``--set``
-overrides any field by dotted path (``--set train.learning_rate=1e-5``). The resolved config is
-written to the run directory as ``config.yaml``.
+``SelfPlayConfig`` holds every knob of a run; each field declares its type, range and default
+once, and pydantic checks them (SPEC.md's values where the paper fixes them; small ones in the
+``cpu-tiny`` preset, the default). Presets are the YAML files in ``spadekit/selfplay/presets``;
+a config file or ``--set key=value`` overrides any field by dotted path (``--set
+train.learning_rate=1e-5``). A bad value is a ``ConfigError`` naming the dotted knob and its
+allowed range, raised when the config loads (before any run directory exists). The resolved
+config is written to the run directory as ``config.yaml``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import types
-import typing
-from dataclasses import dataclass, field
+import re
+from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import pydantic
 
 from spadekit.common.errors import ConfigError
 from spadekit.policy.base import MIN_TEMPERATURE
 from spadekit.rollout.engine import RolloutConfig
 from spadekit.runs.tracking import LoggingConfig
 from spadekit.sandbox.config import SandboxConfig
-from spadekit.train.config import TrainConfig
 from spadekit.selfplay.checkpoints import CheckpointConfig
+from spadekit.selfplay.rewards import RewardConfig
 from spadekit.selfplay.warm_cache import WarmstartConfig
 from spadekit.selfplay.watch import WatchConfig
+from spadekit.train.config import (Count, NonNegative, Number, PosInt, Positive, Str,
+                                   TrainConfig, Unit, config_error, section)
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 
 
-@dataclass(frozen=True)
+@section
 class DesignerConfig:
-    temperature: float = 0.6
-    top_p: float = 1.0
-    max_new_tokens: int = 1024
+    temperature: pydantic.StrictFloat = 0.6
+    """Equal to ``rollout.temperature`` (which holds the range): one sampling temperature."""
+    top_p: Unit = 1.0
+    max_new_tokens: PosInt = 1024
     """Designer output budget (paper: 16384)."""
-    hint_mode: str = "second_call"
+    hint_mode: Literal["second_call", "designer"] = "second_call"
     """``second_call``: the same policy writes the hint after reading the code (temperature
     ``hint_temperature``); ``designer``: take the hint from the designer's own output."""
-    hint_temperature: float = 0.3
-    hint_max_new_tokens: int = 128
-    positive_seeds: int = 2
-    max_words: int | None = None
+    hint_temperature: Number = 0.3
+    hint_max_new_tokens: PosInt = 128
+    positive_seeds: Count = 2
+    max_words: PosInt | None = None
     """Grounding document truncation; None: 6000 words for games, 4000 for tool use."""
-    repair_attempts: int = 0
+    repair_attempts: Count = 0
     """Inference-only repair turns for a program that fails validation (the failure report is
     fed back); the designer still trains on its first attempt only (``spadekit.selfplay.repair``)."""
-    judge: str | bool = "auto"
+    judge: Str | pydantic.StrictBool = "auto"
     """The policy as judge after the mechanical checks (rejects fatal bugs only): ``auto`` (on
     for tool use, off for games), ``on`` or ``off`` (YAML's true/false too; ``spadekit.selfplay.judge``)."""
-    judge_temperature: float = 0.3
-    judge_max_new_tokens: int = 512
-    hint_model: str | None = None
+    judge_temperature: Number = 0.3
+    judge_max_new_tokens: PosInt = 512
+    hint_model: Str | None = None
     """A separate hint writer (a policy spec, e.g. ``openai:NAME@URL``) instead of the policy."""
-    model: str | None = None
-    """A frozen designer: a policy spec (any backend: ``hf:PATH``, ``vllm:...``,
-    ``openai:NAME@URL``, ``smollm2-135m``, ...) that writes the environments (and the hints,
-    unless ``hint_model`` is set) instead of the trained policy. Its samples are rewarded and
-    logged but never trained (``designer_samples_dropped``): the honest frozen-designer
-    ablation. None: the trained policy designs (the paper)."""
-    prompt_style: str = "full"
-    """``full``: the paper's designer prompt (the whole program contract, references as code);
-    ``compact``: the contract in a few lines and each reference as its class name and rules
-    (about 350 tokens; for small models on a CPU, ``spadekit.selfplay.prompts``); ``kit``
-    (games): a game-kit program (``spadekit.envs.gamekit``), the reply opened by the import of
-    the part that makes the round's skill unless ``response_prefix`` is set."""
-    response_prefix: str = ""
-    """Format aid: text that opens the designer's reply, e.g. one that opens the code block and
-    the class. Its tokens are prompt tokens (never trained); the extractor reads prefix + reply
-    (``spadekit.rollout.aids``). Needs a policy that takes token ids. Empty: none."""
-    grammar: str | None = None
-    """``kit`` (with ``prompt_style: kit``): the designer's reply is decoded within the kit
-    grammar (``spadekit.selfplay.kit_grammar``; vLLM's ``structured_outputs`` likewise): every
-    composition and parameter value it allows loads, and the designer's own code is an
-    ``intro`` flavour at most. The loop's choice of form, recorded here. None: free text."""
+    model: Str | None = None
+    """A frozen designer: a policy spec (``hf:PATH``, ``vllm:...``, ``openai:NAME@URL``, ...)
+    that writes the environments (and the hints, unless ``hint_model`` is set) instead of the
+    trained policy; its samples are rewarded and logged but never trained
+    (``designer_samples_dropped``). None: the trained policy designs (the paper)."""
+    prompt_style: Str = "full"
+    """``full``: the paper's designer prompt; ``compact``: the contract in a few lines and each
+    reference as its class name and rules (for small models, ``spadekit.selfplay.prompts``);
+    ``kit`` (games): a game-kit program (``spadekit.envs.gamekit``)."""
+    response_prefix: Str = ""
+    """Format aid: text that opens the designer's reply (prompt tokens, never trained; the
+    extractor reads prefix + reply, ``spadekit.rollout.aids``). Empty: none."""
+    grammar: Str | None = None
+    """``kit`` (with ``prompt_style: kit``): the reply is decoded within the kit grammar
+    (``spadekit.selfplay.kit_grammar``), so every composition it allows loads. None: free text."""
 
     def __post_init__(self) -> None:
         from spadekit.selfplay.kit_grammar import GRAMMARS
         from spadekit.selfplay.prompts import PROMPT_STYLES
 
         if self.grammar is not None and self.grammar not in GRAMMARS:
-            raise ConfigError(f"designer.grammar must be one of {GRAMMARS} or null, got "
-                              f"{self.grammar!r}")
+            raise ConfigError(f"designer.grammar: must be one of {GRAMMARS} or null (got "
+                              f"{self.grammar!r})")
         if self.grammar == "kit" and (self.prompt_style != "kit" or self.response_prefix):
             raise ConfigError("designer.grammar=kit constrains the whole reply to a kit "
                               "program: it needs designer.prompt_style=kit and no "
                               "designer.response_prefix (or set designer.grammar=null)")
-
         if self.prompt_style not in PROMPT_STYLES:
-            raise ConfigError(f"designer.prompt_style must be one of {PROMPT_STYLES}, got "
-                              f"{self.prompt_style!r}")
-        if not isinstance(self.response_prefix, str):
-            raise ConfigError(f"designer.response_prefix must be a string, got "
-                              f"{self.response_prefix!r}")
+            raise ConfigError(f"designer.prompt_style: must be one of {PROMPT_STYLES} (got "
+                              f"{self.prompt_style!r})")
 
 
 def check_grammars(config: Any) -> None:
@@ -131,26 +128,17 @@ CHAT_ROLES = ("agent", "designer", "hint")
 designer's)."""
 
 
-@dataclass(frozen=True)
+@section
 class ChatTemplateConfig:
     """Keyword options for the tokenizer's chat template (``apply_chat_template(...,
-    **options)``), vLLM's and TRL's ``chat_template_kwargs``: e.g. Qwen3's
-    ``{enable_thinking: false}``. ``all`` applies to every role; ``agent``, ``designer`` (also
-    the judge and repair turns) and ``hint`` (the second hint call) add to it or override it
-    key by key. A role's reply cut inside an unclosed ``<think>`` is counted as
-    ``thinking_cut/<role>`` in the round's metrics."""
+    **options)``; vLLM's and TRL's ``chat_template_kwargs``), e.g. Qwen3's ``{enable_thinking:
+    false}``. ``all`` applies to every role; ``agent``, ``designer`` (also the judge and repair
+    turns) and ``hint`` add to it or override it key by key."""
 
-    all: dict[str, Any] = field(default_factory=dict)
-    agent: dict[str, Any] = field(default_factory=dict)
-    designer: dict[str, Any] = field(default_factory=dict)
-    hint: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for name in ("all", *CHAT_ROLES):
-            value = getattr(self, name)
-            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                raise ConfigError(f"chat_template.{name} must be a mapping of option names to "
-                                  f"values, got {value!r}")
+    all: dict[Str, Any] = field(default_factory=dict)
+    agent: dict[Str, Any] = field(default_factory=dict)
+    designer: dict[Str, Any] = field(default_factory=dict)
+    hint: dict[Str, Any] = field(default_factory=dict)
 
     def for_role(self, role: str) -> dict[str, Any]:
         """The options of one role (``all`` overlaid with the role's own)."""
@@ -160,77 +148,16 @@ class ChatTemplateConfig:
         return {**self.all, **getattr(self, role)}
 
 
-@dataclass(frozen=True)
-class RewardConfig:
-    """The designer's reward (``spadekit.selfplay.rewards``) and the agent's failure return. Every field
-    reaches the reward through ``RewardParams.from_config`` / the EMA trackers, and every one may
-    be changed by round with ``schedule`` (e.g. the 4B run's later band [0.2, 0.4])."""
-
-    signal: str = "blend"
-    """Designer reward: blend (regret_weight * regret_norm + plateau_weight * plateau),
-    regret, plateau, learning_potential, solve_rate, azr."""
-    regret_scale: float = 0.15
-    """regret_norm = clip(regret / regret_scale, 0, 1)."""
-    regret_weight: float = 0.4
-    plateau_weight: float = 0.6
-    plateau_low: float = 0.4
-    """The plateau band [plateau_low, plateau_high] of the lifetime win rate scores 1."""
-    plateau_high: float = 0.6
-    plateau_ramp: float = 0.25
-    """Outside the band the plateau falls linearly to 0 over this distance."""
-    win_rate_input: str = "mean_return"
-    """What the plateau's "win rate" is (and with it the memory's seed bands, the EMA's
-    per-round win rate): ``mean_return``, the mean return of the environment's no-hint plays
-    in the window, clipped to [0, 1] (the reference's; SPEC point 5), or ``positive_share``, the
-    share of them with return > 0 (lets a program paying a little on half the seeds whatever
-    the agent does sit in the band). The variance of the same returns is logged either way
-    (``designer/win_rate_variance``)."""
-    above_chance: bool = False
-    """The plateau reads the win rate above the environment's chance return,
-    ``(w - c) / (1 - c)``: ``c`` is the best mean return of a blind reply that validation
-    measured (an action the program prints, replied every turn; another seed's solution; the
-    random policy; garbage), 0 where unmeasured. Off: the reference's win rate, which a game
-    paying a copied example answer or a lucky guess puts on the plateau."""
-    failed_episode_reward: float = 0.0
-    """Return given to a crashed agent episode (the reference uses -1)."""
-    designer_weight_cap: float = 50.0
-    """Cap of the designer's loss weight min(n_agent / n_designer * regen_interval, cap)."""
-    ema_alpha_fast: float = 0.3
-    """learning_potential: the fast EMA's weight of each round's win rate (reference 0.99)."""
-    ema_alpha_slow: float = 0.05
-    """learning_potential: the slow EMA's weight (reference 0.95)."""
-    ema_scale: float = 1.0
-    """learning_potential = ema_scale * |fast - slow| (reference 1 / (2 * (0.99 - 0.95)))."""
-
-    def __post_init__(self) -> None:
-        from spadekit.selfplay.rewards import DESIGNER_SIGNALS, EmaTracker, RewardParams
-
-        if self.signal not in DESIGNER_SIGNALS:
-            raise ConfigError(f"reward.signal must be one of {', '.join(sorted(DESIGNER_SIGNALS))}"
-                              f", got {self.signal!r}")
-        try:  # the functions' own checks, at load instead of at the first reward
-            params = RewardParams.from_config(self)
-            params.plateau(0.5)
-            params.regret_norm(0.0)
-            EmaTracker(self.ema_alpha_fast, self.ema_alpha_slow, self.ema_scale)
-        except ValueError as exc:
-            raise ConfigError(f"reward: {exc}") from None
-        if not self.designer_weight_cap > 0:
-            raise ConfigError("reward.designer_weight_cap must be > 0")
-
-
-@dataclass(frozen=True)
+@section
 class ScheduleEntry:
     """From round ``from_round`` on, set the dotted keys of ``set`` (a later-phase change, e.g.
     the paper's 4B plateau band [0.2, 0.4]). Only keys in :data:`SCHEDULABLE` may be set."""
 
-    from_round: int = 0
-    set: dict[str, Any] = field(default_factory=dict)
+    from_round: Count = 0
+    set: dict[Str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.from_round < 0:
-            raise ConfigError(f"schedule: from_round must be >= 0, got {self.from_round}")
-        if not isinstance(self.set, dict) or not self.set:
+        if not self.set:
             raise ConfigError("schedule: each entry needs a non-empty 'set' mapping of "
                               "dotted keys to values")
 
@@ -243,90 +170,79 @@ SCHEDULABLE = ("envs_per_round", "agent_samples_per_round", "num_generations",
                "hint_generations", "bootstrap_per_round", "skills_per_epoch", "train_designer")
 
 
-@dataclass(frozen=True)
+@section
 class CurriculumConfig:
     """What the agent trains on: SPADE's designer (``spade``) or a baseline with the same
     trainer and budget: ``fixed`` (a static pool) or ``rlve`` (RLVE's adaptive ladder)."""
 
-    kind: str = "spade"
-    pool: str = "library"
+    kind: Literal["spade", "fixed", "rlve"] = "spade"
+    pool: Str = "library"
     """``fixed``: the programs' source: library, a pool directory or a run directory."""
-    rlve_envs: list[str] | None = None
+    rlve_envs: list[Str] | None = None
     """``rlve``: environment names of rlve-gym (None: all 400)."""
-    rlve_threshold: float = 0.9
-    rlve_window_factor: int = 8
+    rlve_threshold: Unit = 0.9
+    rlve_window_factor: PosInt = 8
     """Raise an environment's difficulty bound after this many x num_generations plays at it."""
-    rlve_levels: int = 4
+    rlve_levels: PosInt = 4
     """Difficulties sampled from the last this-many levels up to the bound."""
 
-    def __post_init__(self) -> None:
-        if self.kind not in ("spade", "fixed", "rlve"):
-            raise ConfigError(f"curriculum.kind must be spade, fixed or rlve, got {self.kind!r}")
 
-
-@dataclass(frozen=True)
+@section
 class EvalLoopConfig:
     """Evaluation inside the run: ``suites`` every ``every`` rounds, logged with the metrics
     (``eval/<suite>/win_rate`` ...) and written in full to ``run_dir/evals/step-N.json``."""
 
-    suites: list[str] = field(default_factory=list)
-    every: int = 0
+    suites: list[Str] = field(default_factory=list)
+    every: Count = 0
     """Rounds between evaluations; 0 turns in-loop evaluation off."""
-    limit: int | None = 2
+    limit: PosInt | None = 2
     """Items per dataset (keep it small: the run waits for it)."""
-    k: int | None = 1
-    max_new_tokens: int | None = 256
-    max_turns: int | None = None
-    temperature: float | None = None
-    seed: int = 0
+    k: PosInt | None = 1
+    max_new_tokens: PosInt | None = 256
+    max_turns: PosInt | None = None
+    temperature: Number | None = None
+    seed: pydantic.StrictInt = 0
 
     def __post_init__(self) -> None:
-        if self.every < 0:
-            raise ConfigError("eval.every must be >= 0")
         if self.every and not self.suites:
             raise ConfigError("eval.every is set but eval.suites is empty")
 
 
-@dataclass(frozen=True)
+@section
 class DistributedConfig:
     """Where environments run: ``local`` (this machine's sandbox pool) or ``ray`` (sandbox
     workers as Ray actors on any node, each applying its own isolation tier)."""
 
-    env_backend: str = "local"
-    ray_address: str | None = None
+    env_backend: Literal["local", "ray"] = "local"
+    ray_address: Str | None = None
     """None: a local Ray; ``auto`` (a running cluster) or ``ray://host:10001``."""
-    env_workers: int = 2
+    env_workers: PosInt = 2
     """Ray actors, each with its own warm sandbox pool."""
 
-    def __post_init__(self) -> None:
-        if self.env_backend not in ("local", "ray") or self.env_workers < 1:
-            raise ConfigError("distributed.env_backend must be local or ray, and "
-                              "distributed.env_workers >= 1")
 
-
-@dataclass(frozen=True)
+@section
 class ValidationConfig:
     """How designed programs are checked before they enter the pool
     (``spadekit.sandbox.validate.ValidatorSettings``; the turn cap comes from ``turn_cap``)."""
 
-    require_solution: bool = True
+    require_solution: pydantic.StrictBool = True
     """Refuse programs without a replayable ``solution()`` (reason ``no_solution``)."""
-    solution_drawn_seeds: int = 3
+    solution_drawn_seeds: Count = 3
     """Drawn seeds on which the solution must win too, besides the fixed 0, 1, 2 (the
     garbage and random-policy baselines are measured on these)."""
-    action_margin: float = 0.5
+    action_margin: Unit = 0.5
     """The solution's mean return must beat garbage's by this much."""
-    random_margin: float = 0.25
+    random_margin: Unit = 0.25
     """... and a random policy's (plausible moves, which earn partial credit in honest games)
     by this much, and so must a blind reply (an action the program prints, replied every turn,
     or another seed's solution)."""
-    blind_episodes: int = 16
+    blind_episodes: Count = 16
     """Drawn seeds on which the blind replies are played (each printed action every turn,
     each solved seed's solution on other seeds): the blind-reply baseline, part of the chance
     return ``reward.above_chance`` reads."""
-    lockstep_instances: int = 8
+    lockstep_instances: PosInt = 8
     """At least this many instances are played interleaved in one worker (a training group)."""
-    turn_budget_s: float = 2.0
+    turn_budget_s: Positive = 2.0
     """A worker's total seconds for one lockstep turn above this is slow (reason ``slow``)."""
 
     def settings(self, max_turns: int) -> Any:
@@ -342,81 +258,71 @@ class ValidationConfig:
                                  turn_budget_s=self.turn_budget_s)
 
 
-@dataclass(frozen=True)
+@section
 class SelfPlayConfig:
-    setting: str = "games"
+    setting: Literal["games", "tooluse"] = "games"
     """``games`` (reasoning puzzles) or ``tooluse`` (multi-turn API calling)."""
-    model: str = "smollm2-135m"
-    generation_model: str | None = None
-    """A separate generation engine whose weights follow the trainer after every update (no
-    reload from disk): ``vllm:PATH`` (in-process, colocated; GPU), ``openai:NAME@URL`` of a
-    ``spadekit serve --model M --allow-weight-updates`` server (token in
-    ``SPADEKIT_WEIGHTS_TOKEN``), or ``hf:PATH``/``tiny`` (a copy in this process). None: the
-    trained model generates. Its samples are then importance-corrected like the designer's.
-    ``auto``: in-process vLLM on the run's (warm-started) model when vLLM is installed, else
-    None."""
-    rounds: int = 2
-    envs_per_round: int = 4
+    model: Str = "smollm2-135m"
+    generation_model: Str | None = None
+    """A separate generation engine whose weights follow the trainer after every update:
+    ``vllm:PATH`` (in-process), ``openai:NAME@URL`` (a server that takes weight pushes),
+    ``hf:PATH``/``tiny`` (a copy in this process), ``auto`` (in-process vLLM when installed,
+    else none). Its samples are importance-corrected. None: the trained model generates."""
+    rounds: PosInt = 2
+    envs_per_round: PosInt = 4
     """Environments the designer writes at each regeneration (paper: 24)."""
-    agent_samples_per_round: int | None = None
+    agent_samples_per_round: PosInt | None = None
     """The agent's no-hint budget per round, as the paper states it (192): every pooled
     environment is played ``ceil(agent_samples_per_round / environments in the pool)`` times
     (8 at 192 / 24). Exactly one of this and ``num_generations`` is set (the other null)."""
-    num_generations: int | None = 4
-    """TRL's name, kept for a fixed count: no-hint plays of every pooled environment per round,
-    whatever the pool's size (``plays_per_env``). Null when ``agent_samples_per_round`` is set
-    (the paper presets); a run directory written before that field existed sets this one."""
-    hint_generations: int = 4
+    num_generations: PosInt | None = 4
+    """TRL's name: a fixed count of no-hint plays of every pooled environment per round
+    (``plays_per_env``); null when ``agent_samples_per_round`` is set."""
+    hint_generations: Count = 4
     """Hinted plays of each new designer environment at its generation step, for regret (paper:
     16). Regret compares them with the same round's no-hint plays (``plays_per_env`` of them)."""
-    regen_interval: int = 4
+    regen_interval: PosInt = 4
     """Rounds an environment stays in the pool; also the designer update delay k."""
-    skills_per_epoch: int = 3
-    env_max_turns: int = 12
-    """The episode cap (SPEC: 12; paper cap 25). One number, ``turn_cap`` = ``min(env_max_turns,
-    rollout.max_turns)``, is stated in the designer's contract, given to the validator and to
-    every played program's constructor, and caps each play (a program's own smaller
-    ``max_turns`` is respected): ``rollout.max_turns`` is a ceiling that clamps it."""
-    bootstrap: str | None = "library"
+    skills_per_epoch: PosInt = 3
+    env_max_turns: PosInt = 12
+    """The episode cap (SPEC: 12; paper 25). ``turn_cap = min(env_max_turns,
+    rollout.max_turns)`` is the one cap of the designer's contract, the validator and play."""
+    bootstrap: Str | None = "library"
     """Environments the agent plays while the designer is still weak: ``library`` (the
     reference environments of the active skills), a pool directory, or None."""
-    bootstrap_per_round: int = 2
-    corpus: str | None = None
+    bootstrap_per_round: Count = 2
+    corpus: Str | None = None
     """Grounding corpus: None for the offline default, or a path (JSONL, Parquet, folder)."""
-    memory_seed_library: bool = True
+    memory_seed_library: pydantic.StrictBool = True
     """Start the environment memory with the reference library (designer seeds from round 0)."""
-    memory_seed: str | None = None
-    """An environment source (a pool directory, e.g. one ``spadekit import-reference`` wrote, a
-    plain directory of programs, a run directory) whose programs also start the memory, with
-    their lineage recorded in a ``memory_seeded`` event; None: none."""
-    memory_size: int = 200
-    dedup_threshold: float = 0.9
-    grounding: bool = True
+    memory_seed: Str | None = None
+    """An environment source (a pool, program or run directory) whose programs also start the
+    memory (lineage in a ``memory_seeded`` event); None: none."""
+    memory_size: PosInt = 200
+    dedup_threshold: NonNegative = 0.9
+    """A program this similar to one in memory is a duplicate (above 1: none is)."""
+    grounding: pydantic.StrictBool = True
     """Ablation switch: False gives the designer no grounding document (no corpus is loaded)."""
-    use_memory: bool = True
+    use_memory: pydantic.StrictBool = True
     """Ablation switch: False shows the designer no memory seeds (positive or negative); the
     memory still records environments and still rejects near duplicates."""
-    train_designer: bool = True
+    train_designer: pydantic.StrictBool = True
     """Ablation switch: False drops the designer's samples before the update (no designer-role
     gradient); they are still rewarded and logged (``designer_samples_dropped``)."""
     schedule: list[ScheduleEntry] = field(default_factory=list)
     """Per-round changes: the config of round N is this one plus every entry with
     ``from_round <= N``, applied in order (see :func:`scheduled_config`)."""
-    seed: int = 0
-    stream_key: str | None = None
-    """The run's secret key for its random streams (``spadekit.common.streams``), beside
-    ``seed``: a designed program knows the public default seed and its own hash, and without a
-    secret it could compute the seeds it will be played, hinted and spot-checked on (and pay
-    only there). None: 32 random hex digits drawn when the run is created and stored in its
-    ``config.yaml``, so a resume repeats its draws. Set it (any string) for two fresh runs to
-    be the same run; keep it out of reach of the programs (it never enters the sandbox)."""
-    checkpoint_every: int = 1
+    seed: pydantic.StrictInt = 0
+    stream_key: Str | None = None
+    """The run's secret key for its random streams (``spadekit.common.streams``), so a program
+    cannot compute the seeds it will be played on. None: 32 random hex digits drawn at creation
+    and stored in ``config.yaml`` (a resume repeats its draws); set it for two runs to match."""
+    checkpoint_every: PosInt = 1
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Which checkpoints stay on disk (``keep_last``, ``keep_every``;
     ``spadekit.selfplay.checkpoints``)."""
-    tensorboard: bool = True
-    """Also write each round's metrics to ``run_dir/tensorboard`` when the ``tensorboard``
-    package is installed (``pip install -e ".[tensorboard]"``)."""
+    tensorboard: pydantic.StrictBool = True
+    """Also write each round's metrics to ``run_dir/tensorboard`` (needs ``tensorboard``)."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     """Experiment trackers (W&B, trackio) each round also goes to (``spadekit.runs.tracking``,
     ``docs/tracking.md``); none by default."""
@@ -433,13 +339,12 @@ class SelfPlayConfig:
     eval: EvalLoopConfig = field(default_factory=EvalLoopConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
+    """Pooled programs watched during training; a program that hangs, slows down, is won by
+    garbage or turns nondeterministic is retired (``spadekit.selfplay.watch``)."""
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
     """A warm start of ``model`` before self-play, built once and cached
     (``spadekit.selfplay.warm_cache``); off unless ``warmstart.pool`` is set."""
-    """Pooled programs watched during training: spot checks with garbage actions, step times;
-    a program that hangs, slows down, is won by garbage or turns nondeterministic is retired
-    and its designer sample gets -0.5 (``spadekit.selfplay.watch``)."""
 
     @property
     def turn_cap(self) -> int:
@@ -448,22 +353,11 @@ class SelfPlayConfig:
         return min(self.env_max_turns, self.rollout.max_turns)
 
     def __post_init__(self) -> None:
-        if self.setting not in ("games", "tooluse"):
-            raise ConfigError(f"setting must be games or tooluse, got {self.setting!r}")
-        for name in ("rounds", "envs_per_round", "regen_interval", "skills_per_epoch",
-                     "env_max_turns"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1")
         if (self.num_generations is None) == (self.agent_samples_per_round is None):
             raise ConfigError(
                 "set exactly one of agent_samples_per_round (the paper's budget: plays per "
                 "environment = ceil(samples / pooled environments)) and num_generations (a fixed "
                 "count per environment); set the other to null, e.g. --set num_generations=null")
-        for name in ("num_generations", "agent_samples_per_round"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1")
-        if self.hint_generations < 0 or self.bootstrap_per_round < 0:
-            raise ConfigError("hint_generations and bootstrap_per_round must be >= 0")
         games_only = [f"{key}={value}" for key, value in (
             ("warmstart.pool", self.warmstart.pool), ("designer.prompt_style",
                                                       self.designer.prompt_style))
@@ -514,16 +408,16 @@ class SelfPlayConfig:
 
 def check_async(config: "SelfPlayConfig") -> None:
     """What ``rollout.max_staleness >= 1`` needs (``spadekit.selfplay.pipeline``); ConfigError."""
-    k = config.rollout.max_staleness
+    max_staleness = config.rollout.max_staleness
     if not config.generation_model:
         raise ConfigError(
-            f"rollout.max_staleness={k} generates while the trainer updates, so generation needs "
-            "an engine of its own: set generation_model (auto: vLLM when installed; vllm:PATH, "
-            "hf:PATH or an openai: server), or rollout.max_staleness=0")
+            f"rollout.max_staleness={max_staleness} generates while the trainer updates, so "
+            "generation needs an engine of its own: set generation_model (auto: vLLM when "
+            "installed; vllm:PATH, hf:PATH or an openai: server), or rollout.max_staleness=0")
     if config.checkpoint_every != 1:
         raise ConfigError(
-            f"rollout.max_staleness={k} needs checkpoint_every=1: a resume must load the "
-            "weights the queued samples' policy versions were counted against (with "
+            f"rollout.max_staleness={max_staleness} needs checkpoint_every=1: a resume must "
+            "load the weights the queued samples' policy versions were counted against (with "
             f"checkpoint_every={config.checkpoint_every} the queue would outlive its weights)")
 
 
@@ -532,27 +426,18 @@ def check_async(config: "SelfPlayConfig") -> None:
 
 
 def _schedule_nested(entry: ScheduleEntry) -> dict[str, Any]:
-    nested: dict[str, Any] = {}
-    for key, value in entry.set.items():
-        if not isinstance(key, str) or not (key in SCHEDULABLE or (
-                key.startswith(SCHEDULABLE_PREFIXES) and key.count(".") == 1)):
+    for key in entry.set:
+        if not (key in SCHEDULABLE or (key.startswith(SCHEDULABLE_PREFIXES)
+                                       and key.count(".") == 1)):
             raise ConfigError(
                 f"schedule (from_round {entry.from_round}): {key!r} cannot be scheduled; "
                 f"allowed: reward.<field>, {', '.join(SCHEDULABLE)}")
-        cursor = nested
-        parts = key.split(".")
-        for part in parts[:-1]:
-            cursor = cursor.setdefault(part, {})
-        cursor[parts[-1]] = value
-    return nested
+    return nested(entry.set.items())
 
 
 def check_schedule(config: "SelfPlayConfig") -> None:
     """Validate every entry (keys allowed and existing, values typed) by building the config
     each entry leads to; raises ConfigError."""
-    for entry in config.schedule:
-        if not isinstance(entry, ScheduleEntry):
-            raise ConfigError("schedule entries must be {from_round: int, set: {key: value}}")
     _apply_schedule(config, max(e.from_round for e in config.schedule))
 
 
@@ -560,8 +445,10 @@ def _apply_schedule(config: "SelfPlayConfig", round_: int) -> "SelfPlayConfig":
     effective = dataclasses.replace(config, schedule=[])
     for entry in config.schedule:
         if entry.from_round <= round_:
-            effective = build(SelfPlayConfig, _schedule_nested(entry),
-                              f"schedule[from_round={entry.from_round}].", base=effective)
+            try:
+                effective = build(SelfPlayConfig, _schedule_nested(entry), base=effective)
+            except ConfigError as exc:
+                raise ConfigError(f"schedule (from_round {entry.from_round}): {exc}") from None
     return effective
 
 
@@ -596,46 +483,71 @@ def preset_names() -> list[str]:
 def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
                 overrides: list[str] | None = None) -> SelfPlayConfig:
     """Preset, then file, then ``key=value`` overrides, each on top of the previous."""
-    import yaml
-
     data: dict[str, Any] = {}
     if preset:
         data = _merge(data, _preset_data(preset))
     if path:
         try:
-            loaded = yaml.safe_load(Path(path).read_text())
-        except (OSError, yaml.YAMLError, RecursionError) as exc:  # RecursionError: too deep
+            loaded = read_yaml(Path(path).read_text())
+        except OSError as exc:
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path} must be a mapping")
         # a --config file layers its own keys on the chosen preset: its ``extends:`` is ignored
         # (so an ablation preset file applies to any base: --preset games-4b --config FILE)
-        loaded = {k: v for k, v in loaded.items() if k != "extends"}
-        data = _merge(data, loaded)
+        data = _merge(data, {k: v for k, v in loaded.items() if k != "extends"})
+    pairs = []
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set expects key=value, got {item!r}")
-        cursor = data
-        parts = key.strip().split(".")
+        pairs.append((key.strip(), read_yaml(value)))
+    return build(SelfPlayConfig, _merge(data, nested(pairs)))
+
+
+class _Loader(__import__("yaml").SafeLoader):
+    """YAML with ``1e-5``, ``nan`` and ``inf`` read as numbers (YAML 1.1 wants ``1.0e-5``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+"
+               r"|(?i:nan|inf|infinity))$"),
+    list("-+0123456789.nNiI"))
+
+
+def read_yaml(text: str) -> Any:
+    """Parse YAML text (a preset, a config file or one ``--set`` value); ConfigError if bad."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: too deep
+        raise ConfigError(f"cannot read YAML: {exc}") from None
+
+
+def nested(pairs: Any) -> dict[str, Any]:
+    """``{"a.b": v}`` pairs as nested mappings ``{"a": {"b": v}}``."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        cursor = out
+        parts = key.split(".")
         for part in parts[:-1]:
             cursor = cursor.setdefault(part, {})
             if not isinstance(cursor, dict):
                 raise ConfigError(f"{key}: {part} is not a section")
-        cursor[parts[-1]] = yaml.safe_load(value)
-    return build(SelfPlayConfig, data)
+        cursor[parts[-1]] = value
+    return out
 
 
 def _preset_data(preset: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
     """A preset's settings; ``extends: NAME`` loads preset NAME underneath (cycles refused)."""
-    import yaml
-
     if preset in chain:
         raise ConfigError(f"preset cycle: {' -> '.join((*chain, preset))}")
     file = PRESET_DIR / f"{preset}.yaml"
     if not file.is_file():
         raise ConfigError(f"unknown preset {preset!r}; available: {', '.join(preset_names())}")
-    loaded = yaml.safe_load(file.read_text()) or {}
+    loaded = read_yaml(file.read_text()) or {}
     if not isinstance(loaded, dict):
         raise ConfigError(f"preset {preset!r} must be a mapping")
     parent = loaded.pop("extends", None)
@@ -646,72 +558,25 @@ def _preset_data(preset: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
     return _merge(_preset_data(parent, (*chain, preset)), loaded)
 
 
-def build(cls: type, data: dict[str, Any], where: str = "", base: Any = None) -> Any:
-    """Construct dataclass ``cls`` from nested dicts, checking names and types. Fields not in
-    ``data`` keep their values from ``base`` (or the field defaults), at every depth."""
+@functools.cache
+def _adapter(cls: type) -> pydantic.TypeAdapter:
+    return pydantic.TypeAdapter(cls)
+
+
+def build(cls: type, data: dict[str, Any], base: Any = None) -> Any:
+    """The ``cls`` (a config dataclass) that nested mappings ``data`` give on top of ``base``
+    (or of ``cls()``): a section named in ``data`` keeps the fields it does not set."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = set(data) - set(fields)
-    if unknown:
-        raise ConfigError(f"unknown setting(s) {', '.join(sorted(where + k for k in unknown))}")
-    kwargs = {}
-    for name, value in data.items():
-        default = getattr(base, name, None) if base is not None else _default(fields[name])
-        kwargs[name] = _coerce(hints[name], value, f"{where}{name}", default)
+        raise ConfigError(f"config must be a mapping, got {type(data).__name__}")
+    full = to_dict(base if base is not None else cls())
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(full.get(key), dict):
+            value = {**full[key], **value}
+        full[key] = value
     try:
-        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where.rstrip('.') or 'config'}: {exc}") from None
-
-
-def _default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
-    return None
-
-
-def _coerce(hint: Any, value: Any, where: str, default: Any = None) -> Any:
-    if dataclasses.is_dataclass(hint):
-        return build(hint, value, where + ".", default if dataclasses.is_dataclass(default)
-                     else None)
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            value = [value]
-        return tuple(_coerce(args[0], v, where) for v in value)
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        return [_coerce(args[0], v, where) for v in value] if args else list(value)
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint in (int, float) and isinstance(value, str):  # YAML reads "1e-4" as a string
-        try:
-            return hint(value)
-        except ValueError:
-            raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}") from None
-    if hint in (int, float, str, bool) and not (type(value) is hint):
-        raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}")
-    return value
+        return _adapter(cls).validate_python(full)
+    except pydantic.ValidationError as exc:
+        raise config_error(exc, cls) from None
 
 
 def _merge(base: dict, extra: dict) -> dict:
@@ -725,8 +590,8 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 def to_dict(config: Any) -> dict[str, Any]:
-    out = dataclasses.asdict(config)
-    return _plain(out)
+    """The config as plain nested mappings and lists (what ``config.yaml`` holds)."""
+    return _plain(dataclasses.asdict(config))
 
 
 def _plain(value: Any) -> Any:

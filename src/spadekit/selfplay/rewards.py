@@ -1,47 +1,23 @@
-"""Rewards of both SPADE roles (SPEC points 3-5): episode return, hint regret, the win-rate
-plateau, their blend, failure rewards, and the ablation signals the reference keeps.
+"""Rewards of both SPADE roles (SPEC points 3-5) and the run's ``reward.*`` knobs.
 
-Reasoning Agent: the reward of one play is its episode return (``episode_return``, defined in
-``spadekit.sandbox.play`` and re-exported here): the last step's reward if the episode terminated, else 0.
-
-Environment Designer: every valid environment is played without and with its hint at the step it
-was generated, by the same policy snapshot. Its reward is
-
-    designer_reward = 0.4 * regret_norm(regret) + 0.6 * plateau(win_rate)
-
-where ``regret`` is mean-with-hint minus mean-without-hint at the generation step and ``win_rate``
-is, as the reference computes it, the MEAN RETURN of the environment's no-hint plays over its
-whole life in the pool (clipped to [0, 1]); ``reward.win_rate_input="positive_share"`` selects
-the share of those plays with return > 0 instead (this project's earlier choice, kept as an
-ablation: a program that pays 0.2 on half the seeds whatever the agent does has share 0.5 and
-sits in the band, but mean return 0.1). The variance of the same returns
-(``return_variance``) is logged next to it as the reference's "bimodal-hack monitor".
-With ``reward.above_chance`` the plateau reads the win rate above the environment's chance
-return instead (``above_chance``): what a blind reply earns, as the validator measured it, so a
-game that pays a copied example answer or a lucky guess does not sit in the band.
-A program that hangs in validation earns ``HANG_PENALTY`` and is blacklisted; any other invalid
-program earns ``INVALID_REWARD`` and is never played.
-
-Empty inputs: every statistic over a list of returns (``regret``, ``win_rate``,
-``return_variance``, ``solve_rate``)
-raises ``ValueError`` on an empty list. An environment with no plays has no measurement, and a
-silent 0.0 would turn a caller's bug into a real-looking reward (win rate 0 -> plateau 0).
-Non-finite returns raise ``ValueError`` too.
-
-Ablation signals (``DESIGNER_SIGNALS``): the blend above, each of its two halves alone, an EMA
-"learning potential", plain solve rate and AZR-style learnability. Each one is a function of a
-small ``EnvStats`` record, looked up by name in an explicit registry.
-
-Standard library only (no torch).
+The agent's reward of one play is its episode return (``episode_return``). The designer's
+reward of one environment is a signal of its plays (``DESIGNER_SIGNALS``): SPADE's ``blend``
+of hint regret and the win-rate plateau, or an ablation. ``RewardConfig`` declares every
+constant once (SPEC values as defaults); the functions below default to them. Every statistic
+over returns raises ``ValueError`` on an empty or non-finite list: an environment with no plays
+has no measurement. Failed programs get fixed rewards (``designer_reward_for_failure``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Annotated, Any, Callable, Literal, NamedTuple, Sequence
+
+from pydantic import Field, StrictFloat
 
 from spadekit.sandbox.play import episode_return
+from spadekit.train.config import Bool, Number, Positive, Str, Unit, section
 
 __all__ = [
     "episode_return",
@@ -51,14 +27,83 @@ __all__ = [
     "HANG_PENALTY", "INVALID_REWARD", "HANG_REASONS", "FailureReward",
     "designer_reward_for_failure",
     "EmaTracker", "azr_learnability",
-    "EnvStats", "RewardParams", "DesignerSignal", "DESIGNER_SIGNALS",
+    "EnvStats", "RewardConfig", "DesignerSignal", "DESIGNER_SIGNALS",
     "register_designer_signal", "designer_signal",
 ]
 
-# ----- SPEC defaults ------------------------------------------------------------------------------
-REGRET_SCALE = 0.15
-PLATEAU_LOW, PLATEAU_HIGH, PLATEAU_RAMP = 0.4, 0.6, 0.25
-REGRET_WEIGHT, PLATEAU_WEIGHT = 0.4, 0.6
+Alpha = Annotated[StrictFloat, Field(gt=0, le=1)]
+WIN_RATE_INPUTS = ("mean_return", "positive_share")
+"""What "win rate" means for the plateau (``reward.win_rate_input``): ``mean_return`` (the
+reference's, the default) or ``positive_share`` (share of returns > 0)."""
+
+
+@section
+class RewardConfig:
+    """The designer's reward and the agent's failure return (``reward.*``); every field may
+    be changed by round with ``schedule`` (e.g. the 4B run's later band [0.2, 0.4])."""
+
+    signal: Str = "blend"
+    """A name in ``DESIGNER_SIGNALS``: blend (regret_weight * regret_norm + plateau_weight *
+    plateau), regret, plateau, learning_potential, solve_rate, azr."""
+    regret_scale: Positive = 0.15
+    """regret_norm = clip(regret / regret_scale, 0, 1)."""
+    regret_weight: Number = 0.4
+    plateau_weight: Number = 0.6
+    plateau_low: Unit = 0.4
+    """The plateau band [plateau_low, plateau_high] of the lifetime win rate scores 1."""
+    plateau_high: Unit = 0.6
+    plateau_ramp: Positive = 0.25
+    """Outside the band the plateau falls linearly to 0 over this distance."""
+    win_rate_input: Literal[WIN_RATE_INPUTS] = "mean_return"
+    """The plateau's "win rate" (and the memory's seed bands, the EMA's per-round win rate):
+    ``mean_return`` of the no-hint plays in the window clipped to [0, 1] (SPEC point 5), or
+    ``positive_share``, the share of them with return > 0 (an ablation)."""
+    above_chance: Bool = False
+    """The plateau reads ``(w - c) / (1 - c)``, ``c`` the best mean return of a blind reply
+    that validation measured (0 where unmeasured), so a game paying a copied answer or a
+    lucky guess stays off the plateau. Off: the reference's win rate."""
+    failed_episode_reward: Number = 0.0
+    """Return given to a crashed agent episode (the reference uses -1)."""
+    designer_weight_cap: Positive = 50.0
+    """Cap of the designer's loss weight min(n_agent / n_designer * regen_interval, cap)."""
+    ema_alpha_fast: Alpha = 0.3
+    """learning_potential: the fast EMA's weight of each round's win rate (reference 0.99)."""
+    ema_alpha_slow: Alpha = 0.05
+    """learning_potential: the slow EMA's weight (reference 0.95)."""
+    ema_scale: Positive = 1.0
+    """learning_potential = ema_scale * |fast - slow| (reference 1 / (2 * (0.99 - 0.95)))."""
+
+    def __post_init__(self) -> None:
+        if self.signal not in DESIGNER_SIGNALS:
+            raise ValueError(f"reward.signal must be one of "
+                             f"{', '.join(sorted(DESIGNER_SIGNALS))}, got {self.signal!r}")
+        if self.plateau_low > self.plateau_high:
+            raise ValueError(f"reward.plateau_low must be <= reward.plateau_high, got "
+                             f"{self.plateau_low} > {self.plateau_high}")
+        if self.above_chance and self.win_rate_input != "mean_return":
+            raise ValueError("reward.above_chance measures the win rate above a chance mean "
+                             "return, so reward.win_rate_input must be mean_return, got "
+                             f"{self.win_rate_input!r}")
+
+    def win_rate(self, returns: Sequence[float]) -> float:
+        return win_rate(returns, self.win_rate_input)
+
+    def plateau_input(self, stats: "EnvStats") -> float:
+        """The win rate the plateau reads: the lifetime one, above chance when ``above_chance``."""
+        w = self.win_rate(stats.lifetime())
+        return above_chance(w, stats.chance) if self.above_chance else w
+
+    def plateau(self, win_rate: float) -> float:
+        return plateau(win_rate, self.plateau_low, self.plateau_high, self.plateau_ramp)
+
+    def regret_norm(self, regret: float) -> float:
+        return regret_norm(regret, self.regret_scale)
+
+    def ema(self) -> "EmaTracker":
+        """A fresh learning-potential tracker with these EMA constants."""
+        return EmaTracker(self.ema_alpha_fast, self.ema_alpha_slow, self.ema_scale)
+
+
 SOLVED = 1.0
 """An environment's reward for a solved episode (rewards lie in [0, 1], 1.0 = solved)."""
 
@@ -93,20 +138,15 @@ def regret(returns_with_hint: Sequence[float], returns_without_hint: Sequence[fl
     return math.fsum(with_hint) / len(with_hint) - math.fsum(without) / len(without)
 
 
-def regret_norm(regret: float, scale: float = REGRET_SCALE) -> float:
+def regret_norm(regret: float, scale: float = RewardConfig.regret_scale) -> float:
     """``clip(regret / scale, 0, 1)``: a hint that hurts counts as zero regret; a gain of
-    ``scale`` (0.15 in return units) or more saturates at 1. No batch-std division."""
+    ``scale`` or more saturates at 1. No batch-std division."""
     if not scale > 0:
         raise ValueError(f"regret_norm: scale must be > 0, got {scale}")
     return min(1.0, max(0.0, _finite(regret, "regret") / scale))
 
 
 # ----- win rate and plateau -----------------------------------------------------------------------
-WIN_RATE_INPUTS = ("mean_return", "positive_share")
-"""What "win rate" means for the plateau (``reward.win_rate_input``): ``mean_return`` (the
-reference's, the default) or ``positive_share`` (share of returns > 0)."""
-
-
 def win_rate(returns: Sequence[float], input: str = "mean_return") -> float:
     """The win rate of a list of returns. ``input="mean_return"`` (default, the reference's
     ``win_rate = mean(window rewards)``): their mean, clipped to [0, 1] (a program paying outside
@@ -147,8 +187,9 @@ def return_variance(returns: Sequence[float]) -> float:
     return math.fsum((v - mean) ** 2 for v in values) / len(values)
 
 
-def plateau(win_rate: float, low: float = PLATEAU_LOW, high: float = PLATEAU_HIGH,
-            ramp: float = PLATEAU_RAMP) -> float:
+def plateau(win_rate: float, low: float = RewardConfig.plateau_low,
+            high: float = RewardConfig.plateau_high,
+            ramp: float = RewardConfig.plateau_ramp) -> float:
     """1 for a win rate inside ``[low, high]``; outside, ``max(0, 1 - distance / ramp)`` where
     distance is how far the win rate lies from the nearer edge of the band. With the defaults:
     0 at 0.15 and below, 0.6 at 0.3 and 0.7, 1 on [0.4, 0.6], 0 at 0.85 and above."""
@@ -163,8 +204,9 @@ def plateau(win_rate: float, low: float = PLATEAU_LOW, high: float = PLATEAU_HIG
     return max(0.0, 1.0 - distance / ramp)
 
 
-def designer_reward(regret_norm: float, plateau: float, regret_weight: float = REGRET_WEIGHT,
-                    plateau_weight: float = PLATEAU_WEIGHT) -> float:
+def designer_reward(regret_norm: float, plateau: float,
+                    regret_weight: float = RewardConfig.regret_weight,
+                    plateau_weight: float = RewardConfig.plateau_weight) -> float:
     """SPADE's designer reward: ``regret_weight * regret_norm + plateau_weight * plateau``."""
     return (regret_weight * _finite(regret_norm, "regret_norm")
             + plateau_weight * _finite(plateau, "plateau"))
@@ -237,8 +279,8 @@ class EmaTracker:
     reward.ema_scale=12.5`` to reproduce it.
     """
 
-    def __init__(self, alpha_fast: float = 0.3, alpha_slow: float = 0.05,
-                 scale: float = 1.0) -> None:
+    def __init__(self, alpha_fast: float = RewardConfig.ema_alpha_fast,
+                 alpha_slow: float = RewardConfig.ema_alpha_slow, scale: float = RewardConfig.ema_scale) -> None:
         for name, alpha in (("alpha_fast", alpha_fast), ("alpha_slow", alpha_slow)):
             if not 0.0 < alpha <= 1.0:
                 raise ValueError(f"EmaTracker: {name} must lie in (0, 1], got {alpha}")
@@ -320,92 +362,36 @@ class EnvStats:
                 else self.lifetime_returns)
 
 
-@dataclass(frozen=True)
-class RewardParams:
-    """The constants of the designer signals, one run's ``reward.*`` settings (SPEC defaults).
-
-    ``designer_signal`` takes them from the run's config (``RewardParams.from_config``), so a
-    changed band or a schedule entry reaches the reward; the module-level defaults above are
-    only the values of a config that sets nothing."""
-
-    regret_scale: float = REGRET_SCALE
-    regret_weight: float = REGRET_WEIGHT
-    plateau_weight: float = PLATEAU_WEIGHT
-    plateau_low: float = PLATEAU_LOW
-    plateau_high: float = PLATEAU_HIGH
-    plateau_ramp: float = PLATEAU_RAMP
-    win_rate_input: str = "mean_return"
-    above_chance: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.above_chance, bool):
-            raise ValueError(f"above_chance must be a bool, got {self.above_chance!r}")
-        if self.above_chance and self.win_rate_input != "mean_return":
-            raise ValueError("above_chance measures the win rate above a chance mean return, "
-                             f"so win_rate_input must be mean_return, got "
-                             f"{self.win_rate_input!r}")
-        if self.win_rate_input not in WIN_RATE_INPUTS:
-            raise ValueError(f"win_rate_input must be one of {', '.join(WIN_RATE_INPUTS)}, got "
-                             f"{self.win_rate_input!r}")
-
-    @classmethod
-    def from_config(cls, reward: Any) -> "RewardParams":
-        """The parameters of a ``RewardConfig`` (any object with these attribute names; one
-        without ``win_rate_input`` gets the default)."""
-        values: dict[str, Any] = {name: float(getattr(reward, name))
-                                  for name in cls.__dataclass_fields__
-                                  if name not in ("win_rate_input", "above_chance")}
-        values["win_rate_input"] = str(getattr(reward, "win_rate_input", "mean_return"))
-        values["above_chance"] = getattr(reward, "above_chance", False)
-        return cls(**values)
-
-    def win_rate(self, returns: Sequence[float]) -> float:
-        return win_rate(returns, self.win_rate_input)
-
-    def plateau_input(self, stats: "EnvStats") -> float:
-        """The win rate the plateau reads: the lifetime one, above chance when ``above_chance``."""
-        w = self.win_rate(stats.lifetime())
-        return above_chance(w, stats.chance) if self.above_chance else w
-
-    def plateau(self, win_rate: float) -> float:
-        return plateau(win_rate, self.plateau_low, self.plateau_high, self.plateau_ramp)
-
-    def regret_norm(self, regret: float) -> float:
-        return regret_norm(regret, self.regret_scale)
-
-
-DEFAULT_PARAMS = RewardParams()
-
-DesignerSignal = Callable[[EnvStats, RewardParams], float]
+DesignerSignal = Callable[[EnvStats, RewardConfig], float]
 """``(stats, params) -> reward`` of one environment."""
 
 
-def _signal_blend(stats: EnvStats, p: RewardParams) -> float:
+def _signal_blend(stats: EnvStats, p: RewardConfig) -> float:
     return designer_reward(p.regret_norm(regret(stats.returns_with_hint,
                                                 stats.returns_without_hint)),
                            p.plateau(p.plateau_input(stats)), p.regret_weight,
                            p.plateau_weight)
 
 
-def _signal_regret(stats: EnvStats, p: RewardParams) -> float:
+def _signal_regret(stats: EnvStats, p: RewardConfig) -> float:
     return p.regret_norm(regret(stats.returns_with_hint, stats.returns_without_hint))
 
 
-def _signal_plateau(stats: EnvStats, p: RewardParams) -> float:
+def _signal_plateau(stats: EnvStats, p: RewardConfig) -> float:
     return p.plateau(p.plateau_input(stats))
 
 
-def _signal_learning_potential(stats: EnvStats, p: RewardParams) -> float:
+def _signal_learning_potential(stats: EnvStats, p: RewardConfig) -> float:
     if stats.ema is None:
         raise ValueError("the learning_potential signal needs EnvStats.ema")
     return stats.ema.learning_potential
 
 
-def _signal_solve_rate(stats: EnvStats, p: RewardParams) -> float:
+def _signal_solve_rate(stats: EnvStats, p: RewardConfig) -> float:
     return solve_rate(stats.lifetime())
 
 
-def _signal_azr(stats: EnvStats, p: RewardParams) -> float:
+def _signal_azr(stats: EnvStats, p: RewardConfig) -> float:
     return azr_learnability(solve_rate(stats.lifetime()))
 
 
@@ -431,9 +417,13 @@ def register_designer_signal(name: str, fn: DesignerSignal, *, overwrite: bool =
     DESIGNER_SIGNALS[name] = fn
 
 
-def designer_signal(name: str, stats: EnvStats, params: RewardParams = DEFAULT_PARAMS) -> float:
+SPEC = RewardConfig()
+"""SPEC's reward constants (a config that sets nothing)."""
+
+
+def designer_signal(name: str, stats: EnvStats, params: RewardConfig = SPEC) -> float:
     """The designer reward of one environment under the named signal, with the run's reward
-    constants (``RewardParams.from_config(config.reward)``; SPEC's values by default)."""
+    constants (``config.reward``; SPEC's values by default)."""
     try:
         fn = DESIGNER_SIGNALS[name]
     except KeyError:

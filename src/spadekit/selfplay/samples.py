@@ -1,19 +1,12 @@
 """The per-role training samples of one self-play round (SPEC points 4-7).
 
-- agent: GRPO z-scores of returns within each environment's no-hint plays of the round (hint
-  plays measure regret only); a crashed episode gets ``reward.failed_episode_reward``; one
-  sample per episode, or one per assistant turn (``train.sample_granularity=turn``, for
-  thinking models) with the episode's advantage on each; ``thinking_cut/agent`` counts the
-  turns (hinted plays too) whose reply ended inside an unclosed ``<think>``;
-- designer: the samples due now, rewarded by ``reward.signal`` with the round's ``reward.*``
-  constants (so a schedule entry moves them) over the environment's plays, centred per skill,
-  upweighted, importance-corrected later by the trainer (their behaviour logprobs were stored at
-  generation time); each sample's reward, advantage, weight, window win rate (the plateau's
-  input, ``reward.win_rate_input``) and the variance of the window's no-hint returns (the
-  bimodal-hack monitor) is recorded as a ``designer_samples`` event in the run database, and
-  the round's mean variance as ``designer/win_rate_variance``;
-- the learning-potential trackers: each pooled environment's EMAs get that round's no-hint win
-  rate (``update_ema``; the same ``reward.win_rate_input``).
+- agent: GRPO advantages within each environment's no-hint plays (hint plays measure regret
+  only); a crashed episode returns ``reward.failed_episode_reward``; one sample per episode, or
+  per assistant turn (``train.sample_granularity=turn``);
+- designer: the samples due now, rewarded by ``reward.signal`` with the round's ``config.reward``
+  (so a schedule entry moves it), centred per skill, upweighted; each one's reward, advantage,
+  weight, plateau input and window variance is recorded as a ``designer_samples`` event;
+- the learning-potential trackers get each pooled environment's round win rate (``update_ema``).
 """
 
 from __future__ import annotations
@@ -23,8 +16,8 @@ from typing import Any
 
 from spadekit.selfplay.advantages import (Sample, agent_advantages, designer_advantages, designer_weight,
                                  per_turn_samples)
-from spadekit.selfplay.rewards import (EmaTracker, EnvStats, RewardParams, designer_signal,
-                                       return_variance, win_rate)
+from spadekit.selfplay.rewards import (EmaTracker, EnvStats, designer_signal, return_variance,
+                                       win_rate)
 from spadekit.rollout.engine import Trajectory
 from spadekit.rollout.thinking import ends_inside_thinking
 
@@ -102,7 +95,7 @@ def designer_rewards(store: Any, memory: Any, ema: dict[str, EmaTracker], config
     win_rates: list[float | None] = []
     variances: list[float | None] = []
     plateau_inputs: list[float | None] = []
-    params = RewardParams.from_config(cfg.reward)
+    params = cfg.reward
     for item in due:
         meta = item.get("meta") or {}
         if "fixed_reward" in meta:
@@ -215,12 +208,12 @@ def update_ema(store: Any, ema: dict[str, EmaTracker], config: Any, sha: str,
     """Fold round ``step``'s win rate of ``sha`` into its learning-potential tracker (created on
     first use), with the round's ``reward.ema_*`` constants."""
     r = config.reward
-    w = round_win_rate(store, sha, step, getattr(r, "win_rate_input", "mean_return"))
+    w = round_win_rate(store, sha, step, r.win_rate_input)
     if w is None:
         return
     tracker = ema.get(sha)
     if tracker is None:
-        tracker = ema[sha] = EmaTracker(r.ema_alpha_fast, r.ema_alpha_slow, r.ema_scale)
-    tracker.alpha_fast, tracker.alpha_slow = float(r.ema_alpha_fast), float(r.ema_alpha_slow)
-    tracker.scale = float(r.ema_scale)
+        tracker = ema[sha] = r.ema()
+    tracker.alpha_fast, tracker.alpha_slow, tracker.scale = r.ema_alpha_fast, r.ema_alpha_slow, \
+        r.ema_scale
     tracker.update(w)

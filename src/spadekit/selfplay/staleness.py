@@ -1,27 +1,13 @@
 """Bounded staleness and the token ledger of asynchronous rollouts (``rollout.max_staleness``).
 
-With ``rollout.max_staleness = k >= 1`` the environment side of round ``s`` (design, validate,
-hint, play, reward, advantages) runs while the trainer updates on round ``s - 1``'s samples
-(``spadekit.selfplay.pipeline``). Each round's samples are a :class:`Batch` tagged with the
-*policy version* of the weights that generated them: the number of weight-changing updates the
-generation engine had received. The trainer is at version ``t`` when it takes a batch; the
-batch's staleness is ``t - batch.version`` and it is trained only when that is at most ``k``.
-Older work is dropped as a :class:`StaleWork` cancellation (counted, never an error).
-
-Staleness is split where it arose (:func:`staleness_parts`): ``lag`` (the generator was already
-behind the trainer when the round's generation began: a weight push that failed leaves it on its
-old version), ``in_flight`` (the trainer moved on while the batch was being generated) and
-``waiting`` (it moved on while the batch sat in the queue). The three add up to the staleness.
-
-The designer's delayed samples (SPADE: rewarded ``regen_interval`` rounds after they were
-written) carry that delay on top in both loops; it is the paper's, corrected by the trainer's
-truncated importance weights as always, and not counted here: a batch's version is the version
-of the round that produced it.
-
-:class:`TokenLedger` keeps, per policy version, the loss tokens generated (produced as training
-samples), trained (handed to an update), discarded (stale) and in flight (queued for the next
-update): ``generated == trained + discarded + in_flight`` for every version, at every commit.
-Pure Python (no torch), unit-tested on its own.
+Each round's samples are a :class:`Batch` tagged with the policy version (weight-changing
+updates the generation engine had received) that generated them. A trainer at version ``t``
+trains a batch only when ``t - batch.version <= max_staleness``; older work is a counted
+:class:`StaleWork` cancellation, never an error. :func:`staleness_parts` splits the staleness
+into ``lag + in_flight + waiting`` (behind at the start, moved on during generation, moved on
+in the queue). The designer's SPADE delay (``regen_interval``) is not counted here: the
+trainer's importance weights correct it. :class:`TokenLedger` keeps, per version,
+``generated == trained + discarded + in_flight`` loss tokens at every commit. Pure Python.
 """
 
 from __future__ import annotations
@@ -31,8 +17,7 @@ from typing import Any, Iterable
 
 from spadekit.common.errors import SpadekitError
 
-__all__ = ["Batch", "LedgerError", "StaleWork", "TokenLedger", "check_staleness",
-           "partition", "staleness_parts"]
+__all__ = ["Batch", "LedgerError", "StaleWork", "TokenLedger", "partition", "staleness_parts"]
 
 
 class StaleWork(SpadekitError):
@@ -46,13 +31,6 @@ class LedgerError(SpadekitError):
     """The token ledger does not balance, or its stored form is unreadable."""
 
     reason = "ledger"
-
-
-def check_staleness(value: Any) -> int:
-    """``rollout.max_staleness`` as an int >= 0, else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"rollout.max_staleness must be an int >= 0, got {value!r}")
-    return value
 
 
 @dataclass
@@ -95,20 +73,20 @@ def staleness_parts(batch: Batch, trainer_version: int) -> dict[str, int]:
 
 def partition(batches: Iterable[Batch], trainer_version: int, max_staleness: int
               ) -> tuple[list[Batch], list[tuple[Batch, StaleWork]]]:
-    """The batches the trainer at ``trainer_version`` may train on (staleness <= k) and the
-    cancelled ones, each with its :class:`StaleWork`. The bound is exact: queue time counts."""
-    k = check_staleness(max_staleness)
+    """The batches the trainer at ``trainer_version`` may train on (staleness at most
+    ``max_staleness``, the checked ``rollout.max_staleness``) and the cancelled ones, each with
+    its :class:`StaleWork`. The bound is exact: queue time counts."""
     fresh, stale = [], []
     for batch in batches:
         parts = staleness_parts(batch, trainer_version)
-        if parts["staleness"] <= k:
+        if parts["staleness"] <= max_staleness:
             fresh.append(batch)
         else:
             stale.append((batch, StaleWork(
                 f"round {batch.step}'s {len(batch.samples)} samples ({batch.tokens} tokens) "
                 f"were generated at policy version {batch.version}; the trainer is at "
                 f"{trainer_version}, {parts['staleness']} versions newer, over "
-                f"rollout.max_staleness={k}: cancelled", step=batch.step,
+                f"rollout.max_staleness={max_staleness}: cancelled", step=batch.step,
                 version=batch.version, trainer_version=trainer_version, **parts)))
     return fresh, stale
 
