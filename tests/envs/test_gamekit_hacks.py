@@ -101,8 +101,7 @@ def test_copying_the_printed_answer_earns_the_designer_nothing_above_chance(tmp_
     """The cheapest agent policy on this game replies the opening observation's example
     answer every turn: under the reference's win rate its plays sit on the plateau; above the
     chance return validation measured, they earn 0, and an agent that wins earns the band."""
-    from spadekit.selfplay.config import RewardConfig
-    from spadekit.selfplay.rewards import RewardParams, designer_signal, episode_return
+    from spadekit.selfplay.rewards import RewardConfig, designer_signal, episode_return
     from spadekit.selfplay.samples import env_stats
 
     report = Validator(pool, seed=5).validate(hack(name))
@@ -128,8 +127,8 @@ def test_copying_the_printed_answer_earns_the_designer_nothing_above_chance(tmp_
             store.record_play(sha, 0, with_hint=True, episode_return=r)
         stats = env_stats(store, {}, sha)
     assert stats.chance == d["chance_return"]
-    reference = RewardParams.from_config(RewardConfig())
-    above = RewardParams.from_config(RewardConfig(above_chance=True))
+    reference = RewardConfig()
+    above = RewardConfig(above_chance=True)
     assert 0.15 < sum(copied) / len(copied) < 0.6
     assert designer_signal("blend", stats, reference) > 0.1   # the reference's plateau pays
     assert designer_signal("blend", stats, above) == 0.0      # nothing above chance

@@ -249,7 +249,7 @@ def test_a_guess_it_does_not_print_is_measured_through_other_seeds_solutions(poo
     """``\\boxed{side n}`` prints no option, so no printed action wins; another seed's
     solution, replayed, calls the coin blind and wins about half the time: that is the chance
     return, and what ``reward.above_chance`` subtracts (an agent calling at random earns 0)."""
-    from spadekit.selfplay.rewards import EnvStats, RewardParams, designer_signal
+    from spadekit.selfplay.rewards import EnvStats, RewardConfig, designer_signal
 
     report = Validator(pool, seed=4).validate(hack("coin_call.py"))
     expect(report, True, "done", "ok")
@@ -258,4 +258,4 @@ def test_a_guess_it_does_not_print_is_measured_through_other_seeds_solutions(poo
     assert 0.25 <= d["chance_return"] == d["blind_mean_return"] <= 0.75
     guesser = EnvStats([0.5] * 8, [0.5] * 8, chance=d["chance_return"])
     assert designer_signal("blend", guesser) == pytest.approx(0.6)  # the reference's band
-    assert designer_signal("blend", guesser, RewardParams(above_chance=True)) < 0.2
+    assert designer_signal("blend", guesser, RewardConfig(above_chance=True)) < 0.2
