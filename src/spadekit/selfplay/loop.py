@@ -152,7 +152,8 @@ class SelfPlay:
             self.begin_round(r)
             if self.config.rollout.max_staleness:
                 return async_round(self, r)
-            return self.finish_round(r, self.generate_round(r))
+            samples = self.generate_round(r)  # 1-6: design, validate, hint, play, reward,
+            return self.finish_round(r, samples)  # advantages; 7-8: update ... commit
 
     def _streams(self, step: int) -> RoundStreams:
         """Round ``step``'s named random streams, under the run's seed and secret key."""
