@@ -1,4 +1,4 @@
-"""Asynchronous rollouts across a resume that has to fall back (issue 24's review).
+"""Asynchronous rollouts across a resume that has to fall back.
 
 A resume whose newest checkpoint is damaged loads an older one: the trainer's weights go back
 some updates, so the pipeline's versions and ledger must go back with them (they are kept with

@@ -1,4 +1,4 @@
-"""Asynchronous rollouts with bounded staleness (issue 24): ``rollout.max_staleness``.
+"""Asynchronous rollouts with bounded staleness: ``rollout.max_staleness``.
 
 Real parts throughout: the tiny model, really trained, generating through a separate ``hf``
 copy (``generation_model=tiny``) whose weights follow by real pushes; a scripted designer; real

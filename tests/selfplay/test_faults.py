@@ -1,4 +1,4 @@
-"""Faults injected into a real run (issue 25, item 4): SIGTERM mid-round, the database locked by
+"""Faults injected into a real run: SIGTERM mid-round, the database locked by
 another process, a full disk while the database or a checkpoint is written, a damaged latest
 checkpoint, SIGKILL at named points of the round, and ten kills compared with a run never
 killed. Each ends in a clean exit or a typed error, with every committed round intact and a
@@ -74,7 +74,7 @@ def test_a_full_disk_is_a_typed_error_and_the_previous_round_is_intact(tmp_path)
 
 @pytest.mark.timeout(900)  # 14 processes: about 180 s alone on 2 cores, 300 s beside another
 def test_a_run_killed_ten_times_equals_the_run_never_killed(tmp_path):
-    """Resume equivalence (issue 25, item 2): two uninterrupted runs of the seeded config
+    """Resume equivalence: two uninterrupted runs of the seeded config
     compare equal first (else "equal" would prove nothing); then the same run is killed with
     SIGKILL at ten named points over rounds 1-3 (play, update, inside the checkpoint write,
     before the commit, before design, validation and hints, reward, weight sync, retirement)

@@ -1,4 +1,4 @@
-"""The generation engine dies mid-round (issue 25, item 4): self-play generating through a separate
+"""The generation engine dies mid-round: self-play generating through a separate
 ``spadekit serve --allow-weight-updates`` server (``generation_model=openai:tiny@URL``) whose
 process is killed, killed and restarted at the same address, or frozen while round 1 runs. Each
 ends in a typed ``EngineLost`` naming the server within a bounded time (never a hang), with round
@@ -152,7 +152,7 @@ def test_a_generation_server_lost_mid_round_is_engine_lost_and_the_round_rolls_b
     generations would come from other weights than the pushed ones, silently, and round 1 would
     commit; it must be refused the same way. Frozen: every request waits for the timeout
     (``SPADEKIT_OPENAI_TIMEOUT``, 5 s here), not ten minutes per weight call. With
-    ``rollout.max_staleness=1`` (issue 24) the update of round 0's batch runs beside the lost
+    ``rollout.max_staleness=1`` the update of round 0's batch runs beside the lost
     generation: the round still ends in ``EngineLost``, and the resume trains that batch."""
     monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", "5")
     make = {"killed": _killed, "restarted": _restarted, "frozen": _frozen}[fault]

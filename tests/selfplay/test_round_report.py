@@ -1,4 +1,4 @@
-"""The round table says what the agent learned from (issue 17): the share of non-zero
+"""The round table says what the agent learned from: the share of non-zero
 advantages per round, why an update was empty, and one closing line of what changed."""
 
 from __future__ import annotations

@@ -264,7 +264,7 @@ def test_a_policy_that_cannot_train_is_refused_clearly(tmp_path):
 
 
 def test_a_run_made_before_the_layout_change_resumes(tmp_path):
-    """``tests/data/run_before_layout`` was written by the code before the issue-14 module move
+    """``tests/data/run_before_layout`` was written by the code before the module move
     (tiny model, cpu-tiny, one round); the CLI resumes it after the move: round 1 runs from
     round 0's checkpoint and round 0's records are kept."""
     import shlex

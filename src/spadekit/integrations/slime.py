@@ -1,80 +1,15 @@
-"""Host spadekit's SPADE round inside slime (THUDM/slime: SGLang rollout, Megatron training, Ray).
+"""Host spadekit's SPADE round inside slime (THUDM/slime: SGLang rollout, Megatron training).
 
-slime owns the weights, the optimizer and the GPUs; spadekit owns the round: design, validate,
-hint, play in sandboxes, rewards and per-role advantages. The round's samples cross over as
-slime ``Sample`` objects through slime's two extension points (checked against slime v0.3.0,
-commit bf14dc2, the version the SPADE reference pins):
-
-- ``--data-source-path spadekit.integrations.slime.SpadekitDataSource``: slime builds it once,
-  inside its ``RolloutManager`` Ray actor (``slime/ray/rollout.py:370``, a CPU actor:
-  ``slime/ray/placement_group.py:188``), and calls its ``save``/``load`` with slime's checkpoints
-  (``rollout.py:515-519``). It holds the spadekit run (a ``RoundProducer`` over a run directory)
-  so that the environment pool, memory, delay buffer, EMA trackers and RNG live across rollouts.
-- ``--rollout-function-path spadekit.integrations.slime.generate_rollout``: called as
-  ``fn(args, rollout_id, data_source, evaluation=False)`` (``slime/rollout/base_types.py:19``).
-  It plays one spadekit round against slime's SGLang router and returns
-  ``RolloutFnTrainOutput(samples=[[s] for s in samples], metrics=...)``.
-
-Launch (from a slime checkout, the usual model/Megatron/SGLang flags elided as ``...``)::
-
-    python -m spadekit.integrations.slime --slime-dir /root/slime \\
-        ... \\
-        --rollout-function-path spadekit.integrations.slime.generate_rollout \\
-        --data-source-path spadekit.integrations.slime.SpadekitDataSource \\
-        --disable-rollout-global-dataset --num-rollout 400 \\
-        --rollout-batch-size 1 --n-samples-per-prompt 1 --global-batch-size 256 \\
-        --advantage-estimator grpo --disable-rewards-normalization \\
-        --disable-grpo-std-normalization --calculate-per-token-loss \\
-        --eps-clip 0.2 --eps-clip-high 0.28 --use-tis --tis-clip 2.0 --tis-clip-low 0 \\
-        --entropy-coef 0 --kl-loss-coef 0 --rollout-temperature 0.6 \\
-        --spadekit-run-dir runs/slime-spade --spadekit-preset cpu-tiny \\
-        --spadekit-set envs_per_round=24 --spadekit-set num_generations=8 \\
-        --spadekit-set rollout.temperature=0.6 --spadekit-set designer.temperature=0.6
-
-``python -m spadekit.integrations.slime`` is slime's ``train.py`` with spadekit's arguments added
-(``slime.utils.arguments.parse_args(add_custom_arguments=...)``, ``arguments.py:1438/1489``).
-
-How spadekit's loss maps onto slime's (``slime/backends/megatron_utils/loss.py``):
-
-- reward = advantage. slime turns the scalar ``reward`` into a per-token advantage
-  (``get_grpo_returns``: ``ones_like * reward``, ``slime/utils/ppo_utils.py:201``). spadekit
-  already computed per-role advantages (agent: GRPO z-score per environment; designer: centred
-  per skill), so slime's normalisation must be off: ``--disable-rewards-normalization`` and
-  ``--disable-grpo-std-normalization`` (``rollout.py:629-654``), no ``--normalize-advantages``
-  (whitening, ``loss.py:691``), ``--kl-coef 0``.
-- weight. slime has no per-sample loss weight, and ``train_metadata`` reaches
-  ``train_data["metadata"]`` (``rollout.py:740``) but not the loss: ``_split_train_data_by_dp``
-  forwards a fixed list of keys without ``metadata`` (``rollout.py:781-797``), so a custom loss
-  would not see it without patching slime. The weight is therefore folded into the reward:
-  ``reward = advantage * weight``. This is exact, not only inside the clip range: slime's
-  surrogate ``max(-A r, -A clip(r))`` (``compute_policy_loss``, ``slime/utils/ppo_utils.py:125``)
-  is positively homogeneous in A,
-  so for ``w >= 0``: ``max(-wA r, -wA c) = w max(-A r, -A c)``; the TIS factor multiplies each
-  token independently of A, and the reducers are linear. It differs where the loss is not
-  linear in A: whitening (``--normalize-advantages``), reward normalisation, estimators that
-  shape returns with KL (``reinforce_plus_plus``), and in logs (``raw_reward`` shows the scaled
-  value; ``train_metadata`` keeps the unscaled advantage and the weight). Entropy and KL-loss
-  terms are unweighted in both spadekit and slime.
-- aggregation. spadekit's default ``loss_type="token"`` (mean over all loss tokens of the batch)
-  is slime's ``--calculate-per-token-loss``; spadekit's ``"sequence"`` is slime's default
-  per-sample mean (summed, then divided by the global batch size). Each spadekit sample is its
-  own slime group (``group_id = index``): slime's group-mean reducer (``group_mask_sums``,
-  ``rollout.py:702-719``) then is the per-sample mean. The spadekit group (environment / skill)
-  travels in ``train_metadata["spade_group"]``.
-- TIS. ``--use-tis`` multiplies every token's surrogate by ``clamp(exp(old - rollout), 0, 2)``
-  (``vanilla_tis_function``, ``loss.py:750``) where ``rollout`` = ``rollout_log_probs``: the
-  behaviour logprobs stored when the designer wrote its program (``regen_interval`` rollouts
-  earlier) or the SGLang logprobs of the agent's plays. spadekit corrects only the designer by
-  default; slime corrects every sample (as the SPADE reference does): spadekit's
-  ``importance_sampling_roles=("designer", "agent")``.
-- padding. slime splits a rollout into steps of ``--global-batch-size`` groups and drops the
-  trailing partial step (``slime/utils/dp_schedule.py``, ``num_steps = groups // gbs``), and
-  in per-sample mode divides by the global batch size (``loss.py:1212-1218``).
-  ``pad_to_global_batch`` fills the partial step with inert copies (loss mask all 0) and scales
-  that step's real rewards so the step's objective equals the unpadded one.
-
-Runs without slime: slime, Ray and SGLang are imported inside functions only.
-NOT VERIFIED HERE: a real slime run (needs GPUs, Megatron and SGLang); see ``docs/slime.md``.
+slime owns the weights, the optimizer and the GPUs; spadekit owns the round (design, validate,
+hint, play in sandboxes, rewards, per-role advantages), run by ``SelfPlay`` with slime as its
+trainer (:class:`RoundProducer`). The samples cross over as slime ``Sample`` objects through
+slime's two extension points: ``--data-source-path spadekit.integrations.slime.SpadekitDataSource``
+(holds the run) and ``--rollout-function-path spadekit.integrations.slime.generate_rollout`` (one
+round per call). A sample's reward is its advantage times its weight, exact for slime's
+clipped surrogate with normalisation off (:func:`check_slime_args` lists the flags).
+``python -m spadekit.integrations.slime`` is slime's ``train.py`` with spadekit's arguments.
+slime, Ray and SGLang are imported inside functions only. ``docs/slime.md`` has the launch
+command, the loss mapping and what was verified (a real slime run was not).
 """
 
 from __future__ import annotations
@@ -106,13 +41,22 @@ from spadekit.integrations.slime_samples import (  # noqa: E402  (re-exported)
 # the round without the update
 
 
-class _NoTrainer:
-    """Stands in for spadekit's trainer: slime owns the weights and their checkpoints."""
+class _SlimeTrainer:
+    """spadekit's trainer under slime: slime owns the weights and their checkpoints, so a
+    round's update hands its samples out (designer first, then agent) and changes nothing."""
 
     class dist:  # one process: the environment side runs inside slime's RolloutManager
         world_size, rank, enabled, is_main = 1, 0, False, True
 
-    def load(self, path: str) -> None:  # a spadekit checkpoint pointer in a run dir
+    def __init__(self) -> None:
+        self.taken: list[Sample] = []
+
+    def train_step(self, samples: list[Sample]) -> dict[str, Any]:
+        self.taken = ([s for s in samples if s.role == "designer"]
+                      + [s for s in samples if s.role != "designer"])
+        return {}
+
+    def load(self, path: str) -> None:
         return None
 
     def gathered_for_generation(self) -> Any:
@@ -122,22 +66,16 @@ class _NoTrainer:
 
 
 class RoundProducer:
-    """spadekit's self-play round minus the update: design, validate, hint, play, rewards and
-    advantages; the weights live elsewhere (slime). Same run directory, store, memory and delay
-    buffer as ``spadekit selfplay``; each ``produce`` commits one round.
-
-    One path with ``spadekit selfplay``: a ``SelfPlay`` whose setup steps are the loop's own
-    (``spadekit.selfplay.setup``: stored config on resume, environment side with the
-    ``grounding``, ``use_memory``, ``memory_seed*`` switches and the pinned corpus, checkpoint
-    and loop state) except the two that need a transformers model (``load_model`` takes the
-    given ``policy``, which only needs ``token_ids`` and ``logprobs``; ``build_trainer`` puts
-    nothing in the trainer's place), and whose round is ``SelfPlay.produce_samples`` (the
-    ``schedule``, then design, validate, hint, play, reward, advantages).
-    """
+    """spadekit's self-play round with slime as the trainer: the loop's own setup and round
+    (``SelfPlay`` with an external trainer: same run directory, store, memory, delay buffer and
+    schedule as ``spadekit selfplay``, no checkpoint of weights); each ``produce`` commits one
+    round and returns its training samples. ``policy`` only needs ``token_ids`` and
+    ``logprobs``."""
 
     def __init__(self, config: Any, run_dir: str | Path, *, policy: Any,
                  designer_policy: Any = None, resume: bool | None = None) -> None:
         from spadekit.common.errors import ConfigError
+        from spadekit.selfplay.loop import SelfPlay
 
         missing = {"token_ids", "logprobs"} - set(getattr(policy, "capabilities", ()))
         if missing:
@@ -151,8 +89,9 @@ class RoundProducer:
         run_dir = Path(run_dir)
         if resume is None:
             resume = (run_dir / "run.sqlite").exists()
-        self._sp = _producer_selfplay()(config, run_dir, policy=policy,
-                                        designer_policy=designer_policy, resume=resume)
+        self._trainer = _SlimeTrainer()
+        self._sp = SelfPlay(config, run_dir, policy=policy, designer_policy=designer_policy,
+                            resume=resume, trainer=self._trainer)
 
     @property
     def config(self) -> Any:
@@ -173,24 +112,11 @@ class RoundProducer:
     def produce(self, step: int | None = None) -> tuple[list[Sample], dict[str, Any]]:
         """Play round ``step`` (default: the next one) and commit it; returns the training
         samples (designer first, then agent) and the round's metrics."""
-        import time
-
-        sp = self._sp
-        step = sp.next_step if step is None else int(step)
-        timings: dict[str, float] = {}
-        metrics: dict[str, Any] = {"step": step}
-        t_round = time.perf_counter()
-        with sp.store.round(step):
-            agent, designer = sp.produce_samples(step, timings, metrics)
-            sp._retire(step)
-            sp._save_state()
-            metrics["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
-            metrics["seconds"] = round(time.perf_counter() - t_round, 3)
-            sp.store.log_metrics(step, {k: v for k, v in metrics.items()
-                                        if isinstance(v, (int, float)) and k != "step"})
-            sp.store.append_event({"kind": "round", "host": "slime", **metrics})
-        sp.next_step = step + 1
-        return designer + agent, metrics
+        step = self._sp.next_step if step is None else int(step)
+        self._trainer.taken = []
+        metrics = self._sp.round(step)
+        self._sp.next_step = step + 1
+        return self._trainer.taken, metrics
 
     def close(self) -> None:
         self._sp.close()
@@ -200,26 +126,6 @@ class RoundProducer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _producer_selfplay() -> type:
-    """``SelfPlay`` with the two setup steps that need a transformers model replaced (built
-    here so that importing this module does not import torch)."""
-    from spadekit.selfplay.loop import SelfPlay
-
-    class ProducerSelfPlay(SelfPlay):
-        single_process = True  # never joins a torch.distributed launch
-
-        def load_model(self, policy: Any) -> Any:
-            return policy
-
-        def build_trainer(self) -> None:
-            self.trainer = _NoTrainer()
-
-        def sync_generation(self, what: str, r: Any = None) -> None:
-            return None
-
-    return ProducerSelfPlay
 
 
 def produce_round(producer: RoundProducer, *, global_batch_size: int,

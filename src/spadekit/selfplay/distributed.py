@@ -1,51 +1,28 @@
-"""How the self-play loop runs as several processes (one per GPU): who does what, where the ranks
-meet, and generation with FSDP-sharded weights. ``spadekit.selfplay.loop`` is written as one
-process's loop; :func:`place_steps` wraps its named steps with the placement below.
+"""The self-play loop as several processes (one per GPU, DDP or FSDP; ``torchrun`` or
+``accelerate launch ... -m spadekit selfplay``): where each step runs and where the ranks meet.
 
-Several processes (one per GPU; DDP or FSDP training, ``spadekit.train.distributed``)::
-
-    torchrun --nproc_per_node 8 -m spadekit selfplay --preset games-4b --run-dir runs/a
-    accelerate launch --multi_gpu --num_processes 8 -m spadekit selfplay --preset games-4b ...
-    accelerate launch --use_fsdp --num_processes 8 -m spadekit selfplay ...        # FSDP
-    torchrun --nproc_per_node 8 -m spadekit selfplay --resume runs/a              # resume
-    (``train.distributed_strategy``: auto, the default, picks DDP, or FSDP under
-    accelerate's --use_fsdp; ``spadekit train-fixed`` runs the same loop.)
-
-Every process runs the same program; what each rank does:
-
-- rank 0 alone owns the run directory (run.sqlite, events.jsonl, config.yaml, TensorBoard,
-  memory, corpus and curriculum state, evals/, the checkpoint files) and the environment side:
-  design, validation, hints, plays (with the sandbox pool), rewards and advantages, exactly as
-  one process would, with the same random streams; its ``--run-dir`` is the run's (the other
-  ranks' value is ignored). The other ranks open no store, start no sandbox, write no file.
-- each round, rank 0 sends the round's samples (agent + designer ``Sample``s) to every rank and
-  all ranks call ``trainer.train_step(samples)`` together (each trains its shard; the update
-  equals one process's); under FSDP every rank enters ``trainer.gathered_for_generation()``
-  around rank 0's design + play phase and in-loop evaluation (the other ranks wait inside).
-- checkpoints: every rank calls ``trainer.save(path)`` with rank 0's path (rank 0 writes);
-  rank 0 alone records the pointer and commits the round. ``--resume``: rank 0 reads the
-  stored config and the checkpoint pointer and sends them; every rank loads the checkpoint.
-- the ranks meet after each named step of the setup and of the round (:data:`PLACEMENT` says
-  where each runs; :func:`place_steps` wraps the loop's steps accordingly; over a gloo
-  group with a long timeout, since the others wait while rank 0 plays): a failure on any rank
-  (rank 0's design, play, commit...) reaches the others there, and every rank raises (the
-  others ``PeerFailed``): the round is not committed, every process exits with an error, and
-  ``--resume`` continues. A rank that dies inside a training collective is torn down by the
-  launcher (or the collective times out after ``train.ddp_timeout``).
-- metrics: ``world_size`` is logged every round; the training statistics are global.
+Each step of the loop declares its placement with :func:`placed`: rank 0 alone (:data:`MAIN`:
+the run directory and the environment side), rank 0 with its result sent to all
+(:data:`SHARED`), or every rank (:data:`EVERY`: loading, wrapping, training, saving). After
+each step the ranks meet (:func:`meet`, over a gloo group with a long timeout): a failure on
+any rank makes every rank raise (the others :class:`PeerFailed`), nothing of the round is
+committed, and ``--resume`` continues. Steps that generate run inside
+:func:`generation_context` on every rank (FSDP gathers the full weights for rank 0). With one
+process a placed step just runs. ``docs/scaling.md`` has the launch commands.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import os
 from typing import Any, Callable
 
 from spadekit.common.errors import ConfigError, SpadekitError
 
-__all__ = ["CONTROL_TIMEOUT_S", "PeerFailed", "control_group", "generation_context",
-           "join_launch", "meet", "place_steps", "PLACEMENT"]
+__all__ = ["CONTROL_TIMEOUT_S", "EVERY", "MAIN", "PeerFailed", "SHARED", "control_group",
+           "generation_context", "join_launch", "meet", "placed"]
 
 
 class PeerFailed(SpadekitError):
@@ -178,45 +155,30 @@ SHARED = "shared"
 EVERY = "every"
 """Every rank runs the step (collectives inside: loading, wrapping, training, saving)."""
 
-PLACEMENT: dict[str, str] = {
-    # setting up a run (``SelfPlay._setup``)
-    "open_run": SHARED, "load_model": EVERY, "prepare_generation": MAIN, "create_run": MAIN,
-    "build_trainer": EVERY, "start_environment_side": SHARED, "load_checkpoint": EVERY,
-    "restore_loop_state": MAIN, "resume_pipeline": MAIN,
-    # one round (``SelfPlay._round``)
-    "apply_schedule": EVERY, "begin_round": MAIN, "design_environments": MAIN, "validate": MAIN, "hint": MAIN,
-    "play": MAIN, "reward": MAIN, "advantages": SHARED, "update": EVERY,
-    "sync_generation": MAIN, "retire": MAIN, "checkpoint_dir": SHARED, "save_checkpoint": EVERY,
-    "evaluate": MAIN, "commit": SHARED,
-}
-"""Which ranks run each named step of the loop (every step the loop calls is listed)."""
 
-FULL_WEIGHTS = frozenset({"design_environments", "validate", "hint", "play", "sync_generation",
-                          "evaluate"})
-"""Steps that generate (validation may run repair and judge turns): under FSDP every rank enters
-``generation_context`` around them, so rank 0 generates with the full weights while the
-others wait inside."""
+def placed(where: str, *, full_weights: bool = False) -> Callable[[Callable], Callable]:
+    """Declare where a step runs (:data:`MAIN`, :data:`SHARED` or :data:`EVERY`) and run it
+    there: the ranks meet after it (:func:`meet`); ``full_weights`` (a step that generates):
+    every rank enters ``generation_context`` around it. The step's object has ``dist`` and
+    ``control`` (and ``trainer`` for ``full_weights``); with one process the step just runs.
+    The mark is ``step.placement``."""
+    if where not in (MAIN, SHARED, EVERY):
+        raise ValueError(f"unknown placement {where!r}")
 
-
-def place_steps(loop: Any, dist_ctx: Any, control: Any) -> None:
-    """Wrap each step of ``loop`` named in :data:`PLACEMENT` so that it runs where the table
-    says, and the ranks meet after it (:func:`meet`): the loop's round stays the plain sequence
-    of one process, and this is the only place that knows about ranks. With one process the
-    wrapped step just runs (inside ``generation_context``, a no-op without FSDP)."""
-    main = dist_ctx is None or not dist_ctx.enabled or dist_ctx.is_main
-    for name, where in PLACEMENT.items():
-        step = getattr(loop, name)
-
-        def placed(*args, _step=step, _name=name, _where=where, **kwargs):
-            work = (lambda: _step(*args, **kwargs)) if (main or _where == EVERY) else None
-            label = _name.replace("_", " ")
+    def mark(step: Callable) -> Callable:
+        @functools.wraps(step)
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            dist = self.dist
+            here = where == EVERY or not dist.enabled or dist.is_main
+            work = (lambda: step(self, *args, **kwargs)) if here else None
+            label = step.__name__.replace("_", " ")
             if args and isinstance(getattr(args[0], "step", None), int):  # a round's step
                 label += f" in round {args[0].step}"
-            weights = (generation_context(loop.trainer) if _name in FULL_WEIGHTS
-                       else contextlib.nullcontext())
-            with weights:
-                return meet(dist_ctx, control, work, label, share=_where == SHARED)
+            with (generation_context(self.trainer) if full_weights
+                  else contextlib.nullcontext()):
+                return meet(dist, self.control, work, label, share=where == SHARED)
 
-        placed.__name__ = placed.__qualname__ = name
-        placed.__doc__ = step.__doc__
-        setattr(loop, name, placed)
+        run.placement = where
+        return run
+
+    return mark

@@ -1,40 +1,14 @@
-"""The SPADE self-play loop: design, validate, hint, play, reward, advantages, update, checkpoint.
+"""The SPADE self-play loop: ``SelfPlay._round`` is Algorithm 1 of the paper, one named step
+per line, inside one database transaction (``RunStore.round``): ``generate_round`` (design,
+validate, hint, play, reward, advantages) then ``finish_round`` (update, sync the generation
+engine, retire, checkpoint, evaluate, commit). The pipelined round (``rollout.max_staleness >=
+1``, ``spadekit.selfplay.pipeline.async_round``) and an external trainer (slime) end the same way.
 
-``SelfPlay._round`` is Algorithm 1 of the paper, one named call per step, all inside one
-database transaction (``RunStore.round``):
-
-1. ``design_environments``: at each regeneration (every ``regen_interval`` rounds) the designer
-   writes ``envs_per_round`` environments for the active skills (``spadekit.selfplay.design``);
-2. ``validate``: each is checked in the sandbox (an invalid one gets its fixed designer reward);
-3. ``hint``: each valid one gets its privileged hint and joins the pool;
-4. ``play``: bootstrap environments (reference library) join the pool while the designer is
-   weak; the agent plays every pooled environment ``plays_per_env`` times without the hint
-   (``ceil(agent_samples_per_round / pooled environments)``, 8 at the paper's 192 / 24, or a
-   fixed ``num_generations``), and each new designer environment ``hint_generations`` times with
-   the hint (16 in the paper), every play capped at ``config.turn_cap``, with the watch's
-   scripted spot checks (garbage, the solution on the same seeds, the reference replay)
-   shuffled into the same batch; then ``spadekit.selfplay.watch`` retires programs that hung,
-   slowed down or were gamed in play or in those spot checks (designer -0.5), and their plays
-   are not trained on;
-5. ``reward``: the designer samples due now (generated ``regen_interval`` rounds ago) get the
-   configured designer signal (default 0.4 * regret_norm + 0.6 * plateau(lifetime win rate));
-   regret compares the hinted plays with the same round's no-hint plays (matched timing);
-6. ``advantages``: GRPO z-scores within each environment's no-hint plays for the agent; the
-   designer's rewards centred per skill, weighted by ``min(n_agent / n_designer *
-   regen_interval, cap)``, importance-corrected (TIS) by the trainer;
-7. ``update``: one GRPO step of the one policy (then ``sync_generation`` and ``retire``:
-   environments past their interval retire to memory);
-8. ``checkpoint_dir`` / ``save_checkpoint`` (weights, optimizer, RNG), ``evaluate``, then
-   ``commit``; ``resume`` continues from the last commit.
-
-A process killed at any moment loses at most the round in flight: the checkpoint is written
-before the round commits, and the round's pointer to it is part of the commit. Opening and
-resuming a run are the steps of ``spadekit.selfplay.setup``.
-
-Several processes (one per GPU, DDP or FSDP): ``torchrun --nproc_per_node 8 -m spadekit selfplay
-...``. The loop here is written as one process runs it; ``spadekit.selfplay.distributed`` wraps
-each named step with where it runs (rank 0 owns the run directory and the environment side,
-every rank trains its shard) and where the ranks meet.
+Guarantees: a process killed at any moment loses at most the round in flight (the checkpoint is
+written before the round commits, and the round's pointer to it is part of the commit); a
+failed round is never committed. Each step declares where it runs under several processes
+(``spadekit.selfplay.distributed.placed``); the run's parts are one ``RunParts``
+(``spadekit.selfplay.setup``). The steps in detail: ``docs/async.md``.
 """
 
 from __future__ import annotations
@@ -55,12 +29,13 @@ from spadekit.selfplay.checkpoints import (CheckpointWriteError, disk_use, forge
                                            unkept_folders)
 from spadekit.selfplay.config import SelfPlayConfig, schedule_values, scheduled_config
 from spadekit.selfplay.design import Drafts, active_skills
-from spadekit.selfplay.distributed import PeerFailed, control_group, join_launch, place_steps
-from spadekit.selfplay.pipeline import AsyncRound, Pipeline, check_async_setup
-from spadekit.selfplay.rewards import EmaTracker
+from spadekit.selfplay.distributed import (EVERY, MAIN, SHARED, PeerFailed, control_group,
+                                           join_launch, placed)
+from spadekit.selfplay.pipeline import async_round, train_metrics
 from spadekit.selfplay.samples import (DueRewards, agent_samples, designer_rewards,
                                        designer_samples_from, update_ema)
-from spadekit.selfplay.setup import ResumeError, SetupSteps
+from spadekit.selfplay.setup import ResumeError, RunParts
+from spadekit.train.distributed import DistContext
 from spadekit.train.sample import Sample
 
 __all__ = ["PeerFailed", "ResumeError", "SelfPlay"]
@@ -72,7 +47,7 @@ class RoundState:
     metrics (what lands in the run database), the agent-sample count and the checkpoint."""
 
     step: int
-    transaction: contextlib.ExitStack | None
+    transaction: contextlib.ExitStack
     timings: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     n_agent: int = 0
@@ -82,78 +57,48 @@ class RoundState:
     """The round's named random streams (``spadekit.common.streams``), set by the loop."""
 
 
-class SelfPlay(SetupSteps, AsyncRound):
-    """A self-play run in ``run_dir`` (created, or resumed when it already holds rounds)."""
-
-    single_process = False
-    """True where another system owns the ranks (``spadekit.integrations.slime``): the run never
-    joins a torch.distributed launch."""
+class SelfPlay:
+    """A self-play run in ``run_dir`` (created, or resumed when it already holds rounds). Its
+    parts (``self.parts``) read as its own attributes: ``loop.store`` is ``loop.parts.store``.
+    ``trainer``: one an external system gives (it owns the weights and their checkpoints; the
+    run stays one process and writes no checkpoint)."""
 
     def __init__(self, config: SelfPlayConfig, run_dir: str | Path, *, policy: Any = None,
-                 designer_policy: Any = None, resume: bool = False, console: Any = None):
-        self.run_dir = Path(run_dir)
-        self.store = self.pool = self.tb = self.curriculum = None  # for close() on any failure
-        self.tracking = None
-        self.gen_policy = self.frozen_designer = None
-        # under a launcher: join the process group (same decision on every rank: same config),
-        # and let spadekit.selfplay.distributed place each named step on its ranks
-        if self.single_process:
-            from spadekit.train.distributed import DistContext
-
-            self.dist = DistContext()
-        else:
-            self.dist = join_launch(config)
+                 designer_policy: Any = None, resume: bool = False, console: Any = None,
+                 trainer: Any = None):
+        # under a launcher: join the process group (same decision on every rank: same config)
+        self.dist = DistContext() if trainer is not None else join_launch(config)
+        self.control = control_group(self.dist)
         self.is_main = self.dist.is_main
         self.console = console if self.is_main else None
-        place_steps(self, self.dist, control_group(self.dist))
+        self.parts = RunParts(config, Path(run_dir), self.dist, self.control, self.console)
+        self.config = config
+        self.owns_weights = trainer is None
+        self.next_step = 0
+        self._broken: str | None = None
+        self._base_config: SelfPlayConfig | None = None
+        self._schedule_last: dict[str, Any] | None = None
+        self._bootstrap_created: dict[str, int] = {}
+        self._eval_cache: dict[str, Any] = {}
+        self._mix: dict[str, int] = {}
         try:
-            self._setup(config, policy, designer_policy, resume)
+            self.next_step = self.parts.build(policy, designer_policy, resume, trainer)
+            self.config = self.parts.config
+            self.sync_generation("start" if self.next_step == 0 else "resume")
         except BaseException:
             self.close()
             raise
 
-    def _setup(self, config: SelfPlayConfig, policy: Any, designer_policy: Any,
-               resume: bool) -> None:
-        """Open (or resume) the run: config, model, run directory, trainer, environment side,
-        then the last checkpoint and loop state."""
-        config, run_dir = self.open_run(config, resume)
-        self.config, self.run_dir = config, Path(run_dir)
-        policy = self.load_model(policy)
-        self.prepare_generation(policy)
-        check_async_setup(self, policy, designer_policy)  # before any file is written
-        if not resume:
-            self.create_run()  # only once the model is known to work
-        self.policy = policy
-        self.designer_policy = (designer_policy or self.frozen_designer or self.gen_policy
-                                or policy)
-        self.ema: dict[str, EmaTracker] = {}
-        self._bootstrap_created: dict[str, int] = {}
-        self._broken: str | None = None
-        self._eval_cache: dict[str, Any] = {}
-        self.validator = self.engine = self.memory = self.corpus = self.design = None
-        self.build_trainer()
-        last, pointer = self.start_environment_side(resume)
-        self.pipeline = Pipeline(self.store, config.rollout.max_staleness)
-        if last is not None:
-            loaded = self.load_checkpoint(pointer)
-            self.restore_loop_state()
-            self.resume_pipeline(last, pointer, loaded)
-        self.next_step = 0 if last is None else last + 1
-        self.sync_generation("start" if last is None else "resume")
+    def __getattr__(self, name: str) -> Any:  # only for names not set on the loop itself
+        parts = self.__dict__.get("parts")
+        if parts is None:
+            raise AttributeError(name)
+        return getattr(parts, name)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
-        if getattr(self, "tracking", None) is not None:
-            self.tracking.close()  # never raises (spadekit.runs.tracking); before the store
-        if getattr(self, "env_backend", None) is not None:
-            self.env_backend.close()
-        if getattr(self, "pool", None) is not None:
-            self.pool.close()
-        if getattr(self, "store", None) is not None:
-            self.store.close()
-        if getattr(self, "tb", None) is not None:
-            self.tb.close()
+        self.parts.close()
 
     def __enter__(self) -> "SelfPlay":
         return self
@@ -196,9 +141,8 @@ class SelfPlay(SetupSteps, AsyncRound):
             raise
 
     def _round(self, step: int) -> dict[str, Any]:
-        """One round of Algorithm 1, as one process runs it (with several processes,
-        ``spadekit.selfplay.distributed.PLACEMENT`` decides where each step runs). With
-        ``rollout.max_staleness >= 1``: ``async_round`` (``spadekit.selfplay.pipeline``)."""
+        """One round of Algorithm 1, as one process runs it (with several processes each step
+        runs where it is ``placed``). With ``rollout.max_staleness >= 1``: ``async_round``."""
         with contextlib.ExitStack() as transaction:  # committed by commit(); else rolled back
             r = RoundState(step, transaction, metrics={"step": step},
                            streams=self._streams(step))
@@ -207,31 +151,9 @@ class SelfPlay(SetupSteps, AsyncRound):
             fault_point("begin")
             self.begin_round(r)
             if self.config.rollout.max_staleness:
-                return self.async_round(r)
-            samples = self.generate_round(r)
-            fault_point("update")
-            self.update(r, samples)
-            fault_point("sync")
-            self.sync_generation(f"round {step}", r)
-            fault_point("retire")
-            self.retire(r)
-            fault_point("save")
-            self.save_checkpoint(r, self.checkpoint_dir(r))
-            fault_point("evaluate")
-            self.evaluate(r)
-            return self.commit(r)
-
-    def produce_samples(self, step: int, timings: dict[str, float],
-                        metrics: dict[str, Any]) -> tuple[list[Sample], list[Sample]]:
-        """Round ``step``'s environment side, inside its open transaction: design (or the
-        baseline curriculum), validate, hint, play, reward and advantages; returns the agent and
-        designer samples (an external trainer such as slime's calls this). The round's
-        ``schedule`` applies first, as in ``_round``."""
-        r = RoundState(step, None, timings, metrics,
-                       streams=self._streams(step))
-        self.apply_schedule(r)
-        samples = self.generate_round(r)
-        return samples[:r.n_agent], samples[r.n_agent:]
+                return async_round(self, r)
+            samples = self.generate_round(r)  # 1-6: design, validate, hint, play, reward,
+            return self.finish_round(r, samples)  # advantages; 7-8: update ... commit
 
     def _streams(self, step: int) -> RoundStreams:
         """Round ``step``'s named random streams, under the run's seed and secret key."""
@@ -240,8 +162,7 @@ class SelfPlay(SetupSteps, AsyncRound):
     def generate_round(self, r: RoundState) -> list[Sample]:
         """The generation half of round ``r``: design (or the baseline curriculum), validate,
         hint, play, reward and advantages, with their fault points; returns the round's samples,
-        the agent's ``r.n_agent`` first. The synchronous round, the pipelined round
-        (``async_round``) and an external trainer (``produce_samples``) all call this."""
+        the agent's ``r.n_agent`` first (both the synchronous and the pipelined round)."""
         if self.designs_now(r.step):
             fault_point("design")
             drafts = self.design_environments(r)
@@ -254,6 +175,23 @@ class SelfPlay(SetupSteps, AsyncRound):
         fault_point("reward")
         return self.advantages(r, plays, self.reward(r, plays))
 
+    def finish_round(self, r: RoundState, samples: list[Sample] | None) -> dict[str, Any]:
+        """The end of every round: 7. ``update`` on ``samples`` (None: the pipelined round
+        trained beside generation), the push to the generation engine, retirement, 8. the
+        checkpoint, the in-loop evaluation and the commit, with their fault points."""
+        fault_point("update")
+        if samples is not None:
+            self.update(r, samples)
+        fault_point("sync")
+        self.sync_generation(f"round {r.step}", r)
+        fault_point("retire")
+        self.retire(r)
+        fault_point("save")
+        self.save_checkpoint(r, self.checkpoint_dir(r))
+        fault_point("evaluate")
+        self.evaluate(r)
+        return self.commit(r)
+
     # -- the steps of a round ----------------------------------------------------------------
 
     def designs_now(self, step: int) -> bool:
@@ -261,22 +199,27 @@ class SelfPlay(SetupSteps, AsyncRound):
         return (self.config.curriculum.kind == "spade"
                 and step % self.config.regen_interval == 0)
 
+    @placed(EVERY)
     def apply_schedule(self, r: RoundState) -> None:
         """This round's config: the base config plus ``config.schedule``'s entries so far."""
         r.metrics.update(self._apply_schedule(r.step))
 
+    @placed(MAIN)
     def begin_round(self, r: RoundState) -> None:
         """The round's database transaction: nothing of the round lands before commit()."""
         r.transaction.enter_context(self.store.round(r.step))
 
+    @placed(MAIN, full_weights=True)
     def design_environments(self, r: RoundState) -> Drafts:
         """1. The designer writes ``envs_per_round`` programs for the active skills."""
         return self.design.design(r.step, r.streams, phase=self._phase)
 
+    @placed(MAIN, full_weights=True)
     def validate(self, r: RoundState, drafts: Drafts) -> Drafts:
         """2. Each program is checked in the sandbox (and repaired, judged, if configured)."""
         return self.design.validate(drafts, r.streams, phase=self._phase)
 
+    @placed(MAIN, full_weights=True)
     def hint(self, r: RoundState, drafts: Drafts) -> None:
         """3. Each valid program gets its privileged hint and joins the pool."""
         outcome = self.design.hint(drafts, r.streams, phase=self._phase)
@@ -294,6 +237,7 @@ class SelfPlay(SetupSteps, AsyncRound):
                          **{f"thinking_cut/{role}": n
                             for role, n in outcome.thinking_cut.items()})
 
+    @placed(MAIN, full_weights=True)
     def play(self, r: RoundState) -> list[Trajectory]:
         """4. The agent plays the pool (with bootstrap environments), with and without hints;
         the watch retires programs that hung, slowed down or were gamed, untrained on. A
@@ -317,6 +261,7 @@ class SelfPlay(SetupSteps, AsyncRound):
         r.metrics.update(watched, **{"watch/episodes_dropped": len(plays) - len(kept)})
         return kept
 
+    @placed(MAIN)
     def reward(self, r: RoundState, plays: list[Trajectory]) -> DueRewards:
         """5. Rewards: each play's return (already in ``plays``); the designer samples due this
         round get the configured designer signal (regret + plateau by default)."""
@@ -324,6 +269,7 @@ class SelfPlay(SetupSteps, AsyncRound):
         return designer_rewards(self.store, self.memory, self.ema, self.config, r.step,
                                 r.metrics)
 
+    @placed(SHARED)
     def advantages(self, r: RoundState, plays: list[Trajectory],
                    due: DueRewards) -> list[Sample]:
         """6. GRPO advantages per role: the agent's within each environment, the designer's
@@ -338,6 +284,7 @@ class SelfPlay(SetupSteps, AsyncRound):
         r.n_agent = len(agent)
         return agent + designer
 
+    @placed(EVERY)
     def update(self, r: RoundState, samples: list[Sample]) -> None:
         """7. One GRPO step of the one policy on both roles' samples."""
         t = time.perf_counter()
@@ -345,13 +292,10 @@ class SelfPlay(SetupSteps, AsyncRound):
                          f"{len(samples) - r.n_agent} designer samples)"):
             stats = self.trainer.train_step(samples) if samples else {}
         r.timings["update"] = time.perf_counter() - t
-        self.update_metrics(r, stats)
+        r.metrics.update(train_metrics(stats))
         self.pipeline.trained_now(samples, stats)
 
-    def update_metrics(self, r: RoundState, stats: dict[str, Any]) -> None:
-        r.metrics.update({f"train/{k}": v for k, v in stats.items()
-                          if isinstance(v, (int, float))})
-
+    @placed(MAIN, full_weights=True)
     def sync_generation(self, what: str, r: RoundState | None = None) -> None:
         """Push the trained weights into the generation engine (``config.generation_model``),
         at the start, after a resume (``what``) and after each update (``r``)."""
@@ -383,18 +327,35 @@ class SelfPlay(SetupSteps, AsyncRound):
                               if isinstance(v, (int, float))})
             r.timings["weight_sync"] = time.perf_counter() - t
 
+    @placed(MAIN)
     def retire(self, r: RoundState) -> None:
         """Environments past their interval retire to memory; the loop state is stored."""
-        self._retire(r.step)
-        self._save_state()
+        cfg, step = self.config, r.step
+        for row in self.store.environments(status="pooled"):
+            sha = row["sha256"]
+            update_ema(self.store, self.ema, cfg, sha, step)  # this round's win rate
+            born = self._bootstrap_created.get(sha, row.get("created_step") or 0)
+            bootstrap = (row.get("lineage") or {}).get("bootstrap")
+            if bootstrap or step - born + 1 >= cfg.regen_interval:
+                self.store.set_status(sha, "retired", step)
+                if sha in self.memory:
+                    self.memory.refresh_from_store(sha, step=step)
+        self.store.put_state("loop", {
+            "corpus": self.corpus.state() if self.corpus is not None else None,
+            "ema": {sha: t.state_dict() for sha, t in self.ema.items()},
+            "curriculum": (self.curriculum.state_dict() if self.curriculum is not None
+                           else None)})
 
+    @placed(SHARED)
     def checkpoint_dir(self, r: RoundState) -> str | None:
-        """8. Where this round's checkpoint goes (every ``checkpoint_every`` rounds), or None."""
-        if (r.step + 1) % self.config.checkpoint_every != 0:
+        """8. Where this round's checkpoint goes (every ``checkpoint_every`` rounds), or None
+        (also always None when an external trainer owns the weights)."""
+        if not self.owns_weights or (r.step + 1) % self.config.checkpoint_every != 0:
             return None
         r.checkpoint = self.store.checkpoint_dir(r.step, create=True)
         return str(r.checkpoint.resolve())
 
+    @placed(EVERY)
     def save_checkpoint(self, r: RoundState, path: str | None) -> None:
         """8. Weights, optimizer and RNG to ``path`` (every rank takes part; rank 0 writes)."""
         if path is None:
@@ -411,6 +372,7 @@ class SelfPlay(SetupSteps, AsyncRound):
                     + "; the round is not committed, the previous checkpoint is kept",
                     step=r.step) from exc
 
+    @placed(MAIN, full_weights=True)
     def evaluate(self, r: RoundState) -> None:
         """The in-loop evaluation suites, every ``eval.every`` rounds."""
         cfg = self.config
@@ -421,6 +383,7 @@ class SelfPlay(SetupSteps, AsyncRound):
             r.metrics.update(self._evaluate(r.step))
         r.timings["eval"] = time.perf_counter() - t
 
+    @placed(SHARED)
     def commit(self, r: RoundState) -> dict[str, Any]:
         """The checkpoint pointer, the metrics and the events, then the commit."""
         step, metrics = r.step, r.metrics
@@ -461,15 +424,14 @@ class SelfPlay(SetupSteps, AsyncRound):
         """``config.schedule``: make ``self.config`` round ``step``'s effective config (the
         base plus every entry with ``from_round <= step``; the same after a resume). Returns
         ``schedule/<key>`` metrics on the first round of this process and whenever it changes."""
-        base = getattr(self, "_base_config", None) or self.config
-        self._base_config = base
+        base = self._base_config = self._base_config or self.config
         if not base.schedule:
             return {}
         self.config = scheduled_config(base, step)
         if self.design is not None:
             self.design.config = self.config
         values = schedule_values(self.config)
-        if values == getattr(self, "_schedule_last", None):
+        if values == self._schedule_last:
             return {}
         self._schedule_last = values
         return {"schedule/changed": 1, **{f"schedule/{k}": v for k, v in values.items()}}
@@ -587,21 +549,3 @@ class SelfPlay(SetupSteps, AsyncRound):
                                       play=True)
         return trajs
 
-    def _retire(self, step: int) -> None:
-        cfg = self.config
-        for row in self.store.environments(status="pooled"):
-            sha = row["sha256"]
-            update_ema(self.store, self.ema, cfg, sha, step)  # this round's win rate
-            born = self._bootstrap_created.get(sha, row.get("created_step") or 0)
-            bootstrap = (row.get("lineage") or {}).get("bootstrap")
-            if bootstrap or step - born + 1 >= cfg.regen_interval:
-                self.store.set_status(sha, "retired", step)
-                if sha in self.memory:
-                    self.memory.refresh_from_store(sha, step=step)
-
-    def _save_state(self) -> None:
-        self.store.put_state("loop", {
-            "corpus": self.corpus.state() if self.corpus is not None else None,
-            "ema": {sha: t.state_dict() for sha, t in self.ema.items()},
-            "curriculum": (self.curriculum.state_dict() if self.curriculum is not None
-                           else None)})

@@ -1,35 +1,14 @@
-"""Asynchronous rollouts: round s generates while the trainer updates on round s-1.
+"""Asynchronous rollouts (``rollout.max_staleness = k >= 1``): round s generates while the
+trainer updates on round s-1 (:func:`async_round`, called by ``SelfPlay._round``).
 
-``rollout.max_staleness = k`` (``spadekit.selfplay.staleness`` has the bound's arithmetic):
-
-- ``k = 0``: the synchronous loop of ``SelfPlay._round``, unchanged; the token ledger is kept
-  (everything generated in a round is trained in it).
-- ``k >= 1``: ``SelfPlay._round`` calls :meth:`AsyncRound.async_round`. At the start of round ``s`` the samples round ``s-1``
-  queued (table ``rollout_queue``) are checked against the bound; the fresh ones go to the
-  trainer in a background thread (:class:`BackgroundUpdate`) while this thread runs the
-  environment side of round ``s`` (design, validate, hint, play, reward, advantages) on the
-  generation engine, which holds the weights of the last push. Then the two meet: the new
-  weights are pushed to the engine (between rounds, so every play of a round, hinted and not,
-  comes from one policy version, and regret compares like with like), round ``s``'s samples are
-  queued, the ledger is recorded, and the round commits with its checkpoint as always.
-  The pipeline is one round deep (prime-rl's default async level): a batch is normally 1
-  version stale when trained. A push that fails leaves the engine on its old version (counted:
-  ``async/push_failed``); the engine's batches then grow staler, and one past ``k`` is cancelled
-  (``StaleWork``, counted in ``async/cancelled_*`` and the ledger's ``discarded``).
-
-Crash safety: the queue, the ledger and the two version counters are written inside the round's
-transaction, and the checkpoint (``checkpoint_every: 1``) with it; a process killed mid-round
-(with a batch in training and another in generation) resumes from the last commit, whose queue
-still holds the batch that was being trained: it is trained again, exactly once, because the
-update that consumed it never committed.
-
-Metrics per round (``async/*``): ``staleness_mean``/``_max`` of the trained batches, split into
-``lag`` (engine behind at generation start), ``in_flight`` (trainer moved during generation),
-``waiting`` (moved while queued); ``trainer_wait_s`` (the trainer thread's idle time this round:
-the environment side outlived the update), ``generator_wait_s`` (the environment side waited for
-the update), ``cancelled_batches``/``_tokens``, ``push_failed``, ``ledger_balanced``,
-``tokens_generated``/``_trained``/``_discarded``/``_in_flight``, ``policy_version``,
-``generator_version``.
+Guarantees (``docs/async.md`` has the design and the metrics): a batch is trained only while
+its staleness is at most ``k`` (else cancelled: ``StaleWork``, ledger ``discarded``); weights
+are pushed only between rounds, so every play of a round comes from one policy version; the
+token ledger balances in every committed round (:class:`Pipeline`, else ``LedgerError``); the
+queue, ledger and versions commit with the round and its checkpoint, so a killed process
+resumes with the batch in training trained again exactly once; a resume that falls back to an
+older checkpoint rolls the versions and ledger back with it (:meth:`Pipeline.fall_back`).
+With ``k = 0`` the synchronous round keeps the ledger (everything generated is trained).
 """
 
 from __future__ import annotations
@@ -45,7 +24,7 @@ from spadekit.selfplay.staleness import (Batch, LedgerError, StaleWork, TokenLed
                                          sample_tokens, staleness_parts)
 from spadekit.train.sample import Sample
 
-__all__ = ["BackgroundUpdate", "Pipeline", "StaleWork"]
+__all__ = ["BackgroundUpdate", "Pipeline", "StaleWork", "async_round", "check_async_setup"]
 
 
 @dataclass
@@ -257,63 +236,54 @@ class Pipeline:
             "async/generator_version": self.versions.generator})
 
 
-class AsyncRound:
-    """One round of the pipelined loop (a mixin of ``SelfPlay``, whose named steps it calls;
-    the module docstring has the order)."""
+def train_metrics(stats: dict[str, Any]) -> dict[str, Any]:
+    """The trainer's numeric statistics as ``train/*`` metrics."""
+    return {f"train/{k}": v for k, v in stats.items() if isinstance(v, (int, float))}
 
-    def async_round(self, r: Any) -> dict[str, Any]:
-        """The round ``r`` (its transaction open) from after ``begin_round`` to its commit."""
-        from spadekit.common.faults import fault_point
 
-        pipe: Pipeline = self.pipeline
-        step = r.step
-        samples = pipe.take(r.metrics)
-        start, version = pipe.versions.trainer, pipe.versions.generator
-        n_train = len(samples)
-        update = BackgroundUpdate(
-            lambda: self.trainer.train_step(samples) if samples else {}, pipe.updated,
-            pipe.lock)
-        t0 = time.perf_counter()
-        update.start()
-        failed = True
-        try:
-            produced = self.generate_round(r)
-            with pipe.lock:  # the trainer's version as this round's generation ended
-                end = pipe.versions.trainer
-            generated_at = time.perf_counter()
-            failed = False
-        finally:
-            update.join(raise_error=not failed)  # a generation error goes first
-        joined = time.perf_counter()
-        finished = update.finished_at or joined
-        r.timings["update"] = finished - t0
-        self.update_metrics(r, update.stats)
-        if self.console is not None:
-            self.console.log(f"round {step}: update ({n_train} samples of round "
-                             f"{step - 1}, beside generation) [dim]{finished - t0:.1f}s[/dim]")
-        r.metrics.update({
-            "async/trainer_wait_s": round(max(0.0, generated_at - finished), 4),
-            "async/generator_wait_s": round(max(0.0, joined - generated_at), 4),
-            "async/overlap_s": round(min(generated_at, finished) - t0, 4),
-            "async/samples_trained": n_train})
-        fault_point("update")
-        # every round, as the synchronous loop does (also with nothing new: a lost engine
-        # is found here, whose generations only failed episode by episode)
-        self.sync_generation(f"round {step}", r)
-        pipe.enqueue(Batch(step, version, produced, start, end))
-        fault_point("retire")
-        self.retire(r)
-        fault_point("save")
-        self.save_checkpoint(r, self.checkpoint_dir(r))
-        fault_point("evaluate")
-        self.evaluate(r)
-        return self.commit(r)
+def async_round(loop: Any, r: Any) -> dict[str, Any]:
+    """The pipelined round ``r`` of ``loop`` (a ``SelfPlay``, its transaction open) from after
+    ``begin_round`` to its commit: the update on round ``r.step - 1``'s queued samples beside
+    this round's generation, then this round's batch queued and the loop's ``finish_round``."""
+    pipe: Pipeline = loop.pipeline
+    step = r.step
+    samples = pipe.take(r.metrics)
+    start, version = pipe.versions.trainer, pipe.versions.generator
+    update = BackgroundUpdate(
+        lambda: loop.trainer.train_step(samples) if samples else {}, pipe.updated, pipe.lock)
+    t0 = time.perf_counter()
+    update.start()
+    failed = True
+    try:
+        produced = loop.generate_round(r)
+        with pipe.lock:  # the trainer's version as this round's generation ended
+            end = pipe.versions.trainer
+        generated_at = time.perf_counter()
+        failed = False
+    finally:
+        update.join(raise_error=not failed)  # a generation error goes first
+    joined = time.perf_counter()
+    finished = update.finished_at or joined
+    r.timings["update"] = finished - t0
+    r.metrics.update(train_metrics(update.stats))
+    if loop.console is not None:
+        loop.console.log(f"round {step}: update ({len(samples)} samples of round "
+                         f"{step - 1}, beside generation) [dim]{finished - t0:.1f}s[/dim]")
+    r.metrics.update({
+        "async/trainer_wait_s": round(max(0.0, generated_at - finished), 4),
+        "async/generator_wait_s": round(max(0.0, joined - generated_at), 4),
+        "async/overlap_s": round(min(generated_at, finished) - t0, 4),
+        "async/samples_trained": len(samples)})
+    pipe.enqueue(Batch(step, version, produced, start, end))
+    # the push runs every round, as in the synchronous loop (also with nothing new: a lost
+    # engine is found there, whose generations only failed episode by episode)
+    return loop.finish_round(r, None)
 
 
 def check_async_setup(loop: Any, policy: Any, designer_policy: Any) -> None:
-    """What ``max_staleness >= 1`` needs of a run, beyond the config's own checks; called once
-    the model and the generation engine are loaded and before the run directory is written,
-    so a refused run leaves nothing behind. ``designer_policy`` is the one the caller passed
+    """What ``max_staleness >= 1`` needs of a run (``loop``: its ``RunParts``), beyond the
+    config's own checks; called once the model and the generation engine are loaded and before
+    the run directory is written, so a refused run leaves nothing behind. ``designer_policy`` is the one the caller passed
     (None: the designer samples from the frozen designer, the engine, or ``policy``)."""
     k = loop.config.rollout.max_staleness
     if not k:

@@ -1,14 +1,17 @@
-"""The setup steps of a self-play run: open or resume the run, load the model, build the
-trainer and the environment side, restore the last checkpoint and loop state.
+"""The parts of a self-play run (store, trainer, environment side, pipeline, tracking) and
+the one function that builds them, :meth:`RunParts.build`: open or resume the run, load the
+model, build the trainer and the environment side, restore the last checkpoint and loop state.
 
-A mixin of :class:`spadekit.selfplay.loop.SelfPlay`, whose ``_setup`` calls these steps in
-order; ``spadekit.selfplay.distributed.PLACEMENT`` says on which ranks each runs.
+Every part is declared on :class:`RunParts`; each build step declares where it runs under
+several processes (``spadekit.selfplay.distributed.placed``). ``spadekit.selfplay.loop.SelfPlay``
+holds one ``RunParts``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import secrets
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +21,20 @@ from spadekit.common.errors import ConfigError, SpadekitError
 from spadekit.policy.loading import quiet_transformers
 from spadekit.rollout.engine import RolloutEngine
 from spadekit.runs.store import RunStore
+from spadekit.runs.tracking import Tracking
 from spadekit.sandbox.pool import SandboxPool
 from spadekit.sandbox.validate import Validator
 from spadekit.selfplay.checkpoints import load_latest_good, set_aside_damaged, sweep_orphans
-from spadekit.runs.tracking import Tracking
 from spadekit.selfplay.config import SelfPlayConfig, build, save_config, to_dict
 from spadekit.selfplay.design import DesignPhase
+from spadekit.selfplay.distributed import EVERY, MAIN, SHARED, placed
 from spadekit.selfplay.memory import EnvironmentMemory, SeedlessMemory
+from spadekit.selfplay.pipeline import Pipeline, check_async_setup
 from spadekit.selfplay.rewards import EmaTracker
 from spadekit.selfplay.staleness import LedgerError
 from spadekit.selfplay.watch import PoolWatch
 
-__all__ = ["ResumeError", "SetupSteps"]
+__all__ = ["ResumeError", "RunParts"]
 
 
 class ResumeError(SpadekitError):
@@ -38,9 +43,73 @@ class ResumeError(SpadekitError):
     reason = "resume"
 
 
-class SetupSteps:
-    """The steps that open a run (see the module docstring)."""
+@dataclass
+class RunParts:
+    """Every part of a run, declared here (None until its step builds it; on ranks other than
+    0 the rank-0-only parts stay None). :meth:`build` is the one function that builds them."""
 
+    config: SelfPlayConfig
+    run_dir: Path
+    dist: Any
+    control: Any = None
+    console: Any = None
+    model_spec: str = ""
+    warm_dir: Path | None = None
+    store: RunStore | None = None
+    policy: Any = None
+    designer_policy: Any = None
+    gen_policy: Any = None
+    frozen_designer: Any = None
+    curriculum: Any = None
+    trainer: Any = None
+    pool: SandboxPool | None = None
+    env_backend: Any = None
+    validator: Any = None
+    engine: RolloutEngine | None = None
+    memory: EnvironmentMemory | None = None
+    corpus: Any = None
+    design: DesignPhase | None = None
+    watch: PoolWatch | None = None
+    pipeline: Pipeline | None = None
+    tb: Any = None
+    tracking: Tracking | None = None
+    roles: dict[str, Any] = field(default_factory=dict)
+    ema: dict[str, EmaTracker] = field(default_factory=dict)
+
+    def build(self, policy: Any, designer_policy: Any, resume: bool,
+              trainer: Any = None) -> int:
+        """Open (or resume) the run: config, model, run directory, trainer (``trainer``: one
+        given by an external system that owns the weights, such as slime), environment side,
+        then the last checkpoint and loop state. Returns the next round."""
+        self.config, run_dir = self.open_run(self.config, resume)
+        self.run_dir = Path(run_dir)
+        policy = self.load_model(policy) if trainer is None else policy
+        self.prepare_generation(policy)
+        check_async_setup(self, policy, designer_policy)  # before any file is written
+        if not resume:
+            self.create_run()  # only once the model is known to work
+        self.policy = policy
+        self.designer_policy = (designer_policy or self.frozen_designer or self.gen_policy
+                                or policy)
+        if trainer is None:
+            self.build_trainer()
+        else:
+            self.trainer = trainer
+        last, pointer = self.start_environment_side(resume)
+        self.pipeline = Pipeline(self.store, self.config.rollout.max_staleness)
+        if last is not None:
+            loaded = self.load_checkpoint(pointer)
+            self.restore_loop_state()
+            self.resume_pipeline(last, pointer, loaded)
+        return 0 if last is None else last + 1
+
+    def close(self) -> None:
+        """Close what was built (tracking first, never raising, then the store)."""
+        for part in (self.tracking, self.env_backend, self.pool, self.store, self.tb):
+            if part is not None:
+                part.close()
+
+    @placed(SHARED)
     def open_run(self, config: SelfPlayConfig, resume: bool) -> tuple[SelfPlayConfig, str]:
         """The run's config (the stored one on resume) and directory."""
         if resume:
@@ -53,6 +122,7 @@ class SetupSteps:
             config = dataclasses.replace(config, stream_key=secrets.token_hex(16))
         return config, str(self.run_dir)
 
+    @placed(EVERY)
     def load_model(self, policy: Any) -> Any:
         """The trained policy (loaded from ``config.model`` unless given); it must train here."""
         config = self.config
@@ -80,6 +150,7 @@ class SetupSteps:
                 "smollm2-135m, tiny); servers and vLLM serve generation only")
         return policy
 
+    @placed(MAIN)
     def prepare_generation(self, policy: Any) -> None:
         """The baseline curriculum (a bad source fails before any file is written) and the
         generation engine of ``config.generation_model``."""
@@ -91,7 +162,7 @@ class SetupSteps:
 
         if config.generation_model == "auto":  # the fastest engine installed (recorded)
             config = self.config = dataclasses.replace(config, generation_model=(
-                resolve_generation_model("auto", getattr(self, "model_spec", config.model))))
+                resolve_generation_model("auto", self.model_spec or config.model)))
         if config.generation_model:
             from spadekit.policy.weight_sync import generation_policy
 
@@ -102,11 +173,13 @@ class SetupSteps:
 
             self.frozen_designer = load_beside(config.designer.model, policy, seed=config.seed)
 
+    @placed(MAIN)
     def create_run(self) -> None:
         """The run directory: ``run.sqlite`` and the resolved ``config.yaml``."""
         self.store = RunStore(self.run_dir, create=True)
         save_config(self.config, self.run_dir / "config.yaml")
 
+    @placed(EVERY)
     def build_trainer(self) -> None:
         """The GRPO trainer of the policy (wrapping it for DDP/FSDP is collective)."""
         from spadekit.train.trainer import PolicyTrainer
@@ -125,6 +198,7 @@ class SetupSteps:
                 f"{self.trainer.dist.world_size} (train.distributed_strategy="
                 f"{config.train.distributed_strategy!r}): use auto, ddp or fsdp")
 
+    @placed(SHARED)
     def start_environment_side(self, resume: bool
                                ) -> tuple[int | None, dict[str, Any] | None]:
         """Sandboxes, validator, rollout engine, memory, corpus, designer and watch; returns the
@@ -171,7 +245,7 @@ class SetupSteps:
                 self.memory.seed_from_library()
             if fresh and config.memory_seed:
                 self.memory.seed_from_source(config.memory_seed, config.setting)
-            warm = getattr(self, "warm_dir", None)
+            warm = self.warm_dir
             if fresh and warm is not None and config.warmstart.seed_memory:
                 # what the designer learnt from: its references, and what the dedup gate
                 # keeps out of the pool (a copy of a warm-start program is a near-duplicate)
@@ -189,7 +263,7 @@ class SetupSteps:
         there), warning on the run's console; None without any."""
         if not self.config.logging.backends:
             return None
-        console = getattr(self, "console", None)
+        console = self.console
         warn = (lambda _text: None) if console is None else \
             (lambda text: console.print(Text(text, style="yellow")))
         try:
@@ -227,16 +301,7 @@ class SetupSteps:
         return dataclasses.replace(stored, rounds=given.rounds, logging=(
             given.logging if given.logging.backends else stored.logging))
 
-    def _restore(self, step: int) -> None:
-        """One process: load the last checkpoint and the loop state (also used by
-        ``spadekit.integrations.slime``)."""
-        pointers = [{"step": p["step"], "path": str(p["path"])}
-                    for p in self.store.checkpoints()[::-1]]
-        self.load_checkpoint({**pointers[0], "older": pointers[1:],
-                              "last_round": self.store.latest_complete_step()}
-                             if pointers else None)
-        self.restore_loop_state()
-
+    @placed(EVERY)
     def load_checkpoint(self, pointer: dict[str, Any] | None) -> dict[str, Any] | None:
         """The trainer's state (weights, optimizer, RNG) from the checkpoint ``pointer``; when
         it does not load, from the newest older one that does (``pointer["older"]``), after a
@@ -245,8 +310,7 @@ class SetupSteps:
         if pointer is None:
             return None
         chain = [pointer, *pointer.get("older", [])]
-        store = getattr(self, "store", None)
-        console = getattr(self, "console", None)
+        store, console = self.store, self.console
         try:
             return load_latest_good(
                 chain, self.trainer.load, pointer.get("last_round"),
@@ -262,6 +326,7 @@ class SetupSteps:
                                  if len(chain) > 1 else ""),
                               step=pointer["step"]) from exc
 
+    @placed(MAIN)
     def resume_pipeline(self, last: int, pointer: dict[str, Any] | None,
                         loaded: dict[str, Any] | None) -> None:
         """The rollout pipeline's versions and ledger on resume: as the last round committed
@@ -292,6 +357,7 @@ class SetupSteps:
                                  "dropped_steps": dropped, "versions_rolled_back": True,
                                  **pipe.state()})
 
+    @placed(MAIN)
     def restore_loop_state(self) -> None:
         """The corpus, curriculum and win-rate trackers, as committed (the random streams are
         functions of the seed and the round, ``spadekit.common.streams``: nothing to restore;
