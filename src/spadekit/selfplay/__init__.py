@@ -19,7 +19,7 @@ One round (``loop.SelfPlay.round``, Algorithm 1 of the paper), each step a named
 7. update: one GRPO step of the shared weights (``spadekit.train``);
 8. checkpoint: weights and run state to the run directory (``spadekit.runs``).
 
-``config`` is the one dataclass tree of a run (presets in ``presets/``); ``distributed`` wraps the
-same round for several processes (which rank runs which phase, where ranks meet) without
-touching its steps; ``generate`` is the offline designer (``spadekit generate``).
+``config`` is the one dataclass tree of a run (presets in ``presets/``); each step declares where it
+runs under several processes (``distributed.placed``); the run's parts are one
+``setup.RunParts``; ``generate`` is the offline designer (``spadekit generate``).
 """
