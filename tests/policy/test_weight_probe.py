@@ -174,6 +174,68 @@ def test_an_engine_that_cannot_be_put_back_is_refused_before_the_push():
     assert gen.calls == 1
 
 
+class StaleEngine:
+    """Serves frozen weights with 1e-5 of numeric noise; acknowledges pushes, applies none."""
+
+    name, capabilities = "stale", frozenset({"logprobs", "token_ids"})
+
+    def __init__(self, model, tokenizer):
+        import random
+
+        self.model, self.tokenizer, self.weights_version = model, tokenizer, 0
+        self.rng = random.Random(0)
+
+    def generate(self, reqs):
+        from spadekit.policy.base import Generation
+
+        out = []
+        for r in reqs:
+            with torch.inference_mode():
+                lp = torch.log_softmax(self.model(input_ids=torch.tensor(
+                    [r.prompt_ids])).logits[0, -1].float(), -1)
+            t = int(lp.argmax())
+            out.append(Generation(prompt_ids=list(r.prompt_ids), token_ids=[t],
+                                  logprobs=[float(lp[t]) + self.rng.uniform(-1e-5, 1e-5)],
+                                  text="", finish_reason="length"))
+        return out
+
+    def load_weights(self, weights):
+        self.weights_version += 1
+        return 0
+
+    def restore_weights(self):
+        pass
+
+
+def test_a_run_of_small_dropped_pushes_is_caught():
+    """A stale engine's distance from the trainer grows with every dropped push; read as
+    noise, it would call every later dropped push indistinct. Pushes each too small to see
+    are judged together against the last verified reading, and fail once they add up."""
+    import copy
+
+    from spadekit.policy.tiny import tiny_model, tiny_tokenizer
+
+    trainer = tiny_model(0)
+    g = torch.Generator().manual_seed(1)
+    direction = {n: torch.randn(p.shape, generator=g) for n, p in trainer.named_parameters()}
+
+    def step(scale):
+        with torch.no_grad():
+            for n, p in trainer.named_parameters():
+                p.add_(direction[n] * scale)
+
+    eng = StaleEngine(copy.deepcopy(trainer), tiny_tokenizer())
+    sync = WeightSync(eng)
+    sync.push([], verify=trainer)  # the first push lands
+    step(1e-4)
+    eng.model = copy.deepcopy(trainer)  # so does the second
+    assert sync.push([], verify=trainer)["probe_verdict"] == "pass"
+    with pytest.raises(WeightSyncError, match="did not arrive"):
+        for _ in range(12):  # twelve pushes, acknowledged, never applied
+            step(5e-6)
+            sync.push([], verify=trainer)
+
+
 FSDP = r"""
 import os, sys, types, torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
