@@ -11,10 +11,8 @@ new embeddings after each reload. Why each rule: docs/scaling.md ("Weight sync")
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import struct
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
@@ -32,22 +30,15 @@ that has both gives the head once, as the embeddings."""
 def checkpoint_shapes(model_dir: str | os.PathLike) -> dict[str, tuple[int, ...]]:
     """``{name: shape}`` of every tensor in the ``*.safetensors`` files of ``model_dir``, read
     from their headers only (no tensor data). Empty when the directory holds none."""
+    from safetensors import safe_open
+
     shapes: dict[str, tuple[int, ...]] = {}
-    root = Path(model_dir)
-    if not root.is_dir():
-        return shapes
-    for path in sorted(root.glob("*.safetensors")):
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            if len(head) != 8:
-                raise WeightSyncError(f"{path}: not a safetensors file")
-            (n,) = struct.unpack("<Q", head)
-            if n > 100 << 20:
-                raise WeightSyncError(f"{path}: a safetensors header of {n} bytes")
-            header = json.loads(fh.read(n))
-        for name, info in header.items():
-            if name != "__metadata__":
-                shapes[name] = tuple(int(d) for d in info["shape"])
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as fh:
+                shapes.update({n: tuple(fh.get_slice(n).get_shape()) for n in fh.keys()})
+        except Exception as exc:
+            raise WeightSyncError(f"{path}: not a readable safetensors file: {exc}") from exc
     return shapes
 
 
