@@ -103,9 +103,10 @@ class WorkerExtension:
 class ServerWeights:
     """The weights of one ``vllm serve`` started as ``serve_command`` does: ``push`` (staged
     chunks, applied at ``final``), ``confirm`` (the last push stands), ``restore`` (undo the
-    unconfirmed push) and ``version`` (the last push's, or a count)."""
+    unconfirmed push) and ``version`` (the last push's, or a count). ``timeout`` bounds the
+    connection and every answer, a reload's answer by at least 600 s (a large model)."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600.0,
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 120.0,
                  name: str | None = None) -> None:
         base = base_url.rstrip("/")
         self.root = base[:-3] if base.endswith("/v1") else base
@@ -125,7 +126,8 @@ class ServerWeights:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
             resp = httpx2.request(method, self.root + path, json=body, headers=headers,
-                                  timeout=timeout or self.timeout)
+                                  timeout=httpx2.Timeout(timeout or self.timeout,
+                                                         connect=self.timeout))
         except httpx2.HTTPError as exc:
             raise WeightSyncError(f"{self.root}{path}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code == 404 and path == "/collective_rpc":
@@ -140,14 +142,15 @@ class ServerWeights:
             return resp.text[:300]
 
     def _rpc(self, method: str, **kwargs: str) -> None:
-        self._call("POST", "/collective_rpc", {"method": method, "kwargs": kwargs})
+        self._call("POST", "/collective_rpc", {"method": method, "kwargs": kwargs},
+                   timeout=max(self.timeout, 600.0))
 
     def _checkpoint(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the server's checkpoint, when its directory is local."""
         if self._shapes is None:
             from spadekit.policy.vllm_weights import checkpoint_shapes
 
-            body = self._call("GET", "/v1/models", timeout=30)
+            body = self._call("GET", "/v1/models")
             roots = [m.get("root") for m in (body or {}).get("data", [])
                      if isinstance(m, dict)] if isinstance(body, dict) else []
             local = [r for r in roots if isinstance(r, str) and os.path.isdir(r)]
@@ -156,7 +159,7 @@ class ServerWeights:
 
     def _apply(self, path: Path) -> None:
         self._rpc("spadekit_reload", path=str(path))
-        self._call("POST", "/reset_prefix_cache", timeout=60)
+        self._call("POST", "/reset_prefix_cache")
 
     def push(self, weights: Any, *, final: bool = True, version: int | None = None) -> int:
         """Stage ``weights``; at ``final`` check everything staged, write it to a private file
@@ -214,7 +217,7 @@ class ServerWeights:
         self._rpc("spadekit_restore")
         for path, _ in self._confirmed:
             self._apply(path)
-        self._call("POST", "/reset_prefix_cache", timeout=60)
+        self._call("POST", "/reset_prefix_cache")
         if pending is not None:
             _remove(pending[0])
             self.version = pending[2]  # the undone push never happened
@@ -222,7 +225,7 @@ class ServerWeights:
     def cannot_restore(self) -> str | None:
         """Why ``restore`` could not undo a push (None: it can, once the server answers)."""
         try:
-            self._call("GET", "/version", timeout=30)
+            self._call("GET", "/version")
         except WeightSyncError as exc:
             return f"the server does not answer ({exc.message})"
         return None
