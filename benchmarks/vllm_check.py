@@ -11,7 +11,7 @@ One run, in this order:
    backend says its logprobs are exact (``logprobs_exact``: every case with the engine in this
    process);
 3. push: every matrix of the transformers model is scaled by 1.01 and pushed
-   (``push_weights``, checked by the probe after the push), then the original weights are pushed
+   (``WeightSync.push``, checked by the probe after the push), then the original weights are pushed
    back; ``push_changes_output`` is true when the first push changed the engine's greedy
    logprobs and the second brought them back (to 1e-5).
 
@@ -88,7 +88,7 @@ def main() -> int:
         print(json.dumps({**report, "ok": False, "error": f"missing: {exc}"}))
         return 2
     from spadekit.policy import load_policy
-    from spadekit.policy.weight_sync import push_weights
+    from spadekit.train.weight_sync import WeightSync
 
     report["vllm"] = vllm.__version__
     report["device"] = "cuda" if torch.cuda.is_available() else "cpu"
@@ -126,10 +126,11 @@ def main() -> int:
         for p in hf.model.parameters():
             if p.ndim == 2:
                 p.mul_(1.01)
-    stats = push_weights(engine, hf.model)
+    sync = WeightSync(engine)  # the second push is checked against the first's reading
+    stats = sync.push(hf.model)
     changed = max(abs(a - b) for a, b in zip(before, greedy(engine)))
     hf.model.load_state_dict(original)
-    back = push_weights(engine, hf.model)
+    back = sync.push(hf.model)
     restored = max(abs(a - b) for a, b in zip(before, greedy(engine)))
     report.update(push_s=round(stats["seconds"], 2), push_verify_s=round(stats["verify_s"], 2),
                   push_mb=round(stats["bytes"] / 2**20, 1),

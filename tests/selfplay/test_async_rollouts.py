@@ -215,19 +215,19 @@ def test_a_failed_push_leaves_the_engine_on_its_version_and_stale_work_is_cancel
     """The push after round 1 fails (the engine restores its weights): round 2 generates at
     version 0 while the trainer reaches 2, so round 3 finds that batch 2 versions old and
     cancels it (k = 1), counted in the ledger's ``discarded``; the run goes on."""
-    from spadekit.policy import weight_sync
-    from spadekit.policy.weight_sync import WeightSyncError
+    from spadekit.train import weight_sync
+    from spadekit.train.weight_sync import WeightSyncError
 
-    real = weight_sync.push_weights
+    real = weight_sync.WeightSync.push
     calls = {"n": 0}
 
-    def flaky(policy, weights, **kw):
+    def flaky(self, weights, **kw):
         calls["n"] += 1
         if calls["n"] == 3:  # 1: the start; 2: round 0 (nothing trained); 3: after round 1
             raise WeightSyncError("push refused (test)")
-        return real(policy, weights, **kw)
+        return real(self, weights, **kw)
 
-    monkeypatch.setattr(weight_sync, "push_weights", flaky)
+    monkeypatch.setattr(weight_sync.WeightSync, "push", flaky)
     sp, _policy = _run(tmp_path, 4, **{"rollout.max_staleness": 1})
     with sp:
         ms = sp.run()
@@ -250,19 +250,19 @@ def test_a_failed_push_leaves_the_engine_on_its_version_and_stale_work_is_cancel
 def test_the_end_of_a_run_never_waits(tmp_path, monkeypatch):
     """No livelock at k = 1 at the end: even with every push failing, the rounds end, the
     stale batches are cancelled, and the last batch stays queued (in flight) for a resume."""
-    from spadekit.policy import weight_sync
-    from spadekit.policy.weight_sync import WeightSyncError
+    from spadekit.train import weight_sync
+    from spadekit.train.weight_sync import WeightSyncError
 
-    real = weight_sync.push_weights
+    real = weight_sync.WeightSync.push
     calls = {"n": 0}
 
-    def failing(policy, weights, **kw):
+    def failing(self, weights, **kw):
         calls["n"] += 1
         if calls["n"] > 1:
             raise WeightSyncError("push refused (test)")
-        return real(policy, weights, **kw)
+        return real(self, weights, **kw)
 
-    monkeypatch.setattr(weight_sync, "push_weights", failing)
+    monkeypatch.setattr(weight_sync.WeightSync, "push", failing)
     t = time.perf_counter()
     sp, _policy = _run(tmp_path, 4, **{"rollout.max_staleness": 1})
     with sp:

@@ -17,12 +17,10 @@ its address (a restart lost the pushed weights), makes this policy ``EngineLost`
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx2
 import openai
@@ -34,6 +32,7 @@ from spadekit.policy.openai_wire import (
     TIMEOUT_ENV, EngineLost, MalformedResponse, ServerFeatures, ServerHTTPError, ServerTimeout,
     ServerUnreachable, chat_tokens, completion_tokens, env_timeout, finish_reason, first_choice,
     int_list, normalize_base_url, parse_spec, sampling_fields)
+from spadekit.policy.vllm_server import ServerWeights
 from spadekit.policy.weight_items import WeightSyncError
 
 __all__ = ["TIMEOUT_ENV", "EngineLost", "MalformedResponse", "OpenAIPolicy", "ServerFeatures",
@@ -67,9 +66,6 @@ class OpenAIPolicy:
             raise PolicyError(f"retries must be >= 0, got {retries}")
         self.base_url = normalize_base_url(base_url or os.environ.get("OPENAI_BASE_URL")
                                            or DEFAULT_BASE_URL)
-        parts = urlsplit(self.base_url)  # vllm_server's push routes use these
-        self._scheme, self._host, self._path = parts.scheme, parts.hostname or "", parts.path
-        self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self.api_key = os.environ.get("OPENAI_API_KEY", "") if api_key is None else api_key
         self.timeout, self.retries = float(timeout), int(retries)
         self.max_concurrency = int(max_concurrency)
@@ -84,6 +80,9 @@ class OpenAIPolicy:
         self.features = ServerFeatures()
         self.model = model or self._first_model()
         self.name = name or f"openai:{self.model}"
+        self.weights = ServerWeights(self.base_url, api_key=self.api_key or None,
+                                     timeout=self.timeout, name=self.name)
+        self._is_vllm: bool | None = None
         if probe:
             self.features = self._probe()
         self.capabilities = self._capabilities()
@@ -132,50 +131,49 @@ class OpenAIPolicy:
         """Push ``(name, tensor)`` pairs to the vLLM server (``final=False`` stages a chunk);
         returns how many it loaded. ``WeightSyncError`` when the server is not vLLM or refuses;
         ``EngineLost`` when the push broke off."""
-        from spadekit.policy import vllm_server
-
         self._vllm()
         try:
-            loaded = vllm_server.push(self, weights, final=final, version=version)
+            loaded = self.weights.push(weights, final=final, version=version)
         except WeightSyncError as exc:
             if not _broke_off(exc):
                 raise  # refused: nothing was applied
             raise self._lose(f"a weight push broke off ({exc.message})") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise self._lose(f"a weight push broke off ({type(exc).__name__}: {exc})") from exc
         if final and not self._follows:
             self._follows, self._instance = True, self._server_instance()
         return loaded
 
+    @property
+    def weights_version(self) -> int:
+        return self.weights.version
+
     def cannot_restore_weights(self) -> str | None:
         """None: a vLLM server can undo a push; otherwise why not."""
-        from spadekit.policy import vllm_server
-
         self._alive()
-        return None if vllm_server.is_vllm(self) else f"{self.name}: {NEEDS_VLLM}"
+        return None if self._vllm_server() else f"{self.name}: {NEEDS_VLLM}"
 
     def restore_weights(self) -> None:
         """Undo the last push not confirmed since (its check failed)."""
-        from spadekit.policy import vllm_server
-
-        vllm_server.restore(self._vllm())
+        self._vllm()
+        self.weights.restore()
 
     def confirm_weights(self) -> None:
         """The last push was checked and stands."""
-        from spadekit.policy import vllm_server
+        self._vllm()
+        self.weights.confirm()
 
-        vllm_server.confirm(self._vllm())
+    def _vllm_server(self) -> bool:
+        """Whether the server is vLLM (it answers ``GET /version``); asked once."""
+        if self._is_vllm is None:
+            self._is_vllm = self.weights.cannot_restore() is None
+        return self._is_vllm
 
-    def _vllm(self) -> "OpenAIPolicy":
-        from spadekit.policy import vllm_server
-
+    def _vllm(self) -> None:
         self._alive()
         if self._follows:
             self._same_server()  # a push to a restarted server would mix two weight histories
-        if not vllm_server.is_vllm(self):
+        if not self._vllm_server():
             raise WeightSyncError(f"{self.name} at {self.base_url} is not a vLLM server: "
                                   f"{NEEDS_VLLM}")
-        return self
 
     # -- what the server allows ----------------------------------------------------------------
 
@@ -460,7 +458,7 @@ def _broke_off(exc: BaseException | None) -> bool:
     for _ in range(8):
         if exc is None:
             return False
-        if isinstance(exc, (OSError, http.client.HTTPException)):
+        if isinstance(exc, (OSError, httpx2.TransportError)):
             return True
         exc = exc.__cause__
     return False

@@ -302,11 +302,11 @@ class SelfPlay:
         if not self.config.generation_model:
             return
         from spadekit.policy.openai_wire import EngineLost
-        from spadekit.policy.weight_sync import WeightSyncError, push_weights
+        from spadekit.policy.weight_items import WeightSyncError
 
         t = time.perf_counter()
         try:
-            sync = push_weights(self.gen_policy, self.trainer) or {}
+            sync = self.weight_sync.push(self.trainer) or {}
         except EngineLost:
             raise  # the engine is gone: the round cannot commit
         except WeightSyncError as exc:

@@ -59,6 +59,7 @@ class RunParts:
     policy: Any = None
     designer_policy: Any = None
     gen_policy: Any = None
+    weight_sync: Any = None
     frozen_designer: Any = None
     curriculum: Any = None
     trainer: Any = None
@@ -164,10 +165,11 @@ class RunParts:
             config = self.config = dataclasses.replace(config, generation_model=(
                 resolve_generation_model("auto", self.model_spec or config.model)))
         if config.generation_model:
-            from spadekit.policy.weight_sync import generation_policy
+            from spadekit.train.weight_sync import WeightSync, generation_policy
 
             self.gen_policy = generation_policy(config.generation_model, policy,
                                                 seed=config.seed)
+            self.weight_sync = WeightSync(self.gen_policy)
         if config.designer.model:  # a frozen designer (and hint writer) of its own
             from spadekit.policy.registry import load_beside
 
