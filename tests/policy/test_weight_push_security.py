@@ -118,7 +118,7 @@ def documented_vllm_commands() -> dict[str, str]:
 
 def test_every_documented_vllm_command_binds_loopback_behind_a_key():
     commands = documented_vllm_commands()
-    assert len(commands) >= 2, commands  # the README, docs/scaling.md
+    assert commands, commands  # docs/scaling.md (the README shows `spadekit serve --model`)
     for where, line in commands.items():
         assert "--host 127.0.0.1" in line, where
         assert "--middleware spadekit.policy.vllm_server.RequireKey" in line, where

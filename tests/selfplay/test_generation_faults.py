@@ -1,14 +1,14 @@
-"""The generation engine dies mid-round: self-play generating through a separate
-``spadekit serve --allow-weight-updates`` server (``generation_model=openai:tiny@URL``) whose
-process is killed, killed and restarted at the same address, or frozen while round 1 runs. Each
-ends in a typed ``EngineLost`` naming the server within a bounded time (never a hang), with round
-0 committed and nothing of round 1, and a resume against a new server completes the run.
+"""A generation server lost while a run follows it, from both sides of the wire.
 
-The runs are ``benchmarks/chaos.py``'s (the tiny model, really trained; a scripted designer; real
-sandboxes; a real run database). Below them, the client against a fake server that freezes,
-breaks off or garbles its answers, or is another server instance than the one pushed to; and
-vLLM's EngineCore in its own process killed or frozen in the middle of a generation (skipped
-without vLLM).
+Run level (``extra("vllm")``): self-play generating through ``spadekit serve --model smollm2-135m
+--allow-weight-updates`` (``generation_model=openai:smollm2-135m@URL``, the run training the same
+model with LoRA, so its pushes fit) whose server is frozen, killed, or killed and restarted at the
+same address while round 1 runs. Each ends in a typed ``EngineLost`` naming the server within a
+bounded time, with round 0 committed and nothing of round 1; a resume against a server at that
+address completes the run. The runs are ``benchmarks/chaos.py``'s (real sandboxes and database).
+Client level: pushes to a stand-in that answers vLLM's routes as vLLM does, then freezes, breaks
+off, answers anything at all, or is another server instance. Last (``extra("vllm")``): vLLM's
+EngineCore in its own process killed or frozen in the middle of a generation.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
@@ -23,11 +24,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
@@ -37,7 +39,7 @@ from spadekit.common.errors import SpadekitError  # noqa: E402
 from spadekit.policy.base import GenerationRequest, SamplingParams  # noqa: E402
 from spadekit.policy.openai_backend import OpenAIPolicy  # noqa: E402
 from spadekit.policy.openai_wire import EngineLost  # noqa: E402
-from spadekit.policy.weight_sync import WeightSyncError, push_weights  # noqa: E402
+from spadekit.train.weight_sync import WeightSyncError, push_weights  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -48,29 +50,106 @@ import prefork  # noqa: E402
 chaos.POPEN = prefork.popen  # the run's processes fork from preloaded interpreters
 
 SRC = str(ROOT / "src")
-TOKEN = "generation-faults-token"
+KEY = "generation-faults-" + os.urandom(8).hex()
+ROUNDS = 2
+TIMEOUT = 60
+"""``SPADEKIT_OPENAI_TIMEOUT`` of the runs: a CPU server on a loaded machine needs seconds."""
+LIMIT = 420
+"""Seconds a run may take to give up once its server is lost (never a hang)."""
 
 
 # -- a real server, a real run ------------------------------------------------------------------
 
-def _server(tmp: Path, port: int = 0) -> tuple[subprocess.Popen, int]:
-    """``spadekit serve --model tiny --allow-weight-updates`` on loopback; (process, port)."""
-    token = tmp / "token"
-    if not token.exists():
-        token.write_text(TOKEN + "\n")
-        token.chmod(0o600)
-    proc = prefork.popen(
-        [sys.executable, "-m", "spadekit", "serve", "--model", "tiny", "--allow-weight-updates",
-         "--weights-token-file", str(token), "--port", str(port)],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-        env={**os.environ, "PYTHONPATH": SRC})
-    line = proc.stderr.readline()  # "spadekit: serving tiny at http://127.0.0.1:PORT/v1 ..."
-    found = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
-    if not found:
-        proc.kill()
-        raise AssertionError(f"the server did not start: {line}{proc.stderr.read()}")
-    threading.Thread(target=proc.stderr.read, daemon=True).start()  # never a full pipe
-    return proc, int(found.group(1))
+WATCHDOG = """
+import os, signal, subprocess, sys, time
+server = subprocess.Popen(sys.argv[2:])
+while server.poll() is None:
+    if os.getppid() != int(sys.argv[1]):  # pytest is gone, without its teardown
+        os.killpg(0, signal.SIGKILL)
+    time.sleep(1)
+sys.exit(server.returncode)
+"""
+
+
+class Served:
+    """``spadekit serve --model smollm2-135m --allow-weight-updates`` (key file 0600) at one
+    loopback port, in its own process group (the CLI, vLLM, its engine) under a watchdog that
+    kills the group when pytest dies; the module's tests hand it on from one to the next."""
+
+    def __init__(self, work: Path) -> None:
+        self.work, self.proc, self.starts = work, None, 0
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.key_file = work / "key"
+        self.key_file.write_text(KEY + "\n")
+        self.key_file.chmod(0o600)
+
+    def up(self) -> bool:
+        self.signal(signal.SIGCONT)
+        try:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(urllib.request.Request(
+                    self.url[:-3] + "/version", headers={"Authorization": f"Bearer {KEY}"}),
+                    timeout=5):
+                return True
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        """A new server at the port (a previous one is killed first); returns once it answers."""
+        self.kill()
+        log = self.work / f"server-{self.starts}.log"
+        self.starts += 1
+        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+               "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+        env.pop("SPADEKIT_API_KEY", None)
+        argv = [sys.executable, "-m", "spadekit", "serve", "--model", "smollm2-135m",
+                "--allow-weight-updates", "--api-key-file", str(self.key_file),
+                "--port", str(self.port),
+                "--vllm-args", f"--max-model-len 2048 --kv-cache-memory-bytes {1 << 30}"]
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *argv],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        deadline = time.monotonic() + 600
+        while not self.up():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                pytest.fail("spadekit serve did not start:\n"
+                            + log.read_text(errors="replace")[-3000:])
+            time.sleep(1)
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """The whole group killed; returns once nothing listens at the port."""
+        if self.proc is None:
+            return
+        self.signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            except OSError:
+                return
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    server = Served(tmp_path_factory.mktemp("vllm-serve"))
+    yield server
+    server.kill()
+    shutil.rmtree(server.work, ignore_errors=True)  # pushed weights: 0.5 GB a file
 
 
 def _episodes_of(run: Path, step: int) -> int:
@@ -78,37 +157,27 @@ def _episodes_of(run: Path, step: int) -> int:
         return db.execute("SELECT count(*) FROM episodes WHERE step >= ?", (step,)).fetchone()[0]
 
 
-@pytest.fixture
-def servers():
-    started: list[subprocess.Popen] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGCONT)
-            proc.kill()
-            proc.wait()
-
-
-def _round_0_then(tmp_path: Path, servers: list, monkeypatch, fault, k: int = 0
-                  ) -> tuple[dict, Path, int]:
-    """A 3-round run generating through a server (``rollout.max_staleness=k``); once round 0
-    is committed the run is paused, ``fault(server, port)`` is done to the server, and the run
+def _round_0_then(run: Path, served: Served, fault: str, k: int) -> dict:
+    """A run of ``ROUNDS`` rounds generating through ``served`` (``rollout.max_staleness=k``);
+    once round 0 is committed the run is paused, ``fault`` is done to the server, and the run
     goes on; how it ended."""
-    monkeypatch.setenv("SPADEKIT_WEIGHTS_TOKEN", TOKEN)  # the run's pushes carry it
-    server, port = _server(tmp_path)
-    servers.append(server)
-    run = tmp_path / "run"
-    spec = f"generation_model=openai:tiny@http://127.0.0.1:{port}/v1"
-    proc = chaos.start(run, 3, extra=[spec, f"rollout.max_staleness={k}"])
+    extra = [*chaos.BUNDLED, "envs_per_round=1", "num_generations=2",
+             f"generation_model=openai:smollm2-135m@{served.url}", f"rollout.max_staleness={k}"]
+    proc = chaos.start(run, ROUNDS, extra=extra)
     try:
         line = proc.stdout.readline()
-        assert json.loads(line or "{}").get("done") == 0, proc.stderr.read()
+        assert json.loads(line or "{}").get("done") == 0, proc.stderr.read()[-3000:]
         proc.send_signal(signal.SIGSTOP)  # round 1 has begun; nothing goes on while we act
-        servers.extend(fault(server, port) or [])
+        if fault == "frozen":  # the processes live, hold the port, and never answer
+            served.signal(signal.SIGSTOP)
+        elif fault == "killed":
+            served.kill()
+        else:  # restarted: back at the same address, without the pushed weights
+            served.start()
         t = time.monotonic()
         proc.send_signal(signal.SIGCONT)
         try:
-            out, err = proc.communicate(timeout=120)  # generous: it takes seconds
+            out, err = proc.communicate(timeout=LIMIT)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
@@ -118,61 +187,40 @@ def _round_0_then(tmp_path: Path, servers: list, monkeypatch, fault, k: int = 0
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return {"rc": proc.returncode, "err": err, "out": out, "elapsed": elapsed, "spec": spec}, \
-        run, port
+    return {"rc": proc.returncode, "err": err, "out": out, "elapsed": elapsed, "extra": extra}
 
 
-def _killed(tmp_path):
-    def fault(server, port):
-        server.kill()
-        server.wait()
-    return fault
-
-
-def _restarted(tmp_path):
-    def fault(server, port):  # back at once, at the same address, without the pushed weights
-        server.kill()
-        server.wait()
-        return [_server(tmp_path, port)[0]]
-    return fault
-
-
-def _frozen(tmp_path):
-    def fault(server, port):  # the process lives, holds its port, and never answers
-        server.send_signal(signal.SIGSTOP)
-    return fault
-
-
-@pytest.mark.parametrize("fault,k", [("killed", 0), ("restarted", 0), ("frozen", 0),
-                                     ("killed", 1), ("frozen", 1)])
+@pytest.mark.extra("vllm")
+@pytest.mark.parametrize("fault,k", [("frozen", 0), ("killed", 0), ("restarted", 1)])
 def test_a_generation_server_lost_mid_round_is_engine_lost_and_the_round_rolls_back(
-        tmp_path, servers, monkeypatch, fault, k):
+        tmp_path, served, monkeypatch, fault, k):
     """Killed: the generations fail and the push after the update is refused, saying the server
-    was lost (not that a push could not be undone). Restarted at the same address: its
-    generations would come from other weights than the pushed ones, silently, and round 1 would
-    commit; it must be refused the same way. Frozen: every request waits for the timeout
-    (``SPADEKIT_OPENAI_TIMEOUT``, 5 s here), not ten minutes per weight call. With
-    ``rollout.max_staleness=1`` the update of round 0's batch runs beside the lost
-    generation: the round still ends in ``EngineLost``, and the resume trains that batch."""
-    monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", "5")
-    make = {"killed": _killed, "restarted": _restarted, "frozen": _frozen}[fault]
-    result, run, port = _round_0_then(tmp_path, servers, monkeypatch, make(tmp_path), k)
+    was lost. Frozen: a request waits for the timeout (``SPADEKIT_OPENAI_TIMEOUT``), not ten
+    minutes per weight call. Restarted at the same address: its generations would come from
+    the checkpoint's weights, not the pushed ones, silently, and round 1 would commit; its new
+    process start time (``/metrics``) refuses it the same way. With ``rollout.max_staleness=1``
+    the update of round 0's batch runs beside the lost generation: the round still ends in
+    ``EngineLost``, and the resume trains that batch. One server start per kill."""
+    monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", str(TIMEOUT))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the run's requests and pushes carry it
+    monkeypatch.setenv("SPADEKIT_VLLM_PUSH_DIR", str(served.work / "pushes"))
+    if not served.up():
+        served.start()
+    run = tmp_path / "run"
+    result = _round_0_then(run, served, fault, k)
     err = result["err"]
     assert result["rc"] not in (0, -signal.SIGKILL), (result["out"], err[-3000:])
-    assert "EngineLost" in err and f"http://127.0.0.1:{port}/v1" in err, err[-3000:]
-    assert result["elapsed"] < 120
+    assert "EngineLost" in err and served.url in err, err[-3000:]
+    if fault == "restarted":
+        assert "restarted" in err, err[-3000:]
+    assert result["elapsed"] < LIMIT
     assert chaos.completed(run) == 1  # round 0 intact
     assert _episodes_of(run, 1) == 0  # nothing of round 1
-    if fault != "restarted":  # a new server where the lost one was
-        old = servers.pop(0)
-        if old.poll() is None:
-            os.kill(old.pid, signal.SIGCONT)
-            old.kill()
-            old.wait()
-        servers.append(_server(tmp_path, port)[0])
-    again = chaos.run_through(run, 3, extra=[result["spec"], f"rollout.max_staleness={k}"])
+    if not served.up():  # killed: a new server where the lost one was; frozen: it goes on
+        served.start()
+    again = chaos.run_through(run, ROUNDS, extra=result["extra"])
     assert again["rc"] == 0, again["stderr"]
-    assert chaos.completed(run) == 3
+    assert chaos.completed(run) == ROUNDS
     if k:  # every round's ledger balances; round 1 (redone) trained round 0's batch once
         with sqlite3.connect(run / "run.sqlite") as db:
             rows = db.execute("SELECT step, generated, trained, discarded, in_flight "
@@ -183,73 +231,77 @@ def test_a_generation_server_lost_mid_round_is_engine_lost_and_the_round_rolls_b
         assert trained[0][0] == 0 and trained[1][0] > 0
 
 
-# -- the client against a fake server ---------------------------------------------------------
+# -- the client against a stand-in server -------------------------------------------------------
 
-class _Fake(BaseHTTPRequestHandler):
-    """A ``spadekit serve`` stand-in: ``mode`` says how its weights route (and, for
-    ``generation``, its completions) answer; ``instance`` is the server instance it claims."""
+ROUTES = ("/version", "/v1/models", "/collective_rpc", "/reset_prefix_cache", "/metrics")
+"""What a push asks of vLLM's server (dev mode), in the order it asks."""
+
+
+class _Standin(BaseHTTPRequestHandler):
+    """vLLM's OpenAI server as a push and a generation see it (behind the API key, as
+    ``spadekit serve`` starts it), until ``mode`` makes ``route`` (None: every route)
+    misbehave; ``instance`` is its process start time."""
 
     mode = "ok"
+    route: str | None = None
     raw = b""
-    instance = "first"
+    instance = "1700000000.25"
     release = threading.Event()
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):
         pass
 
-    def _json(self, obj: dict) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+    def _send(self, status: int, data: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
         self.close_connection = True
 
-    def _misbehave(self) -> bool:
-        if self.mode == "frozen":
-            self.release.wait(120)
-            self.close_connection = True
-            return True
-        if self.mode == "raw" or (self.mode == "raw_post" and self.command == "POST"):
-            self.wfile.write(self.raw)
-            self.close_connection = True
-            return True
-        return False
+    def _answer(self, path: str) -> tuple[int, bytes]:
+        if self.headers.get("Authorization") != f"Bearer {KEY}":
+            return 401, b'{"error": {"message": "missing or wrong API key", "code": 401}}'
+        body = {"/version": {"version": "0.32.0"},
+                "/v1/models": {"object": "list", "data": [{
+                    "id": "tiny", "object": "model", "root": "/nonexistent/standin-model",
+                    "max_model_len": 2048}]},
+                "/collective_rpc": {"results": ["1"]},
+                "/reset_prefix_cache": {"success": True},
+                "/v1/completions": {"choices": [{
+                    "text": "a", "token_ids": [97], "finish_reason": "stop",
+                    "logprobs": {"token_logprobs": [-0.5], "tokens": ["token_id:97"]}}]},
+                }.get(path)
+        if path == "/metrics":
+            return 200, f"# TYPE process_start_time_seconds gauge\n" \
+                        f"process_start_time_seconds {type(self).instance}\n".encode()
+        return (404, b'{"detail": "Not Found"}') if body is None else (200, json.dumps(body)
+                                                                       .encode())
 
-    def do_GET(self):
-        if self.path == "/version":
-            self.send_error(404)
-        elif self.path.endswith("/spadekit/weights"):
-            if not self._misbehave():
-                self._json({"weight_updates": True, "restore": True, "version": 1,
-                            "updates": 1, "max_request_bytes": 1 << 30,
-                            "instance": type(self).instance})
-        else:
-            self.send_error(404)
-
-    def do_POST(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        if self.path.endswith("/completions"):
-            if self.mode == "generation_frozen":
+    def _handle(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        path = self.path.split("?")[0]
+        if self.route in (None, path):
+            if self.mode == "frozen":
                 self.release.wait(120)
                 self.close_connection = True
                 return
-            self._json({"choices": [{"text": "a", "token_ids": [97],
-                                     "logprobs": {"token_logprobs": [-0.5],
-                                                  "tokens": ["token_id:97"]},
-                                     "finish_reason": "stop"}]})
-        elif not self._misbehave():
-            self._json({"loaded": 1, "version": 2, "bytes": length, "seconds": 0.0,
-                        "instance": type(self).instance})
+            if self.mode == "raw":
+                self.wfile.write(self.raw)
+                self.close_connection = True
+                return
+        status, data = self._answer(path)
+        self._send(status, data, "text/plain" if path == "/metrics" else "application/json")
+
+    do_GET = do_POST = _handle
 
 
 @pytest.fixture
-def fake():
-    handler = type("Handler", (_Fake,), {"release": threading.Event(), "mode": "ok"})
+def standin(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPADEKIT_VLLM_PUSH_DIR", str(tmp_path / "pushes"))
+    handler = type("Handler", (_Standin,), {"release": threading.Event()})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -260,8 +312,7 @@ def fake():
 
 
 def _client(url: str) -> OpenAIPolicy:
-    return OpenAIPolicy("tiny", base_url=url, probe=False, timeout=1.0, retries=1,
-                        backoff=0.05, weights_token=TOKEN)
+    return OpenAIPolicy("tiny", base_url=url, api_key=KEY, probe=False, timeout=1.0, retries=1)
 
 
 WEIGHTS = {"w": torch.zeros(4)}
@@ -286,46 +337,75 @@ def _within(seconds: float, call) -> BaseException | None:
     return box.get("exc")
 
 
-def test_a_frozen_server_during_a_push_is_a_typed_error_within_the_timeout(fake):
-    handler, url = fake
-    policy = _client(url)
+def test_a_push_to_a_frozen_server_is_a_typed_error_within_the_timeout(standin):
+    """Frozen before the first push (its ``/version`` is asked) or between two pushes (its
+    ``/metrics``: is it still the server pushed to?): a typed error naming the server within
+    seconds, not ten minutes per weight call."""
+    handler, url = standin
     handler.mode = "frozen"
-    exc = _within(30, lambda: push_weights(policy, WEIGHTS, verify=False))  # was 10 minutes
+    exc = _within(30, lambda: push_weights(_client(url), WEIGHTS, verify=False))
     assert isinstance(exc, WeightSyncError) and url in str(exc), repr(exc)
-
-
-def test_a_push_whose_answer_breaks_off_is_a_typed_error_naming_the_server(fake):
-    handler, url = fake
+    handler.mode = "ok"
     policy = _client(url)
     push_weights(policy, WEIGHTS, verify=False)
-    handler.mode, handler.raw = "raw_post", (b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n"
-                                        b"Connection: close\r\n\r\n{\"loaded\"")
-    with pytest.raises(WeightSyncError, match=re.escape(url)):
+    handler.mode = "frozen"
+    exc = _within(30, lambda: push_weights(policy, WEIGHTS, verify=False))
+    assert isinstance(exc, EngineLost) and url in str(exc), repr(exc)
+
+
+def test_a_push_whose_answer_breaks_off_is_engine_lost_naming_the_server(standin):
+    """The reload's answer breaks off: whether the weights were loaded is unknown, so the
+    engine is lost (``EngineLost``, a ``WeightSyncError``), not merely refused."""
+    handler, url = standin
+    policy = _client(url)
+    push_weights(policy, WEIGHTS, verify=False)
+    handler.mode, handler.route, handler.raw = "raw", "/collective_rpc", (
+        b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\nConnection: close\r\n\r\n{\"results\"")
+    with pytest.raises(EngineLost, match=re.escape(url)):
         push_weights(policy, WEIGHTS, verify=False)
+
+
+def _http(status: int, body: bytes) -> bytes:
+    return b"HTTP/1.1 %d X\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (
+        status, len(body)) + body
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["data", "root", "id", "results", "success", "version"])
+        | st.text(max_size=4), inner, max_size=3), max_leaves=8)
+"""JSON of any shape, with the field names of vLLM's answers."""
 
 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.one_of(st.binary(max_size=300),
-                 st.builds(lambda status, body: b"HTTP/1.1 %d X\r\n\r\n" % status + body,
-                           st.integers(100, 999), st.binary(max_size=100))))
-def test_whatever_a_server_answers_a_push_the_error_is_typed(fake, raw):
-    handler, url = fake
+@example("/v1/models", _http(200, b'{"data": 5}'))  # a model list that is not a list
+@given(st.sampled_from(ROUTES), st.one_of(
+    st.binary(max_size=300),
+    st.builds(_http, st.integers(100, 999), st.binary(max_size=100)),
+    st.builds(lambda value: _http(200, json.dumps(value).encode()), _JSON)))
+def test_whatever_a_server_answers_a_push_the_error_is_typed(standin, route, raw):
+    """One of the routes a push asks answers anything at all; two pushes (the second asks
+    whether the server is still the one pushed to): they succeed or raise a typed error."""
+    handler, url = standin
+    handler.mode, handler.route, handler.raw = "raw", route, raw
     policy = _client(url)
-    policy._vllm_server = False  # asked once, as after a first push
-    handler.mode, handler.raw = "raw", raw
     try:
+        push_weights(policy, WEIGHTS, verify=False)
         push_weights(policy, WEIGHTS, verify=False)
     except SpadekitError:
         pass
+    finally:
+        policy.close()
 
 
-def test_generations_lost_after_a_push_fail_every_later_call_at_once(fake):
-    handler, url = fake
+def test_generations_lost_after_a_push_fail_every_later_call_at_once(standin):
+    handler, url = standin
     policy = _client(url)
     push_weights(policy, WEIGHTS, verify=False)
     assert policy.generate(REQUEST)[0].token_ids == [97]  # the pushed server answers
-    handler.mode = "generation_frozen"
+    handler.mode, handler.route = "frozen", "/v1/completions"
     with pytest.raises(EngineLost, match=re.escape(url)):
         policy.generate(REQUEST)
     handler.mode = "ok"  # answering again does not make the lost generations good
@@ -337,30 +417,47 @@ def test_generations_lost_after_a_push_fail_every_later_call_at_once(fake):
     assert time.monotonic() - t < 5
 
 
-def test_another_server_instance_at_the_address_is_engine_lost(fake):
-    handler, url = fake
+def test_another_server_instance_at_the_address_is_engine_lost(standin):
+    handler, url = standin
     policy = _client(url)
     push_weights(policy, WEIGHTS, verify=False)
     policy.generate(REQUEST)
-    handler.instance = "second"  # restarted: the pushed weights are gone
+    handler.instance = "1700000999.5"  # restarted: the pushed weights are gone
     with pytest.raises(EngineLost, match="restarted"):
         policy.generate(REQUEST)
     with pytest.raises(EngineLost):
         push_weights(policy, WEIGHTS, verify=False)
+    fresh = _client(url)  # a push to the same server instance throughout stays good
+    push_weights(fresh, WEIGHTS, verify=False)
+    push_weights(fresh, WEIGHTS, verify=False)
+    assert fresh.generate(REQUEST)[0].token_ids == [97] and fresh.lost is None
 
 
-def test_a_server_that_was_never_pushed_to_is_not_watched(fake):
+def test_a_server_that_was_never_pushed_to_is_not_watched(standin):
     """Generation only (evaluation, a frozen designer): a timeout is the request's, as before."""
     from spadekit.policy.openai_wire import ServerTimeout
 
-    handler, url = fake
+    handler, url = standin
     policy = _client(url)
-    handler.mode = "generation_frozen"
+    handler.mode, handler.route = "frozen", "/v1/completions"
     with pytest.raises(ServerTimeout) as info:
         policy.generate(REQUEST)
     assert not isinstance(info.value, EngineLost)
     handler.mode = "ok"
     assert policy.generate(REQUEST)[0].token_ids == [97]
+
+
+def test_the_timeout_comes_from_the_environment_and_a_bad_one_is_refused(standin, monkeypatch):
+    """``generation_model=openai:...`` has no option of its own for it: the environment sets it."""
+    from spadekit.policy.base import PolicyError
+
+    _handler, url = standin
+    monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", "2.5")
+    assert OpenAIPolicy("tiny", base_url=url, probe=False).timeout == 2.5
+    for bad in ("soon", "-1", "inf"):
+        monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", bad)
+        with pytest.raises(PolicyError, match="SPADEKIT_OPENAI_TIMEOUT"):
+            OpenAIPolicy("tiny", base_url=url, probe=False)
 
 
 # -- vLLM's engine in another process -----------------------------------------------------------
@@ -372,7 +469,7 @@ os.environ["SPADEKIT_VLLM_TIMEOUT"] = "10"
 import psutil, torch
 from spadekit.policy import load_policy
 from spadekit.policy.base import GenerationRequest, SamplingParams
-from spadekit.policy.weight_sync import push_weights
+from spadekit.train.weight_sync import push_weights
 
 mode = sys.argv[1]
 policy = load_policy("vllm:smollm2-135m", seed=0)
@@ -440,16 +537,3 @@ def test_a_vllm_engine_process_lost_mid_generation_is_engine_lost_not_a_hang(mod
         assert got["returned"], (step, result)  # not still waiting after 90 s
         assert got["error"] == "EngineLost" and "vllm:" in got["message"], (step, result)
     assert result["again"]["s"] < 5 and result["push"]["s"] < 5
-
-
-def test_the_timeout_comes_from_the_environment_and_a_bad_one_is_refused(fake, monkeypatch):
-    """``generation_model=openai:...`` has no option of its own for it: the environment sets it."""
-    from spadekit.policy.base import PolicyError
-
-    _handler, url = fake
-    monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", "2.5")
-    assert OpenAIPolicy("tiny", base_url=url, probe=False).timeout == 2.5
-    for bad in ("soon", "-1", "inf"):
-        monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", bad)
-        with pytest.raises(PolicyError, match="SPADEKIT_OPENAI_TIMEOUT"):
-            OpenAIPolicy("tiny", base_url=url, probe=False)

@@ -399,8 +399,8 @@ _ARGV_SECRET = ("{flag} is no longer accepted: a secret on the command line is v
 
 def _secret(path: Optional[Path], env: str, what: str) -> Optional[str]:
     """A secret from ``path`` (its text, stripped) or else the environment variable ``env``.
-    A file other users can read (group or other permission bits) is refused, exit 2, as
-    ``--weights-token-file`` is: a key every local user can read guards nothing."""
+    A file other users can read (group or other permission bits) is refused, exit 2: a key
+    every local user can read guards nothing."""
     if path is None:
         import os
 
