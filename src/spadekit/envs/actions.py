@@ -1,18 +1,11 @@
 """Parsers for the two action conventions of spadekit environments.
 
-Games: the agent wraps its command as ``\\boxed{<command>}``; the environment reads the *last*
-top-level box of the turn (:func:`extract_boxed`).
-
-Tool use: the agent emits one or more ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
-blocks (:func:`parse_tool_calls`) and finishes with ``<answer>...</answer>``
-(:func:`extract_answer`). Prose around the tags is ignored.
-
-Every parser here is linear in its input: boxes are matched in one pass, a fenced tool-call
-body is unwrapped without a regular expression, and a tool call nested deeper than
-:data:`MAX_JSON_DEPTH` levels (or holding an integer too long for Python to convert) is a
-malformed call (:class:`ActionParseError`), never a ``RecursionError`` or a bare ``ValueError``.
-
-Standard library only: sandbox workers import this module with site-packages disabled.
+Games: the environment reads the *last* top-level ``\\boxed{<command>}`` of the turn
+(:func:`extract_boxed`). Tool use: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+blocks (:func:`parse_tool_calls`) and a final ``<answer>...</answer>`` (:func:`extract_answer`);
+prose around the tags is ignored. Every parser is linear in its input; a call nested deeper than
+:data:`MAX_JSON_DEPTH` or holding an unconvertible integer is :class:`ActionParseError`, never a
+``RecursionError``. Standard library only: sandbox workers import this module.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Hint finding for :mod:`spadekit.envs.extract`: the privileged hint next to a program.
 
-The hint is searched in the prose around the chosen code (see the ``The hint`` section of the
-:mod:`spadekit.envs.extract` docstring for the rules): ``<hint>`` tags, ``HINT:``-style lines and
-``# Hint`` headings with their paragraph, else a module-level ``HINT = "..."`` literal in the code
-(found with :mod:`ast`, never executed).  Markdown is stripped from the hint that is used.  The
-hint patterns are also used by :mod:`spadekit.envs.locate` (text blocks, cutting bare code before
-a trailing hint).
-
-Standard library only: sandbox workers import this package.
+The hint is searched in the prose around the chosen code (rules: docs/design/envs.md):
+``<hint>`` tags, ``HINT:``-style lines and ``# Hint`` headings with their paragraph, else a
+module-level ``HINT = "..."`` literal in the code (found with :mod:`ast`, never executed).
+Markdown is stripped from the hint used. Standard library only: sandbox workers import it.
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """Program records: one model-written text environment, as source code plus provenance.
 
-An environment *program* is a single Python source that defines exactly one top-level class whose
-name ends in ``Env`` (``class GuessEnv:`` or ``class CalcEnv(ToolEnv):``; classes that are merely
-imported do not count).  The class provides ``reset(seed=None, options=None) -> (str, dict)`` and
-``step(action: str) -> (str, float, bool, bool, dict)``, and optionally ``solution()``,
-``max_turns`` and ``tools()``.  This module only *records* such programs; it never imports or
-executes them (that is the sandbox's job).
-
-Public API
-----------
-``EnvProgram``
-    Frozen dataclass: the source plus hint, skill, domain, source/provenance, class name and a
-    deep-frozen ``meta`` mapping (:class:`FrozenDict`; hashable and picklable).  ``sha256`` /
-    ``short_id`` identify the *normalised* code (see :func:`normalize_code`), so a program keeps
-    its identity when line endings or trailing whitespace change.
-``FrozenDict``
-    The immutable mapping type used for ``meta``.
-``normalize_code(code)``
-    The normalisation behind ``EnvProgram.sha256``.
-``find_env_classes(code)``
-    Names of the top-level ``class ...Env`` statements, found with :mod:`ast` (never executed).
-``ProgramSyntaxError``
-    Raised by :func:`find_env_classes` for source that does not parse.  It is both an
-    :class:`~spadekit.envs.extract.ExtractionError` (``reason == "syntax_error"``, hence a
-    ``ValueError``) and a ``SyntaxError`` (``lineno``, ``offset``, ``text`` are kept).
-
-Standard library only: sandbox workers import this package.
+A program is one Python source defining exactly one top-level class whose name ends in ``Env``,
+with ``reset(seed=None, options=None) -> (str, dict)``, ``step(action) -> (str, float, bool,
+bool, dict)`` and optionally ``solution()``, ``max_turns`` and ``tools()``. This module only
+records programs; it never imports or executes them (the sandbox does). :class:`EnvProgram` is
+frozen, with a deep-frozen ``meta`` (:class:`FrozenDict`); ``sha256``/``short_id`` identify the
+normalised code (:func:`normalize_code`). :func:`find_env_classes` raises
+:class:`ProgramSyntaxError` (an ``ExtractionError`` and a ``SyntaxError``) for source that does
+not parse. Standard library only: sandbox workers import this package.
 """
 
 from __future__ import annotations
