@@ -1,23 +1,12 @@
 """The RLVE baseline: 400 verifiable single-turn environments behind an adaptive-difficulty ladder.
 
-RLVE's environments come from PyPI ``rlve-gym`` (imported as ``Gym``; upstream commit 73cccd9).
-Each has a *generator* (``generator(seed, parameter)`` then ``prompt_generator()``), a *verifier*
-(``verifier(output) -> {"reward" in [-1, 1], "accuracy" 0/1, "format_score" 0/1}``) and a parameter
-controller whose ``update()`` makes the problems one level harder. Here:
-
-* :func:`generate_problem` makes one problem at a difficulty level (retrying derived seeds); an
-  :class:`RLVEProblem` can be played any number of times (a GRPO group plays it ``n`` times).
-* :class:`RLVEEnv` plays one problem with the Gymnasium text contract: the agent's last
-  ``\\boxed{...}`` (else its last ``<answer>...</answer>``) is re-wrapped in private markers and
-  verified; reward = the verifier's reward clipped to [0, 1] (RLVE's -1 format penalty becomes 0).
-* :class:`DifficultyLadder` is RLVE's per-environment schedule (pure logic, see its docstring).
-* :class:`RLVECurriculum` ties them together for ``selfplay``.
-
-Surprises in rlve-gym worth knowing: importing it takes ~3 s and pulls ``torch`` (only to seed),
-``numpy``, ``networkx`` and ``sympy``, none declared; ``generator`` reseeds the process-wide
-``random``/``numpy``/``torch`` generators (we restore them afterwards); about 66 of the 400
-environments store no ``parameter["reference_answer"]``; ``PolyaModel``'s scorer parses the whole
-output instead of the marked answer, so it is handed the bare answer.
+Environments come from PyPI ``rlve-gym`` (imported as ``Gym``), each with a generator, a verifier
+and a parameter controller. :func:`generate_problem` makes one problem at a level (retrying
+derived seeds); :class:`RLVEEnv` plays it with the text contract: the last ``\\boxed{...}`` (else
+``<answer>``) is verified, reward = the verifier's reward clipped to [0, 1];
+:class:`DifficultyLadder` is RLVE's per-environment schedule; :class:`RLVECurriculum` ties them
+together. ``generator`` reseeds the process-wide generators, which are restored afterwards.
+rlve-gym quirks: docs/design/curriculum.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Run a suite with a policy: every item ``k`` times through the rollout engine, then per-item
 scores and a summary per group and dataset, as one JSON-safe result.
 
-The result keeps every sample's score (``items[i].scores``), so both the share solved and
-head-to-head win rates between two models (``spadekit eval compare``) come from the same file.
-Metrics, for the whole suite and per group/dataset:
-
-- ``mean_score``: mean over items of the item's mean score over its k samples (Avg@k);
-- ``win_rate``: mean over items of the share of its samples scoring >= 1.0;
-- ``pass_rate``: share of items with at least one winning sample (pass@k);
-- ``any_credit_rate``: share of samples scoring > 0 (the "win" SPADE's curriculum counts);
-- ``failures``: samples whose environment or policy failed (scored 0, never raised).
-
-An in-process model's generation calls are split by prompt length, so that their padded
-attention stays within ``EvalSettings.max_batch_cells`` (:mod:`spadekit.eval.batching`).
-
-A suite of untrusted programs (``envs:``, :class:`spadekit.eval.envs.EnvPoolSuite`) is screened
-by the validator before anything is played, unless the caller screened it already or trusts it:
-only the programs that passed are played, whatever ``items`` the caller passes, and the result
-lists the others under ``invalid`` (stage, reason, message each), apart from the scored
-``items`` and never in the summary; ``validation`` says whether the suite was validated. The
-screen validates each program on the very seeds this run plays (``sample_seed`` of its seed,
-the item and each of the ``k`` samples); a suite screened for another seed or fewer samples is
-screened again first.
+Every sample's score is kept (``items[i].scores``). Metrics: ``mean_score`` (Avg@k),
+``win_rate`` (share of samples scoring >= 1.0, averaged over items), ``pass_rate`` (pass@k),
+``any_credit_rate`` (share of samples > 0) and ``failures`` (scored 0, never raised). In-process
+generation calls are bounded by ``EvalSettings.max_batch_cells``. An ``envs:`` suite is screened
+by the validator on the very seeds this run plays unless already screened or trusted; only valid
+programs are played, the others are listed under ``invalid``, never in the summary.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The dashboard page: one HTML document used by ``spadekit report`` and ``spadekit serve``.
 
-The page is vanilla JS + CSS from ``static/`` (``charts.js``, ``dashboard.js``,
-``dashboard.css``), inlined so that a report file needs no network. Its data arrives as JSON in
-``<script type="application/json" id="data">``:
-
-* report file: the whole :func:`spadekit.report.data.bundle` (snapshot + details + episodes);
-* live page (``serve``): ``{"live": true, "poll_ms": N}``; the script then polls ``/api/...``.
-
-Safety. Everything in a run was written by a model, so the page treats it as hostile text:
-:func:`script_json` escapes ``<``, ``>``, ``&``, U+2028 and U+2029 so no string can close the
-script element, the script puts data into the DOM only through ``textContent``, and a
-Content-Security-Policy allows only this page's own script (by its SHA-256 hash), inline styles
-and ``data:`` images: even a successful injection could not run script or load anything.
+Vanilla JS + CSS from ``static/``, inlined so a report file needs no network. Data arrives as JSON
+in ``<script type="application/json" id="data">``: the whole :func:`spadekit.report.data.bundle`
+for a report file, ``{"live": true, "poll_ms": N}`` for a live page (which polls ``/api/...``).
+Run data is hostile text: :func:`script_json` escapes ``<``, ``>``, ``&``, U+2028 and U+2029, the
+script writes data only through ``textContent``, and a Content-Security-Policy allows only this
+page's script (by hash), inline styles and ``data:`` images.
 """
 
 from __future__ import annotations

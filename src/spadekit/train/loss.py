@@ -1,26 +1,17 @@
-"""The policy-gradient loss of both SPADE roles (SPEC points 7-8).
+"""The policy-gradient loss of both SPADE roles (SPEC points 7-8), one function per mechanism:
 
-One function per mechanism, each checked against hand computations in ``tests/train/test_loss.py``:
-
-- ``clipped_surrogate``: PPO's clipped surrogate with asymmetric bounds ("clip-higher"):
-  ``loss_t = -min(r_t * A, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A)`` with
-  ``r_t = exp(logprob_t - old_logprob_t)``; defaults 0.2 / 0.28.
-- ``truncated_is_weight``: for the delayed (off-policy) designer samples,
-  ``w_t = min(pi_old(t) / pi_behaviour(t), cap)``, cap 2.0, detached; it multiplies that token's
-  surrogate.
-- ``kl_low_var``: the k3 estimator of KL(pi || pi_ref): ``exp(ref - lp) - (ref - lp) - 1``.
-- ``aggregate``: "token" = the mean over every unmasked token of the batch (DAPO-style),
-  "sequence" = the mean over each sequence's tokens, then over sequences; per-sample weights
-  multiply each sample's tokens.
+- ``clipped_surrogate``: ``loss_t = -min(r_t * A, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A)``,
+  ``r_t = exp(logprob_t - old_logprob_t)``; defaults 0.2 / 0.28 ("clip-higher").
+- ``truncated_is_weight``: ``w_t = min(pi_old(t) / pi_behaviour(t), cap)``, cap 2.0, detached,
+  multiplying the delayed designer samples' surrogate.
+- ``kl_low_var``: the k3 estimator of KL(pi || pi_ref), ``exp(ref - lp) - (ref - lp) - 1``.
+- ``aggregate``: "token" = mean over every unmasked token of the batch, "sequence" = mean per
+  sequence then over sequences; per-sample weights multiply each sample's tokens.
 - ``grpo_loss``: all of it together.
 
-Shapes: ``logprobs``, ``old_logprobs``, ``behaviour_logprobs``, ``ref_logprobs`` and ``mask`` are
-``[B, T]``; ``advantages`` is ``[B]`` (one per sequence) or ``[B, T]``; ``sample_weights`` is
-``[B]``. ``mask`` is 1/True where a token counts. Values at masked positions are never read into
-the loss (padding there may hold anything, even inf/nan in the logprob tensors).
-
-Only ``logprobs`` carries gradient: every other input is detached here. Knob names follow TRL's
-GRPOTrainer (``epsilon``, ``epsilon_high``, ``beta``, ``loss_type``).
+Shapes: logprob tensors and ``mask`` ``[B, T]``, ``advantages`` ``[B]`` or ``[B, T]``,
+``sample_weights`` ``[B]``. Masked positions are never read (they may hold inf/nan); only
+``logprobs`` carries gradient. Knob names follow TRL's GRPOTrainer.
 """
 
 from __future__ import annotations
