@@ -283,13 +283,11 @@ class RLVEEnv:
 class DifficultyLadder:
     """RLVE's adaptive difficulty for one environment (pure logic; no rlve-gym needed).
 
-    ``upper`` (h) starts at 0. Problems are drawn uniformly from the last ``levels`` levels,
-    ``[max(0, h - levels + 1), h]``. Only plays at difficulty h are counted. Once ``window`` =
-    ``window_factor * num_generations`` such plays are in: if their accuracy is at least
-    ``threshold``, h rises by 1; either way the counters are reset (this is what RLVE's
-    ``RLVEManager.update`` does at 73cccd9: a failed window is discarded and h stays). The window
-    is checked after every play, so a play that fills it decides at once and later plays at the
-    old h no longer count (RLVE checks once per batch, so its window may overshoot).
+    ``upper`` (h) starts at 0; problems are drawn uniformly from levels ``[max(0, h - levels + 1),
+    h]``. Only plays at difficulty h count. Once ``window = window_factor * num_generations`` are
+    in, h rises by 1 if their accuracy is at least ``threshold``; either way the counters reset (as
+    RLVE's ``RLVEManager.update``). The window is checked after every play (RLVE checks once per
+    batch, so its window may overshoot).
     """
 
     def __init__(self, *, threshold: float = 0.9, window_factor: int = 8, levels: int = 4,

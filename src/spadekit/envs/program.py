@@ -44,13 +44,9 @@ _DERIVED_KEYS = ("sha256", "short_id")
 
 
 class ProgramSyntaxError(ExtractionError, SyntaxError):
-    """Program source that does not parse.
-
-    Catchable as ``ExtractionError`` (``reason == "syntax_error"``), as ``ValueError`` and as
-    ``SyntaxError``; ``msg``, ``lineno``, ``offset`` and ``text`` come from the underlying parser
-    error, which is also chained as ``__cause__`` when raised by :func:`find_env_classes`.
-    The constructor mirrors ``SyntaxError(msg, (filename, lineno, offset, text))`` so that the
-    error pickles (sandbox workers send errors across processes).
+    """Program source that does not parse: an ``ExtractionError`` (``reason == "syntax_error"``), so
+    a ``ValueError``, and a ``SyntaxError`` with the parser's ``msg``, ``lineno``, ``offset`` and
+    ``text``. The constructor mirrors ``SyntaxError(msg, details)`` so the error pickles.
     """
 
     def __init__(self, msg: str, details: tuple | None = None) -> None:
@@ -69,17 +65,10 @@ class ProgramSyntaxError(ExtractionError, SyntaxError):
 def normalize_code(code: str) -> str:
     """Return *code* in the canonical form hashed by :attr:`EnvProgram.sha256`.
 
-    The normalisation is deliberately small: it ignores only cosmetic edits (editors, copy and
-    paste, chat transports) and keeps everything that can matter to Python:
-
-    1. a leading byte-order mark (U+FEFF) is dropped;
-    2. line endings become ``"\\n"`` (``"\\r\\n"`` first, then lone ``"\\r"``);
-    3. trailing spaces/tabs (any ``str.rstrip()`` whitespace) are stripped from every line;
-    4. trailing blank lines are removed, and the result ends with exactly one ``"\\n"``
-       (the empty string stays empty).
-
-    Leading blank lines, indentation and everything else are kept verbatim.  (Stripping trailing
-    whitespace could in principle alter a multi-line string literal; that is accepted.)
+    Only cosmetic edits are ignored: a leading BOM is dropped, line endings become ``"\\n"``,
+    trailing whitespace is stripped from every line, and trailing blank lines are removed so the
+    result ends with exactly one ``"\\n"`` (the empty string stays
+    empty). Raises ``TypeError`` for a non-``str``.
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, not {type(code).__name__}")
@@ -101,15 +90,10 @@ def _top_level_env_classes(tree: ast.Module) -> list[str]:
 
 
 def find_env_classes(code: str, *, filename: str = "<program>") -> list[str]:
-    """Names of top-level ``class`` statements in *code* whose name ends in ``Env``.
+    """Names of the top-level ``class ...Env`` statements in *code*, in source order (with repeats),
+    found with :func:`ast.parse` (nested, conditional and imported classes do not count).
 
-    Found with :func:`ast.parse`; nothing is executed or imported.  Only ``class`` statements
-    directly in the module body count (not nested classes, not classes under ``if``/``try``, not
-    imported names such as ``from spadekit.envs.tooluse import ToolEnv``).  Names are returned
-    in source order; a name defined twice appears twice.
-
-    Raises ``TypeError`` for a non-``str`` argument and :class:`ProgramSyntaxError` when the
-    source does not parse.
+    Raises ``TypeError`` for a non-``str`` and :class:`ProgramSyntaxError` when it does not parse.
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, not {type(code).__name__}")
@@ -129,12 +113,9 @@ def find_env_classes(code: str, *, filename: str = "<program>") -> list[str]:
 
 
 class FrozenDict(Mapping):
-    """A small immutable, hashable, picklable mapping (``EnvProgram.meta`` and its nested dicts).
-
-    Compares equal to any mapping with the same items (``FrozenDict({"a": 1}) == {"a": 1}``).
-    Unlike ``types.MappingProxyType`` it can be pickled and deep-copied, which sandbox workers
-    and multiprocessing need.  Values must be hashable for ``hash()`` to work; the values
-    produced by ``EnvProgram`` (scalars, tuples, nested ``FrozenDict``) always are.
+    """An immutable, hashable, picklable mapping (``EnvProgram.meta`` and its nested dicts), equal
+    to any mapping with the same items; unlike ``MappingProxyType`` it pickles (sandbox workers need
+    it).
     """
 
     __slots__ = ("_data", "_hash")
@@ -220,36 +201,14 @@ def _empty_meta() -> Mapping[str, Any]:
 class EnvProgram:
     """One environment program: source code plus hint and provenance.
 
-    Fields
-    ------
-    code:
-        The Python source, stored exactly as given (non-empty, not only whitespace).
-    hint:
-        Privileged hint for the player (or ``None``).
-    skill:
-        Free-form skill label (``"arithmetic"``, ``"planning"``...), or ``None``.
-    domain:
-        ``None``, ``"games"`` or ``"tooluse"`` (see :data:`DOMAINS`).
-    source:
-        Where the program came from: ``"library:<name>"``, a file path,
-        ``"designer:<run>/<step>"``... or ``None``.
-    class_name:
-        Name of the environment class when known (must be a Python identifier).  Not checked
-        against the code here; use :func:`find_env_classes` / the validator for that.
-    meta:
-        Extra JSON-safe data.  The given mapping is deep-copied into an immutable, hashable,
-        picklable form: mappings become :class:`FrozenDict` and lists become tuples (``to_dict``
-        turns them back into dicts and lists).  Keys must be ``str``; values ``str``/``int``/
-        finite ``float``/``bool``/``None`` or lists/tuples/mappings of those.  Mutating the dict
-        you passed in afterwards does not affect the program. A program that imports the game
-        kit gets ``meta["gamekit"]``, the version its code imports (``"v1"``), whatever was passed.
-
-    Equality and hashing
-    --------------------
-    Equality compares all fields, ``meta`` included, and ``code`` *verbatim* (two programs that
-    differ only in line endings are unequal but share a ``sha256``; compare ``sha256`` for
-    identity of the program text).  Since ``meta`` is deep-frozen, every field is hashable and
-    programs can be set members and dict keys; they pickle and deep-copy normally.
+    ``code`` is the source exactly as given (non-empty); ``hint`` the privileged hint or None;
+    ``skill`` a free-form label; ``domain`` None or one of :data:`DOMAINS`; ``source`` where it came
+    from (``"library:<name>"``, a path, ``"designer:<run>/<step>"``); ``class_name`` a Python
+    identifier (not checked against the code here). ``meta`` is JSON-safe data (``str`` keys;
+    scalars, finite floats, lists and mappings), deep-copied into an immutable form (mappings become
+    :class:`FrozenDict`, lists tuples); a program importing the game kit gets ``meta["gamekit"]``.
+    Equality compares all fields and ``code`` verbatim (compare ``sha256`` for identity of the
+    text); programs are hashable, picklable and deep-copyable.
     """
 
     code: str
@@ -320,10 +279,8 @@ class EnvProgram:
     # serialisation ----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict of all fields plus the derived ``sha256`` and ``short_id``.
-
-        ``meta`` is returned as plain nested dicts/lists.  ``json.dumps(p.to_dict())`` always
-        works, and ``EnvProgram.from_dict(p.to_dict()) == p``.
+        """JSON-safe dict of all fields plus ``sha256`` and ``short_id``; ``from_dict(p.to_dict())
+        == p``.
         """
         return {
             "code": self.code,
@@ -339,12 +296,9 @@ class EnvProgram:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EnvProgram:
-        """Rebuild a program from :meth:`to_dict` output (e.g. a JSONL record).
-
-        Only ``code`` is required; missing optional fields default, ``meta: null`` means empty.
-        The derived keys ``sha256`` / ``short_id`` are optional, but when present they must match
-        the code (``ValueError`` otherwise: the record was edited or corrupted).  Any other
-        unknown key is a ``ValueError`` too, so typos do not silently drop data.
+        """Rebuild a program from :meth:`to_dict` output. Only ``code`` is required (``meta: null``
+        is empty); ``ValueError`` when a given ``sha256``/``short_id`` does not match the code or a
+        key is unknown.
         """
         if not isinstance(data, Mapping):
             raise TypeError(f"EnvProgram.from_dict expects a mapping, not {type(data).__name__}")

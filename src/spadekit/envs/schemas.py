@@ -270,15 +270,11 @@ def _tool_call(body):
 
 
 def solution_actions(text, tools=(), budget_s=None):
-    """The actions that replay a string solution, or ``None`` (see the module docstring).
-    ``tools`` are the program's nested schemas (for call notation and positional arguments).
-
-    Linear in ``text``: a string over :data:`MAX_SOLUTION_CHARS`, with more than
-    :data:`MAX_SOLUTION_ACTIONS` actions or a tool call nested deeper than
-    :data:`MAX_JSON_DEPTH` raises ``InvalidResult(reason="oversized")``; one whose reading
-    needs more than :data:`SCAN_WORK_FACTOR` times its length in scanning, or more than
-    ``budget_s`` seconds (``spadekit.envs.scan_limits.SCAN_BUDGET_S``), raises
-    ``InvalidResult(reason="parent_budget")``."""
+    """The actions that replay a string solution, or ``None``; ``tools`` are the program's nested
+    schemas. Raises ``InvalidResult(reason="oversized")`` over :data:`MAX_SOLUTION_CHARS`,
+    :data:`MAX_SOLUTION_ACTIONS` or :data:`MAX_JSON_DEPTH`, and ``reason="parent_budget"`` past
+    :data:`SCAN_WORK_FACTOR` times its length in scanning or ``budget_s`` seconds.
+    """
     if not isinstance(text, str):
         return None
     if len(text) > MAX_SOLUTION_CHARS:

@@ -66,15 +66,13 @@ class EnvPoolSuite(Suite):
     def screen(self, pool: Any, max_turns: int, seed: int = 0, settings: Any = None,
                limit: int | None = None, workers: int = 2,
                samples: int | None = None) -> list[dict[str, Any]]:
-        """Validate the programs in ``pool`` (a ``SandboxPool``) with the validator self-play
-        uses (``settings``: its ``ValidatorSettings``; default those of the turn cap
-        ``max_turns``) and keep only the valid ones as items; returns :attr:`invalid`. With
-        ``limit``, programs are validated in source order only until each skill has ``limit``
-        valid ones (the rest are neither played nor reported). Each program's validation seed
-        comes from ``seed`` and its hash, so a rerun repeats every verdict; its ``play_seeds``
-        are the evaluation's own ``samples`` seeds of it (default ``defaults.k``; module
-        docstring). A second call with the same cap, seed, limit and samples does nothing;
-        trusted suites are not validated."""
+        """Validate the programs in ``pool`` with self-play's validator (``settings``, default those
+        of ``max_turns``) and keep only the valid ones as items; returns :attr:`invalid`. With
+        ``limit``, validation stops once each skill has ``limit`` valid programs. Each validation
+        seed comes from ``seed`` and the program's hash (a rerun repeats every verdict);
+        ``play_seeds`` are the evaluation's own ``samples`` seeds. Repeating a call, or screening a
+        trusted suite, does nothing.
+        """
         if self.trusted:
             return self.invalid
         if pool is None:

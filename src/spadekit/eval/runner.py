@@ -76,15 +76,12 @@ def sample_seed(base: int, item_id: str, sample: int) -> int:
 
 
 class Journal:
-    """Scored samples appended after every batch (JSON lines, fsynced), so an evaluation that is
-    killed resumes where it stopped. The first line names the suite, model and settings; a
-    journal written for anything else is moved aside to ``<name>.stale`` and a new one begun.
-    A torn last line (the process died mid-write) is skipped when reading and moved to
-    ``<name>.partial`` before the next append (:mod:`spadekit.common.jsonl`), so the next record is
-    never glued to it. Lines are read with ``spadekit.common.jsonl.read_jsonl`` (the hardened
-    decoder: bounded length and nesting, no NaN): a line it refuses, or one that is not a
-    sample's record (``sample`` an int, a finite ``score``, ``failure``), is skipped, and that
-    sample is played again."""
+    """Scored samples appended after every batch (JSON lines, fsynced), so a killed evaluation
+    resumes where it stopped. The first line names the suite, model and settings; a journal for
+    anything else is moved aside to ``<name>.stale``. A torn last line is skipped and moved to
+    ``<name>.partial`` before the next append; a line the hardened decoder refuses, or that is not a
+    sample's record, is skipped and that sample played again.
+    """
 
     def __init__(self, path: str | Path, key: dict[str, Any]):
         self.path = Path(path)

@@ -220,13 +220,12 @@ class RunReader:
     def snapshot(self) -> dict[str, Any]:
         """The overview (keys in the brief of ``spadekit-report/1``). ``None`` where nothing was
         measured: an environment's win rates, mean return and turns before its first play,
-        ``regret`` unless it was played with and without the hint at ``created_step``,
-        ``designer_reward`` until its delayed designer sample was scored; per skill/round
-        ``mean_regret``/``mean_designer_reward`` when none of that skill was created that round
-        (these two average environments *created* that round, the rest average that round's
-        no-hint plays); ``complexity`` code sizes when no designed environment was created;
-        ``run.model/setting`` without a config.yaml; ``latest_step`` before the first round;
-        any metric or timing stored as NaN/inf. Skills without a name are ``"unknown"``."""
+        ``regret`` unless played with and without the hint at ``created_step``, ``designer_reward``
+        until scored; per skill/round ``mean_regret``/``mean_designer_reward`` when no environment
+        of that skill was created that round; ``complexity`` without designed environments;
+        ``run.model/setting`` without a config.yaml; ``latest_step`` before the first round; any
+        NaN/inf. Unnamed skills are ``"unknown"``.
+        """
         return self._read(self._snapshot)
 
     def env_detail(self, sha: str, max_episodes: int = 6) -> dict[str, Any]:

@@ -67,10 +67,9 @@ class RolloutConfig:
     """Programs loaded into sandboxes in parallel at the start of a run (steps need no threads:
     ``spadekit.sandbox.batch`` multiplexes every worker's pipe)."""
     strip_thinking: bool = True
-    """Thinking models: when a turn carries a ``<think>...</think>`` block, the environment gets
-    only the text after it (``spadekit.rollout.thinking.split_thinking``); the trajectory keeps the full
-    text in its messages and every sampled token stays trainable. Texts without a think tag
-    are passed unchanged either way."""
+    """Give the environment only the text after a turn's ``<think>...</think>`` block
+    (:func:`spadekit.rollout.thinking.split_thinking`); the trajectory keeps the full text and
+    every sampled token stays trainable."""
     response_prefix: dict[str, str] = field(default_factory=dict)
     """Format aid, per setting (``games``, ``tooluse``): text that opens every assistant turn,
     e.g. ``{games: "\\boxed{"}``. Its tokens are prompt tokens (never trained); the

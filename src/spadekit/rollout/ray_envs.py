@@ -241,14 +241,11 @@ class _Slot:
 class RayEnvBackend(EnvBackend):
     """Environments on ``num_workers`` Ray actors, each with its own local sandbox pool.
 
-    ``address``: None starts (or joins the already initialised) local Ray; ``"auto"`` or
-    ``"ray://host:10001"`` joins a cluster. A local Ray this backend starts gets a watchdog
-    (``spadekit.rollout.ray_reaper``): none of its processes outlives this one, however this
-    process dies. ``warm``: warm sandboxes per actor.
-    ``call_timeout``: a fixed deadline for every actor call (default: computed from the sandbox
-    deadlines and the call's size, plus ``SLACK_S``). ``actor_options``: passed to
-    ``.options()`` (default ``{"scheduling_strategy": "SPREAD"}``: one actor per node first).
-    ``init_options``: passed to ``ray.init`` when this backend starts Ray.
+    ``address``: None starts (or joins) local Ray, with a ``ray_reaper`` watchdog; ``"auto"`` or
+    ``"ray://host:10001"`` joins a cluster. ``warm``: warm sandboxes per actor. ``call_timeout``: a
+    fixed deadline per actor call (default: from the sandbox deadlines and call size, plus
+    ``SLACK_S``). ``actor_options`` go to ``.options()`` (default ``SPREAD``), ``init_options`` to
+    ``ray.init``.
     """
 
     def __init__(self, num_workers: int = 2, sandbox_config: SandboxConfig | None = None,

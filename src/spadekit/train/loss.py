@@ -157,25 +157,16 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
               is_cap: float = 2.0, ref_logprobs: Tensor | None = None, beta: float = 0.0,
               epsilon: float = 0.2, epsilon_high: float = 0.28,
               loss_type: str = "token") -> tuple[Tensor, dict[str, float]]:
-    """SPADE's loss for one batch of agent and designer samples.
+    """SPADE's loss for one batch of agent and designer samples: ``loss = aggregate(tis * surrogate,
+    mask, sample_weights) + beta * aggregate(kl, mask)``.
 
-    ``loss = aggregate(tis * surrogate, mask, sample_weights) + beta * aggregate(kl, mask)``
-
-    - ``surrogate``: ``clipped_surrogate`` (clip-higher).
-    - ``tis``: ``truncated_is_weight(old, behaviour, is_cap)`` where ``behaviour_logprobs`` is
-      given, else 1. For a mixed batch, fill the rows that need no correction with their
-      ``old_logprobs`` (weight exactly 1).
-    - ``sample_weights``: per-sample loss weights (the designer upweighting); they scale the
-      policy-gradient term only, not the KL penalty.
-    - ``beta == 0`` skips the KL entirely (``ref_logprobs`` is then not read); otherwise
-      ``ref_logprobs`` is required and the k3 estimator is used.
-
-    Stats: ``pg_loss``, ``clip_frac_low``, ``clip_frac_high``, ``clip_frac``, ``ratio_mean``,
-    ``tis_mean`` (1.0 without behaviour logprobs), ``tis_capped_frac``, ``tis_sq_mean`` (the
-    weights' second moment), ``mismatch_kl`` (k3 estimate of KL(behaviour || old) over the
-    sampled tokens: 0 where the sampling engine and the trainer agree), ``num_tokens`` and, only
-    when ``beta != 0``, ``kl`` (mean k3 per unmasked token). All are unweighted means over
-    unmasked tokens.
+    ``tis`` is ``truncated_is_weight(old, behaviour, is_cap)`` where ``behaviour_logprobs`` is
+    given, else 1 (rows needing no correction pass their ``old_logprobs``). ``sample_weights`` scale
+    the policy-gradient term only. ``beta == 0`` skips the KL (``ref_logprobs`` is not read);
+    otherwise ``ref_logprobs`` is required (k3). Stats, unweighted means over unmasked tokens:
+    ``pg_loss``, ``clip_frac_low``, ``clip_frac_high``, ``clip_frac``, ``ratio_mean``, ``tis_mean``,
+    ``tis_capped_frac``, ``tis_sq_mean``, ``mismatch_kl`` (k3 of KL(behaviour || old)),
+    ``num_tokens`` and, when ``beta != 0``, ``kl``.
     """
     m = _bool_mask(mask, logprobs)
     per_token, stats = clipped_surrogate(logprobs, old_logprobs, advantages, m,

@@ -173,18 +173,15 @@ class PolicyTrainer:
         """``num_iterations`` optimizer steps on ``samples``; returns the step's statistics.
 
         Counts: ``num_samples``, ``num_samples_trained``, ``dropped_no_logprobs``,
-        ``dropped_truncated``, ``dropped_empty``, ``skipped_zero_advantage`` (kept, counted in the
-        normaliser, not computed: their gradient is exactly zero), ``num_importance_weighted``,
-        ``num_tokens`` (loss tokens), ``num_padded_tokens`` (forward tokens), ``num_microbatches``.
-        Loss statistics (averaged over the ``optimizer_steps``): ``loss``, ``pg_loss``, ``kl``
-        (only with ``beta > 0``), ``clip_frac``/``_low``/``_high``, ``ratio_mean``, ``tis_mean``,
-        ``tis_capped_frac``, ``tis_std``, ``mismatch_kl`` (token means over the batch; the last
-        two: the spread of the importance weights and the k3 KL between the engine that sampled
-        and the trainer), ``grad_norm`` (before clipping),
-        ``grad_clipped``. Then ``step`` (optimizer steps so far), ``learning_rate``,
-        ``seconds``, ``tokens_per_second``, ``peak_rss_mb`` (the process's peak resident set so
-        far) and, on CUDA, ``peak_device_mb`` (this step's peak allocated device memory).
-        A batch with nothing to train on makes no optimizer step (``optimizer_steps == 0``)."""
+        ``dropped_truncated``, ``dropped_empty``, ``skipped_zero_advantage`` (in the normaliser, not
+        computed), ``num_importance_weighted``, ``num_tokens``, ``num_padded_tokens``,
+        ``num_microbatches``. Loss statistics averaged over ``optimizer_steps``: ``loss``,
+        ``pg_loss``, ``kl`` (``beta > 0``), ``clip_frac``/``_low``/``_high``, ``ratio_mean``,
+        ``tis_mean``, ``tis_capped_frac``, ``tis_std``, ``mismatch_kl``, ``grad_norm`` (before
+        clipping), ``grad_clipped``; then ``step``, ``learning_rate``, ``seconds``,
+        ``tokens_per_second``, ``peak_rss_mb`` and on CUDA ``peak_device_mb``. Nothing to train on:
+        ``optimizer_steps == 0``.
+        """
         t0 = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
