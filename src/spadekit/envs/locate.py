@@ -3,10 +3,8 @@
 ``_split_think`` separates ``<think>`` sections from the answer; ``_find_code`` finds the code of
 one environment program in a piece of text (fenced blocks first, then unfenced code) and returns
 it with the prose before and after it (searched for the hint by :mod:`spadekit.envs.hints`), or
-raises ``_Failure``.  The rules are described in the ``How the code is chosen`` section of the
-:mod:`spadekit.envs.extract` docstring.  Code is parsed with :mod:`ast` at most, never executed.
-
-Standard library only: sandbox workers import this package.
+raises ``_Failure``. Rules: docs/design/envs.md. Code is parsed with :mod:`ast` at most, never
+executed. Standard library only: sandbox workers import this package.
 """
 
 from __future__ import annotations
