@@ -17,9 +17,7 @@ from spadekit.envs.hint_patterns import _BLOCK_MARK, _HINT_LINE, _HINT_WORD
 if TYPE_CHECKING:  # pragma: no cover
     from spadekit.envs.locate import _Found
 
-# ---------------------------------------------------------------------------------------------
-# patterns
-# ---------------------------------------------------------------------------------------------
+# -- patterns ---------------------------------------------------------------------------------
 
 _HINT_TAG = re.compile(r"<hint>(.*?)(?:</hint>|\Z)", re.IGNORECASE | re.DOTALL)
 _HINT_HEADING = re.compile(
@@ -42,9 +40,7 @@ _MAX_HINT_CANDIDATES = 100  # per piece of text; more only happens in degenerate
 _MAX_CODE_TICKS = 64
 
 
-# ---------------------------------------------------------------------------------------------
-# markdown stripping and the hint search
-# ---------------------------------------------------------------------------------------------
+# -- markdown stripping and the hint search ---------------------------------------------------
 
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _MD_BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")

@@ -17,9 +17,7 @@ import textwrap
 from spadekit.envs import pyparse
 from spadekit.envs.hint_patterns import _BLOCK_MARK, _HINT_LINE
 
-# ---------------------------------------------------------------------------------------------
-# patterns
-# ---------------------------------------------------------------------------------------------
+# -- patterns ---------------------------------------------------------------------------------
 
 _PY_TAGS = frozenset({"python", "py", "python3", "py3", "python2", "ipython", "ipython3", "pyi"})
 _TEXT_TAGS = frozenset({"text", "txt", "plaintext", "plain", "markdown", "md", "hint", "none"})
@@ -52,9 +50,7 @@ _MAX_PARSE_CHARS = 200_000
 _MAX_CANDIDATE_PARSES = 50
 
 
-# ---------------------------------------------------------------------------------------------
-# small data holders
-# ---------------------------------------------------------------------------------------------
+# -- small data holders -----------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -92,10 +88,7 @@ class _Failure(Exception):
         self.message = message
 
 
-
-# ---------------------------------------------------------------------------------------------
-# analysis helpers
-# ---------------------------------------------------------------------------------------------
+# -- analysis helpers -------------------------------------------------------------------------
 
 
 def _analyse(code: str, *, parse: bool = True) -> _Analysis:
@@ -177,9 +170,7 @@ def _trim_trailing_prose(lines: list[str]) -> tuple[list[str], list[str]]:
     return lines, []
 
 
-# ---------------------------------------------------------------------------------------------
-# think sections and fences
-# ---------------------------------------------------------------------------------------------
+# -- think sections and fences ----------------------------------------------------------------
 
 
 def _split_think(text: str) -> tuple[str, str]:
@@ -278,9 +269,7 @@ def _block_code(raw: str) -> tuple[str, bool]:
     return _clean_code(dedented.split("\n")), dedented != raw
 
 
-# ---------------------------------------------------------------------------------------------
-# finding the code in one piece of text (answer or think)
-# ---------------------------------------------------------------------------------------------
+# -- finding the code in one piece of text (answer or think) ----------------------------------
 
 
 def _blank(lines: list[str], blocks: list[_Block]) -> list[str]:

@@ -38,9 +38,7 @@ DOMAINS: frozenset[str] = frozenset({"games", "tooluse"})
 _DERIVED_KEYS = ("sha256", "short_id")
 
 
-# ---------------------------------------------------------------------------------------------
-# errors and helpers
-# ---------------------------------------------------------------------------------------------
+# -- errors and helpers -----------------------------------------------------------------------
 
 
 class ProgramSyntaxError(ExtractionError, SyntaxError):
@@ -155,7 +153,6 @@ class FrozenDict(Mapping):
         return (FrozenDict, (self._data,))
 
 
-
 def _freeze(value: Any, path: str) -> Any:
     """Deep, JSON-safe, read-only copy: mapping -> FrozenDict, list/tuple -> tuple."""
     if value is None or isinstance(value, (str, bool, int)):
@@ -192,9 +189,7 @@ def _empty_meta() -> Mapping[str, Any]:
     return FrozenDict()
 
 
-# ---------------------------------------------------------------------------------------------
-# the record
-# ---------------------------------------------------------------------------------------------
+# -- the record -------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,6 @@ class UnsafeGameFile(ConfigError):
 
 _GAME_FILE = re.compile(r"^game_(\d+)_(\d+)_(.+)\.py$")
 _SKILL_LINE = re.compile(r"^#\s*skill:\s*([A-Za-z_ -]+?)\s*(?:\s{2,}|$)", re.MULTILINE)
-REFERENCE_HEADER = '"""SPADE self-play generated game"""'
 
 
 def skill_of(name: str, code: str = "") -> str | None:

@@ -131,8 +131,7 @@ def tool_names(value):
         return []
 
 
-# ---------------------------------------------------------------------------------------------
-# string solutions
+# -- string solutions -----------------------------------------------------------------------
 
 #: A string solution longer than this is refused (``oversized``) before it is read.
 MAX_SOLUTION_CHARS = 100_000

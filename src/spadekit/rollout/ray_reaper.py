@@ -64,9 +64,7 @@ def children(pid: int) -> list[int]:
         try:
             with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
                 out += [int(c) for c in fh.read().split()]
-        except OSError:  # a thread that just ended, or a kernel without the file
-            continue
-        except ValueError:
+        except (OSError, ValueError):  # a thread that just ended, or a kernel without the file
             continue
     return out
 
