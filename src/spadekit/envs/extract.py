@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from spadekit.envs.hints import _find_hint
 from spadekit.envs.extract_errors import REASONS, ExtractionError
-from spadekit.envs.locate import _Failure, _find_code, _split_think
+from spadekit.envs.locate import _find_code, _split_think
 
 if TYPE_CHECKING:  # pragma: no cover
     from spadekit.envs.program import EnvProgram
@@ -89,12 +89,12 @@ def extract_program(text: str) -> Extraction:
     first_prose: list[str] = []  # searched for a hint before the text around the code
     try:
         found = _find_code(answer)
-    except _Failure as answer_failure:
+    except ExtractionError as answer_failure:
         if not think.strip():
-            raise ExtractionError(answer_failure.reason, answer_failure.message) from None
+            raise answer_failure from None
         try:
             found = _find_code(think)
-        except _Failure as think_failure:
+        except ExtractionError as think_failure:
             worst = max(answer_failure, think_failure, key=lambda f: _RANK.get(f.reason, 0))
             raise ExtractionError(
                 worst.reason,

@@ -3,8 +3,8 @@
 ``_split_think`` separates ``<think>`` sections from the answer; ``_find_code`` finds the code of
 one environment program in a piece of text (fenced blocks first, then unfenced code) and returns
 it with the prose before and after it (searched for the hint by :mod:`spadekit.envs.hints`), or
-raises ``_Failure``. Rules: docs/design/envs.md. Code is parsed with :mod:`ast` at most, never
-executed. Standard library only: sandbox workers import this package.
+raises ``ExtractionError``. Rules: docs/design/envs.md. Code is parsed with :mod:`ast` at most,
+never executed. Standard library only: sandbox workers import this package.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import re
 import textwrap
 
 from spadekit.envs import pyparse
+from spadekit.envs.extract_errors import ExtractionError
 from spadekit.envs.hint_patterns import _BLOCK_MARK, _HINT_LINE
 
 # -- patterns ---------------------------------------------------------------------------------
@@ -79,13 +80,6 @@ class _Found:
     before: str  # prose before the code (for the hint search)
     after: str  # prose after the code
     notes: list[str]
-
-
-class _Failure(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(reason, message)
-        self.reason = reason
-        self.message = message
 
 
 # -- analysis helpers -------------------------------------------------------------------------
@@ -311,7 +305,7 @@ def _prose(lines: list[str], blocks: list[_Block], chosen: _Block | None) -> lis
 
 def _find_code(text: str) -> _Found:
     if not text.strip():
-        raise _Failure("empty", "the text is empty")
+        raise ExtractionError("empty", "the text is empty")
     lines = text.split("\n")
     blocks = _scan_fences(text)
     outside = _blank(lines, blocks)  # the text with every fenced block blanked out
@@ -412,8 +406,8 @@ def _find_code(text: str) -> _Found:
             return _Found(analysis.code, analysis, method, before, after, notes)
 
     if has_code:
-        raise _Failure(
+        raise ExtractionError(
             "no_env_class",
             "found code but no top-level class whose name ends in 'Env'",
         )
-    raise _Failure("no_code", "found no code block and no Python-looking code")
+    raise ExtractionError("no_code", "found no code block and no Python-looking code")
