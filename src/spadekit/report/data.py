@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import time
 import zlib
@@ -75,16 +76,21 @@ def cap(text: Any, limit: int = TEXT_CAP) -> Any:
     return f"{text[:limit]}…[truncated {len(text) - limit} chars]"
 
 
-def clean(value: Any) -> Any:
-    """A JSON-safe copy: non-finite floats -> None, tuples -> lists, keys and others -> str."""
+def clean(value: Any, loose: bool = False) -> Any:
+    """A JSON-safe copy: non-finite floats -> None, tuples -> lists, keys and others -> str;
+    ``loose`` (the page's data) also: sets -> lists, bytes -> UTF-8 text, paths -> ``fspath``."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
+        return {str(k): clean(v, loose) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or loose and isinstance(value, (set, frozenset)):
+        return [clean(v, loose) for v in value]
+    if loose and isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if loose and isinstance(value, os.PathLike):
+        return os.fspath(value)
     return str(value)  # dates from YAML and the like
 
 

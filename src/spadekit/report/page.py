@@ -13,12 +13,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from spadekit.report.data import clean
 
 __all__ = ["build_report", "content_security_policy", "render_page", "script_hash", "script_json",
            "write_report"]
@@ -59,27 +60,10 @@ def content_security_policy(header: bool = False) -> str:
     return "; ".join(parts)
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: non-finite floats become None, unknown objects their ``str``."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_clean(v) for v in value]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    return str(value)
-
-
 def script_json(value: Any) -> str:
     """``value`` as JSON that is inert inside ``<script type="application/json">``: no ``<``,
     ``>`` or ``&`` (so no ``</script>`` or ``<!--``) and no U+2028/U+2029 line separators."""
-    text = json.dumps(_clean(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = json.dumps(clean(value, loose=True), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return text.translate(str.maketrans(_JSON_ESCAPES))
 
 
