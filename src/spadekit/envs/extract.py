@@ -77,9 +77,7 @@ def extract_program(text: str) -> Extraction:
     """
     if not isinstance(text, str):
         raise TypeError(f"extract_program expects str, not {type(text).__name__}")
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
     answer, think = _split_think(text)
     notes: list[str] = []

@@ -70,9 +70,7 @@ def normalize_code(code: str) -> str:
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, not {type(code).__name__}")
-    if code.startswith("\ufeff"):
-        code = code[1:]
-    code = code.replace("\r\n", "\n").replace("\r", "\n")
+    code = code.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     lines = [line.rstrip() for line in code.split("\n")]
     while lines and not lines[-1]:
         lines.pop()
