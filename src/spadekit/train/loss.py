@@ -185,10 +185,7 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
             r = torch.clamp(log_w, max=50.0)
             stats["mismatch_kl"] = _masked_mean(torch.exp(r) - r - 1.0, m)
     else:
-        stats["tis_mean"] = 1.0
-        stats["tis_capped_frac"] = 0.0
-        stats["tis_sq_mean"] = 1.0
-        stats["mismatch_kl"] = 0.0
+        stats.update(tis_mean=1.0, tis_capped_frac=0.0, tis_sq_mean=1.0, mismatch_kl=0.0)
     pg = aggregate(per_token, m, sample_weights, loss_type)
     loss = pg
     stats["pg_loss"] = float(pg.detach())
