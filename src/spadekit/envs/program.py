@@ -231,9 +231,7 @@ class EnvProgram:
             raise ValueError(
                 f"EnvProgram.class_name must be a Python identifier, got {self.class_name!r}"
             )
-        meta = self.meta
-        if meta is None:
-            meta = {}
+        meta = {} if self.meta is None else self.meta
         if not isinstance(meta, Mapping):
             raise TypeError(f"EnvProgram.meta must be a mapping, not {type(meta).__name__}")
         if "spadekit.envs.gamekit" in self.code:  # the kit version it imports is part of it
@@ -275,17 +273,8 @@ class EnvProgram:
         """JSON-safe dict of all fields plus ``sha256`` and ``short_id``; ``from_dict(p.to_dict())
         == p``.
         """
-        return {
-            "code": self.code,
-            "hint": self.hint,
-            "skill": self.skill,
-            "domain": self.domain,
-            "source": self.source,
-            "class_name": self.class_name,
-            "meta": _thaw(self.meta),
-            "sha256": self.sha256,
-            "short_id": self.short_id,
-        }
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                "meta": _thaw(self.meta), "sha256": self.sha256, "short_id": self.short_id}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EnvProgram:
