@@ -1,14 +1,9 @@
-"""Named fault points: where the fault-injection tests and ``benchmarks/chaos.py`` kill the
-process (issue 25: resume equals an uninterrupted run).
+"""Named fault points: where the fault-injection tests and ``benchmarks/chaos.py`` kill the process
+(resume must equal an uninterrupted run).
 
-``fault_point(name)`` does nothing unless the environment variable ``SPADEKIT_FAULT`` names
-this point (``ROUND:PHASE``, e.g. ``2:update`` or ``1:save:weights``; several separated by
-commas). Then the process sends itself SIGKILL there: no handler, no ``finally``, no flush runs,
-exactly as when the kernel's OOM killer or a user's ``kill -9`` stops a run. The points the loop
-passes through, in order, are listed in :data:`ROUND_POINTS` (``save:weights`` is inside the
-checkpoint write, after the weights and before the trainer state; ``commit`` is after the
-checkpoint pointer and the metrics are written and before the round's transaction commits).
-
+``fault_point(name)`` does nothing unless ``SPADEKIT_FAULT`` names this point (``ROUND:PHASE``,
+e.g. ``2:update`` or ``1:save:weights``; comma-separated). Then the process SIGKILLs itself: no
+handler, ``finally`` or flush runs. The loop's points, in order, are :data:`ROUND_POINTS`.
 Standard library only.
 """
 

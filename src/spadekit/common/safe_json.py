@@ -1,21 +1,11 @@
-"""One hardened JSON decoder for files spadekit did not write itself (a SPADE reference run's
-memory file, a pool directory copied from elsewhere, a results file handed over).
+"""One hardened JSON decoder for files spadekit did not write itself (a reference run's memory
+file, a copied pool directory, a results file handed over).
 
-``json.loads`` as it comes reads things that break the code after it: ``NaN``/``Infinity`` (and
-``1e999``, which ``float()`` turns into infinity), which Python's own ``json.dump`` writes;
-nesting deep enough to raise ``RecursionError`` (``[[[[...]]]]`` 100,000 deep) or, just under
-the interpreter's limit, to make every later recursive walk of the value raise it; lone UTF-16
-surrogates (``"\\ud800"``), which cannot be encoded to UTF-8 again; integers beyond Python's
-digit limit; and documents of any size. :func:`loads` reads a document and :func:`load_file` a
-whole file, both bounded in size and depth, and every failure is one typed error,
-:class:`UntrustedJsonError` (a ``ConfigError``), whose message names the file and line;
-``spadekit.common.jsonl.read_jsonl`` reads JSON-lines files through the same decoder.
-
-Non-finite numbers are refused by default; ``nonfinite="null"`` reads them as ``None`` instead
-(for sources known to write them, where ``None`` means "unknown") and counts them in
-:attr:`Decoded.nonfinite`.
-
-Standard library only.
+:func:`loads` and :func:`load_file` are bounded in size and depth, refuse lone surrogates and
+over-long integers, and raise one typed error, :class:`UntrustedJsonError` (a ``ConfigError``)
+naming the file and line. Non-finite numbers (``NaN``, ``Infinity``, ``1e999``) are refused, or
+read as ``None`` with ``nonfinite="null"`` and counted in :attr:`Decoded.nonfinite`.
+``spadekit.common.jsonl.read_jsonl`` uses the same decoder. Standard library only.
 """
 
 from __future__ import annotations

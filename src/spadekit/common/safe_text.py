@@ -1,17 +1,10 @@
 """Text from programs and models, made safe to print: one helper for every terminal and table.
 
-Environment programs and models write text that spadekit prints: observations, class names,
-error messages, actions, transcripts. Printed as it is, such text can drive the terminal
-(``ESC ] 0 ;`` sets the window title, ``ESC ] 52 ;`` writes the clipboard, ``ESC ] 8 ;`` hides a
-link behind harmless words, ``\\r`` and cursor moves overwrite a line with a fake
-``reward 1``, bidi overrides show text in another order than it is read) and, inside a rich
-table or a markup string, it is parsed as markup (``[link=...]`` becomes a hyperlink, ``[/]``
-with nothing open raises ``MarkupError`` and crashes the command).
-
-``terminal_text`` removes escape sequences, C0 and C1 control characters except newline and tab,
-DEL and the bidi embedding/override/isolate characters, replaces lone surrogates, and escapes
-rich markup unless told the text is printed with ``markup=False``. ``strict_json`` is the JSON
-counterpart: it never prints ``NaN``/``Infinity`` (they become ``null``).
+Printed as is, model text can drive the terminal (OSC titles, clipboard writes, hidden links,
+``\\r`` and cursor moves, bidi overrides) or be parsed as rich markup. ``terminal_text`` removes
+escape sequences, C0/C1 controls except newline and tab, DEL and bidi controls, replaces lone
+surrogates, and escapes rich markup unless the text is printed with ``markup=False``.
+``strict_json`` never prints ``NaN``/``Infinity`` (they become ``null``).
 """
 
 from __future__ import annotations

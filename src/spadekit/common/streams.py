@@ -1,20 +1,11 @@
 """Named random streams: one run seed, an independent stream for each purpose.
 
 ``stream(seed, name, *keys, secret=...)`` is a ``random.Random`` seeded from SHA-256 of the run
-seed, the run's secret stream key, the stream's name (one of :data:`STREAMS`) and its keys (a
-round number, a program's hash...). Three guarantees follow:
-
-- **independence**: what one purpose draws, and how much, never moves another's draws (a bigger
-  corpus, one more design or one more spot check leaves the play seeds where they were);
-- **no hidden state**: a stream is a pure function of its seed, name and keys, so a resumed run
-  draws what the uninterrupted run drew without storing any generator state, on every machine
-  and Python version (``random.Random(int)`` seeding is stable);
-- **secrecy from the programs**: a designed program knows the formula, the public default seed,
-  the round and its own hash, but not the run's secret (``SelfPlayConfig.stream_key``), so it
-  cannot compute which seeds it will be played, hinted or spot-checked on.
-
-:class:`RoundStreams` hands out one round's streams, each created on first use and then
-continued, so consecutive draws for one purpose in a round do not repeat each other.
+seed, the run's secret stream key, the stream's name (one of :data:`STREAMS`) and its keys.
+Guarantees: independence (one purpose's draws never move another's); no hidden state (a resumed
+run draws what the uninterrupted run drew, on every machine); secrecy (a program without
+``SelfPlayConfig.stream_key`` cannot compute which seeds it will be played on).
+:class:`RoundStreams` hands out one round's streams, each continued after its first use.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""The curriculum interface: which environments the agent plays each round, and what it learns
-from the results. SPADE's designer-driven pool, a fixed pool and RLVE's adaptive-difficulty ladder
-are three implementations, so ``selfplay`` runs the paper's three settings with one trainer, one
-loss and the same budget (``envs_per_round`` environments x ``num_generations`` plays a round).
+"""The curriculum interface: which environments the agent plays each round, and what it learns from
+the results. SPADE's designer pool, a fixed pool and RLVE's ladder implement it, so the three
+settings share one trainer, loss and budget.
 
-A curriculum is deterministic given the ``random.Random`` it is handed, and its whole state
-round-trips through ``state_dict()`` / ``load_state_dict()`` (JSON-safe), which the run store saves
-inside each round's transaction: a resumed run continues the same ladder.
-
-Every ``EpisodeSpec`` a curriculum returns carries in ``tag``:
-``env`` (the GRPO group key: plays of one environment instance), ``skill`` (a reporting bucket),
-``with_hint`` (False: baselines never see hints) and ``designed`` (False).
+A curriculum is deterministic given its ``random.Random``; its state round-trips through
+``state_dict()``/``load_state_dict()`` (JSON-safe) inside each round's transaction. Every
+``EpisodeSpec`` it returns carries in ``tag``: ``env`` (the GRPO group key), ``skill``,
+``with_hint`` (False) and ``designed`` (False).
 """
 
 from __future__ import annotations

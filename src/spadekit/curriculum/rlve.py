@@ -1,23 +1,12 @@
 """The RLVE baseline: 400 verifiable single-turn environments behind an adaptive-difficulty ladder.
 
-RLVE's environments come from PyPI ``rlve-gym`` (imported as ``Gym``; upstream commit 73cccd9).
-Each has a *generator* (``generator(seed, parameter)`` then ``prompt_generator()``), a *verifier*
-(``verifier(output) -> {"reward" in [-1, 1], "accuracy" 0/1, "format_score" 0/1}``) and a parameter
-controller whose ``update()`` makes the problems one level harder. Here:
-
-* :func:`generate_problem` makes one problem at a difficulty level (retrying derived seeds); an
-  :class:`RLVEProblem` can be played any number of times (a GRPO group plays it ``n`` times).
-* :class:`RLVEEnv` plays one problem with the Gymnasium text contract: the agent's last
-  ``\\boxed{...}`` (else its last ``<answer>...</answer>``) is re-wrapped in private markers and
-  verified; reward = the verifier's reward clipped to [0, 1] (RLVE's -1 format penalty becomes 0).
-* :class:`DifficultyLadder` is RLVE's per-environment schedule (pure logic, see its docstring).
-* :class:`RLVECurriculum` ties them together for ``selfplay``.
-
-Surprises in rlve-gym worth knowing: importing it takes ~3 s and pulls ``torch`` (only to seed),
-``numpy``, ``networkx`` and ``sympy``, none declared; ``generator`` reseeds the process-wide
-``random``/``numpy``/``torch`` generators (we restore them afterwards); about 66 of the 400
-environments store no ``parameter["reference_answer"]``; ``PolyaModel``'s scorer parses the whole
-output instead of the marked answer, so it is handed the bare answer.
+Environments come from PyPI ``rlve-gym`` (imported as ``Gym``), each with a generator, a verifier
+and a parameter controller. :func:`generate_problem` makes one problem at a level (retrying
+derived seeds); :class:`RLVEEnv` plays it with the text contract: the last ``\\boxed{...}`` (else
+``<answer>``) is verified, reward = the verifier's reward clipped to [0, 1];
+:class:`DifficultyLadder` is RLVE's per-environment schedule; :class:`RLVECurriculum` ties them
+together. ``generator`` reseeds the process-wide generators, which are restored afterwards.
+rlve-gym quirks: docs/design/curriculum.md.
 """
 
 from __future__ import annotations
@@ -294,13 +283,11 @@ class RLVEEnv:
 class DifficultyLadder:
     """RLVE's adaptive difficulty for one environment (pure logic; no rlve-gym needed).
 
-    ``upper`` (h) starts at 0. Problems are drawn uniformly from the last ``levels`` levels,
-    ``[max(0, h - levels + 1), h]``. Only plays at difficulty h are counted. Once ``window`` =
-    ``window_factor * num_generations`` such plays are in: if their accuracy is at least
-    ``threshold``, h rises by 1; either way the counters are reset (this is what RLVE's
-    ``RLVEManager.update`` does at 73cccd9: a failed window is discarded and h stays). The window
-    is checked after every play, so a play that fills it decides at once and later plays at the
-    old h no longer count (RLVE checks once per batch, so its window may overshoot).
+    ``upper`` (h) starts at 0; problems are drawn uniformly from levels ``[max(0, h - levels + 1),
+    h]``. Only plays at difficulty h count. Once ``window = window_factor * num_generations`` are
+    in, h rises by 1 if their accuracy is at least ``threshold``; either way the counters reset (as
+    RLVE's ``RLVEManager.update``). The window is checked after every play (RLVE checks once per
+    batch, so its window may overshoot).
     """
 
     def __init__(self, *, threshold: float = 0.9, window_factor: int = 8, levels: int = 4,

@@ -1,18 +1,11 @@
 """Parsers for the two action conventions of spadekit environments.
 
-Games: the agent wraps its command as ``\\boxed{<command>}``; the environment reads the *last*
-top-level box of the turn (:func:`extract_boxed`).
-
-Tool use: the agent emits one or more ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
-blocks (:func:`parse_tool_calls`) and finishes with ``<answer>...</answer>``
-(:func:`extract_answer`). Prose around the tags is ignored.
-
-Every parser here is linear in its input: boxes are matched in one pass, a fenced tool-call
-body is unwrapped without a regular expression, and a tool call nested deeper than
-:data:`MAX_JSON_DEPTH` levels (or holding an integer too long for Python to convert) is a
-malformed call (:class:`ActionParseError`), never a ``RecursionError`` or a bare ``ValueError``.
-
-Standard library only: sandbox workers import this module with site-packages disabled.
+Games: the environment reads the *last* top-level ``\\boxed{<command>}`` of the turn
+(:func:`extract_boxed`). Tool use: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+blocks (:func:`parse_tool_calls`) and a final ``<answer>...</answer>`` (:func:`extract_answer`);
+prose around the tags is ignored. Every parser is linear in its input; a call nested deeper than
+:data:`MAX_JSON_DEPTH` or holding an unconvertible integer is :class:`ActionParseError`, never a
+``RecursionError``. Standard library only: sandbox workers import this module.
 """
 
 from __future__ import annotations
@@ -230,19 +223,12 @@ def parse_tool_calls(
 def parse_tool_calls(
     text: str, strict: bool = True, *, limit: int | None = None
 ) -> list[ToolCall] | ParsedToolCalls:
-    """Parse every ``<tool_call>...</tool_call>`` block in ``text``, in order.
+    """Parse every ``<tool_call>{"name": str, "arguments": object}</tool_call>`` block in order.
 
-    Each block holds a JSON object ``{"name": str, "arguments": object}`` (whitespace and newlines
-    allowed; ``arguments`` may be omitted, or given as a JSON string encoding an object). A block
-    whose closing tag is missing runs to the next ``<tool_call>`` or to the end of the text.
-
-    With ``strict=True`` (default) return the list of calls and raise :class:`ActionParseError`
-    on the first malformed block. With ``strict=False`` never raise: return
-    ``ParsedToolCalls(calls, errors)`` holding the valid calls and one error per malformed block.
-    Text without any block gives ``[]`` (or ``ParsedToolCalls([], [])``).
-
-    ``limit`` caps how many blocks are read (valid or not); later blocks are ignored, which keeps
-    a turn holding thousands of calls cheap to handle.
+    ``arguments`` may be omitted or a JSON string encoding an object; a block without its closing
+    tag runs to the next ``<tool_call>`` or the end. ``strict=True`` returns the calls and raises
+    :class:`ActionParseError` on the first malformed block; ``strict=False`` never raises and
+    returns ``ParsedToolCalls(calls, errors)``. ``limit`` caps how many blocks are read.
     """
     calls: list[ToolCall] = []
     errors: list[ActionParseError] = []

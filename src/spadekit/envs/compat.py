@@ -1,29 +1,12 @@
 """Worker side of the reference-contract compatibility layer (``SandboxConfig.compat``).
 
-Programs written for the SPADE reference implementation's contract use common standard-library
-names without importing them (``random``, ``deque``, ``Tuple``...), numpy as ``np``,
-``parse``/``verify`` from math_verify, and subclass a pre-loaded ``ToolUseBaseEnv``. Inside a
-sandbox worker, :func:`prepare` makes those names resolvable for one program before its module
-code runs:
-
-- only names the program's code objects mention (``co_names``, nested code included) are
-  injected, so a program that uses none of them pays nothing; names the program binds itself
-  (its own imports, definitions) overwrite the injected ones as usual;
-- standard-library names are bound to the real objects (the modules are imported on demand,
-  most are already warm from ``SandboxConfig.preload``);
-- ``np``/``numpy`` and ``parse``/``verify`` are bound only when the package is on the worker's
-  allowlist (``SandboxConfig.packages``) and the code reads the name as a global (its bytecode
-  says so: an attribute ``self.parse`` does not count); the package is then imported while the
-  program loads (numpy about 0.1-0.3 s, math_verify about 1 s, under the load deadline), never
-  in the middle of a step;
-- ``ToolUseBaseEnv`` (and the module ``tool_use_base_env``) come from
-  :mod:`spadekit.envs.refbase`.
-
-:class:`AllowlistFinder` is the import gate for third-party packages: site-packages is never on
-a worker's ``sys.path``; the finder answers only for the top-level names the parent resolved
-from the allowlist (``spadekit.sandbox.packages``), each from its own directory.
-
-Standard library only, and cheap to import: the worker imports this module when it boots.
+Programs written for the SPADE reference contract use standard-library names without importing
+them (``random``, ``deque``, ``Tuple``...), numpy as ``np``, math_verify's ``parse``/``verify``
+and a pre-loaded ``ToolUseBaseEnv`` (:mod:`spadekit.envs.refbase`). :func:`prepare` binds, before
+a program's module code runs, only the names its code objects read as globals; third-party names
+only when the package is on the worker's allowlist, imported at load time, never mid-step.
+:class:`AllowlistFinder` is the import gate for third-party packages: site-packages is never on a
+worker's ``sys.path``. Standard library only and cheap to import: the worker imports it at boot.
 """
 
 import sys

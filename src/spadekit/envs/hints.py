@@ -1,13 +1,9 @@
 """Hint finding for :mod:`spadekit.envs.extract`: the privileged hint next to a program.
 
-The hint is searched in the prose around the chosen code (see the ``The hint`` section of the
-:mod:`spadekit.envs.extract` docstring for the rules): ``<hint>`` tags, ``HINT:``-style lines and
-``# Hint`` headings with their paragraph, else a module-level ``HINT = "..."`` literal in the code
-(found with :mod:`ast`, never executed).  Markdown is stripped from the hint that is used.  The
-hint patterns are also used by :mod:`spadekit.envs.locate` (text blocks, cutting bare code before
-a trailing hint).
-
-Standard library only: sandbox workers import this package.
+The hint is searched in the prose around the chosen code (rules: docs/design/envs.md):
+``<hint>`` tags, ``HINT:``-style lines and ``# Hint`` headings with their paragraph, else a
+module-level ``HINT = "..."`` literal in the code (found with :mod:`ast`, never executed).
+Markdown is stripped from the hint used. Standard library only: sandbox workers import it.
 """
 
 from __future__ import annotations
@@ -21,9 +17,7 @@ from spadekit.envs.hint_patterns import _BLOCK_MARK, _HINT_LINE, _HINT_WORD
 if TYPE_CHECKING:  # pragma: no cover
     from spadekit.envs.locate import _Found
 
-# ---------------------------------------------------------------------------------------------
-# patterns
-# ---------------------------------------------------------------------------------------------
+# -- patterns ---------------------------------------------------------------------------------
 
 _HINT_TAG = re.compile(r"<hint>(.*?)(?:</hint>|\Z)", re.IGNORECASE | re.DOTALL)
 _HINT_HEADING = re.compile(
@@ -46,9 +40,7 @@ _MAX_HINT_CANDIDATES = 100  # per piece of text; more only happens in degenerate
 _MAX_CODE_TICKS = 64
 
 
-# ---------------------------------------------------------------------------------------------
-# markdown stripping and the hint search
-# ---------------------------------------------------------------------------------------------
+# -- markdown stripping and the hint search ---------------------------------------------------
 
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _MD_BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")

@@ -3,10 +3,8 @@
 ``_split_think`` separates ``<think>`` sections from the answer; ``_find_code`` finds the code of
 one environment program in a piece of text (fenced blocks first, then unfenced code) and returns
 it with the prose before and after it (searched for the hint by :mod:`spadekit.envs.hints`), or
-raises ``_Failure``.  The rules are described in the ``How the code is chosen`` section of the
-:mod:`spadekit.envs.extract` docstring.  Code is parsed with :mod:`ast` at most, never executed.
-
-Standard library only: sandbox workers import this package.
+raises ``ExtractionError``. Rules: docs/design/envs.md. Code is parsed with :mod:`ast` at most,
+never executed. Standard library only: sandbox workers import this package.
 """
 
 from __future__ import annotations
@@ -17,11 +15,10 @@ import re
 import textwrap
 
 from spadekit.envs import pyparse
+from spadekit.envs.extract_errors import ExtractionError
 from spadekit.envs.hint_patterns import _BLOCK_MARK, _HINT_LINE
 
-# ---------------------------------------------------------------------------------------------
-# patterns
-# ---------------------------------------------------------------------------------------------
+# -- patterns ---------------------------------------------------------------------------------
 
 _PY_TAGS = frozenset({"python", "py", "python3", "py3", "python2", "ipython", "ipython3", "pyi"})
 _TEXT_TAGS = frozenset({"text", "txt", "plaintext", "plain", "markdown", "md", "hint", "none"})
@@ -54,9 +51,7 @@ _MAX_PARSE_CHARS = 200_000
 _MAX_CANDIDATE_PARSES = 50
 
 
-# ---------------------------------------------------------------------------------------------
-# small data holders
-# ---------------------------------------------------------------------------------------------
+# -- small data holders -----------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -87,17 +82,7 @@ class _Found:
     notes: list[str]
 
 
-class _Failure(Exception):
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(reason, message)
-        self.reason = reason
-        self.message = message
-
-
-
-# ---------------------------------------------------------------------------------------------
-# analysis helpers
-# ---------------------------------------------------------------------------------------------
+# -- analysis helpers -------------------------------------------------------------------------
 
 
 def _analyse(code: str, *, parse: bool = True) -> _Analysis:
@@ -179,9 +164,7 @@ def _trim_trailing_prose(lines: list[str]) -> tuple[list[str], list[str]]:
     return lines, []
 
 
-# ---------------------------------------------------------------------------------------------
-# think sections and fences
-# ---------------------------------------------------------------------------------------------
+# -- think sections and fences ----------------------------------------------------------------
 
 
 def _split_think(text: str) -> tuple[str, str]:
@@ -280,9 +263,7 @@ def _block_code(raw: str) -> tuple[str, bool]:
     return _clean_code(dedented.split("\n")), dedented != raw
 
 
-# ---------------------------------------------------------------------------------------------
-# finding the code in one piece of text (answer or think)
-# ---------------------------------------------------------------------------------------------
+# -- finding the code in one piece of text (answer or think) ----------------------------------
 
 
 def _blank(lines: list[str], blocks: list[_Block]) -> list[str]:
@@ -324,7 +305,7 @@ def _prose(lines: list[str], blocks: list[_Block], chosen: _Block | None) -> lis
 
 def _find_code(text: str) -> _Found:
     if not text.strip():
-        raise _Failure("empty", "the text is empty")
+        raise ExtractionError("empty", "the text is empty")
     lines = text.split("\n")
     blocks = _scan_fences(text)
     outside = _blank(lines, blocks)  # the text with every fenced block blanked out
@@ -425,8 +406,8 @@ def _find_code(text: str) -> _Found:
             return _Found(analysis.code, analysis, method, before, after, notes)
 
     if has_code:
-        raise _Failure(
+        raise ExtractionError(
             "no_env_class",
             "found code but no top-level class whose name ends in 'Env'",
         )
-    raise _Failure("no_code", "found no code block and no Python-looking code")
+    raise ExtractionError("no_code", "found no code block and no Python-looking code")

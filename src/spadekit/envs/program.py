@@ -1,31 +1,13 @@
 """Program records: one model-written text environment, as source code plus provenance.
 
-An environment *program* is a single Python source that defines exactly one top-level class whose
-name ends in ``Env`` (``class GuessEnv:`` or ``class CalcEnv(ToolEnv):``; classes that are merely
-imported do not count).  The class provides ``reset(seed=None, options=None) -> (str, dict)`` and
-``step(action: str) -> (str, float, bool, bool, dict)``, and optionally ``solution()``,
-``max_turns`` and ``tools()``.  This module only *records* such programs; it never imports or
-executes them (that is the sandbox's job).
-
-Public API
-----------
-``EnvProgram``
-    Frozen dataclass: the source plus hint, skill, domain, source/provenance, class name and a
-    deep-frozen ``meta`` mapping (:class:`FrozenDict`; hashable and picklable).  ``sha256`` /
-    ``short_id`` identify the *normalised* code (see :func:`normalize_code`), so a program keeps
-    its identity when line endings or trailing whitespace change.
-``FrozenDict``
-    The immutable mapping type used for ``meta``.
-``normalize_code(code)``
-    The normalisation behind ``EnvProgram.sha256``.
-``find_env_classes(code)``
-    Names of the top-level ``class ...Env`` statements, found with :mod:`ast` (never executed).
-``ProgramSyntaxError``
-    Raised by :func:`find_env_classes` for source that does not parse.  It is both an
-    :class:`~spadekit.envs.extract.ExtractionError` (``reason == "syntax_error"``, hence a
-    ``ValueError``) and a ``SyntaxError`` (``lineno``, ``offset``, ``text`` are kept).
-
-Standard library only: sandbox workers import this package.
+A program is one Python source defining exactly one top-level class whose name ends in ``Env``,
+with ``reset(seed=None, options=None) -> (str, dict)``, ``step(action) -> (str, float, bool,
+bool, dict)`` and optionally ``solution()``, ``max_turns`` and ``tools()``. This module only
+records programs; it never imports or executes them (the sandbox does). :class:`EnvProgram` is
+frozen, with a deep-frozen ``meta`` (:class:`FrozenDict`); ``sha256``/``short_id`` identify the
+normalised code (:func:`normalize_code`). :func:`find_env_classes` raises
+:class:`ProgramSyntaxError` (an ``ExtractionError`` and a ``SyntaxError``) for source that does
+not parse. Standard library only: sandbox workers import this package.
 """
 
 from __future__ import annotations
@@ -56,19 +38,13 @@ DOMAINS: frozenset[str] = frozenset({"games", "tooluse"})
 _DERIVED_KEYS = ("sha256", "short_id")
 
 
-# ---------------------------------------------------------------------------------------------
-# errors and helpers
-# ---------------------------------------------------------------------------------------------
+# -- errors and helpers -----------------------------------------------------------------------
 
 
 class ProgramSyntaxError(ExtractionError, SyntaxError):
-    """Program source that does not parse.
-
-    Catchable as ``ExtractionError`` (``reason == "syntax_error"``), as ``ValueError`` and as
-    ``SyntaxError``; ``msg``, ``lineno``, ``offset`` and ``text`` come from the underlying parser
-    error, which is also chained as ``__cause__`` when raised by :func:`find_env_classes`.
-    The constructor mirrors ``SyntaxError(msg, (filename, lineno, offset, text))`` so that the
-    error pickles (sandbox workers send errors across processes).
+    """Program source that does not parse: an ``ExtractionError`` (``reason == "syntax_error"``), so
+    a ``ValueError``, and a ``SyntaxError`` with the parser's ``msg``, ``lineno``, ``offset`` and
+    ``text``. The constructor mirrors ``SyntaxError(msg, details)`` so the error pickles.
     """
 
     def __init__(self, msg: str, details: tuple | None = None) -> None:
@@ -87,23 +63,14 @@ class ProgramSyntaxError(ExtractionError, SyntaxError):
 def normalize_code(code: str) -> str:
     """Return *code* in the canonical form hashed by :attr:`EnvProgram.sha256`.
 
-    The normalisation is deliberately small: it ignores only cosmetic edits (editors, copy and
-    paste, chat transports) and keeps everything that can matter to Python:
-
-    1. a leading byte-order mark (U+FEFF) is dropped;
-    2. line endings become ``"\\n"`` (``"\\r\\n"`` first, then lone ``"\\r"``);
-    3. trailing spaces/tabs (any ``str.rstrip()`` whitespace) are stripped from every line;
-    4. trailing blank lines are removed, and the result ends with exactly one ``"\\n"``
-       (the empty string stays empty).
-
-    Leading blank lines, indentation and everything else are kept verbatim.  (Stripping trailing
-    whitespace could in principle alter a multi-line string literal; that is accepted.)
+    Only cosmetic edits are ignored: a leading BOM is dropped, line endings become ``"\\n"``,
+    trailing whitespace is stripped from every line, and trailing blank lines are removed so the
+    result ends with exactly one ``"\\n"`` (the empty string stays
+    empty). Raises ``TypeError`` for a non-``str``.
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, not {type(code).__name__}")
-    if code.startswith("\ufeff"):
-        code = code[1:]
-    code = code.replace("\r\n", "\n").replace("\r", "\n")
+    code = code.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     lines = [line.rstrip() for line in code.split("\n")]
     while lines and not lines[-1]:
         lines.pop()
@@ -119,15 +86,10 @@ def _top_level_env_classes(tree: ast.Module) -> list[str]:
 
 
 def find_env_classes(code: str, *, filename: str = "<program>") -> list[str]:
-    """Names of top-level ``class`` statements in *code* whose name ends in ``Env``.
+    """Names of the top-level ``class ...Env`` statements in *code*, in source order (with repeats),
+    found with :func:`ast.parse` (nested, conditional and imported classes do not count).
 
-    Found with :func:`ast.parse`; nothing is executed or imported.  Only ``class`` statements
-    directly in the module body count (not nested classes, not classes under ``if``/``try``, not
-    imported names such as ``from spadekit.envs.tooluse import ToolEnv``).  Names are returned
-    in source order; a name defined twice appears twice.
-
-    Raises ``TypeError`` for a non-``str`` argument and :class:`ProgramSyntaxError` when the
-    source does not parse.
+    Raises ``TypeError`` for a non-``str`` and :class:`ProgramSyntaxError` when it does not parse.
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, not {type(code).__name__}")
@@ -147,12 +109,9 @@ def find_env_classes(code: str, *, filename: str = "<program>") -> list[str]:
 
 
 class FrozenDict(Mapping):
-    """A small immutable, hashable, picklable mapping (``EnvProgram.meta`` and its nested dicts).
-
-    Compares equal to any mapping with the same items (``FrozenDict({"a": 1}) == {"a": 1}``).
-    Unlike ``types.MappingProxyType`` it can be pickled and deep-copied, which sandbox workers
-    and multiprocessing need.  Values must be hashable for ``hash()`` to work; the values
-    produced by ``EnvProgram`` (scalars, tuples, nested ``FrozenDict``) always are.
+    """An immutable, hashable, picklable mapping (``EnvProgram.meta`` and its nested dicts), equal
+    to any mapping with the same items; unlike ``MappingProxyType`` it pickles (sandbox workers need
+    it).
     """
 
     __slots__ = ("_data", "_hash")
@@ -192,7 +151,6 @@ class FrozenDict(Mapping):
         return (FrozenDict, (self._data,))
 
 
-
 def _freeze(value: Any, path: str) -> Any:
     """Deep, JSON-safe, read-only copy: mapping -> FrozenDict, list/tuple -> tuple."""
     if value is None or isinstance(value, (str, bool, int)):
@@ -229,45 +187,21 @@ def _empty_meta() -> Mapping[str, Any]:
     return FrozenDict()
 
 
-# ---------------------------------------------------------------------------------------------
-# the record
-# ---------------------------------------------------------------------------------------------
+# -- the record -------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
 class EnvProgram:
     """One environment program: source code plus hint and provenance.
 
-    Fields
-    ------
-    code:
-        The Python source, stored exactly as given (non-empty, not only whitespace).
-    hint:
-        Privileged hint for the player (or ``None``).
-    skill:
-        Free-form skill label (``"arithmetic"``, ``"planning"``...), or ``None``.
-    domain:
-        ``None``, ``"games"`` or ``"tooluse"`` (see :data:`DOMAINS`).
-    source:
-        Where the program came from: ``"library:<name>"``, a file path,
-        ``"designer:<run>/<step>"``... or ``None``.
-    class_name:
-        Name of the environment class when known (must be a Python identifier).  Not checked
-        against the code here; use :func:`find_env_classes` / the validator for that.
-    meta:
-        Extra JSON-safe data.  The given mapping is deep-copied into an immutable, hashable,
-        picklable form: mappings become :class:`FrozenDict` and lists become tuples (``to_dict``
-        turns them back into dicts and lists).  Keys must be ``str``; values ``str``/``int``/
-        finite ``float``/``bool``/``None`` or lists/tuples/mappings of those.  Mutating the dict
-        you passed in afterwards does not affect the program. A program that imports the game
-        kit gets ``meta["gamekit"]``, the version its code imports (``"v1"``), whatever was passed.
-
-    Equality and hashing
-    --------------------
-    Equality compares all fields, ``meta`` included, and ``code`` *verbatim* (two programs that
-    differ only in line endings are unequal but share a ``sha256``; compare ``sha256`` for
-    identity of the program text).  Since ``meta`` is deep-frozen, every field is hashable and
-    programs can be set members and dict keys; they pickle and deep-copy normally.
+    ``code`` is the source exactly as given (non-empty); ``hint`` the privileged hint or None;
+    ``skill`` a free-form label; ``domain`` None or one of :data:`DOMAINS`; ``source`` where it came
+    from (``"library:<name>"``, a path, ``"designer:<run>/<step>"``); ``class_name`` a Python
+    identifier (not checked against the code here). ``meta`` is JSON-safe data (``str`` keys;
+    scalars, finite floats, lists and mappings), deep-copied into an immutable form (mappings become
+    :class:`FrozenDict`, lists tuples); a program importing the game kit gets ``meta["gamekit"]``.
+    Equality compares all fields and ``code`` verbatim (compare ``sha256`` for identity of the
+    text); programs are hashable, picklable and deep-copyable.
     """
 
     code: str
@@ -297,9 +231,7 @@ class EnvProgram:
             raise ValueError(
                 f"EnvProgram.class_name must be a Python identifier, got {self.class_name!r}"
             )
-        meta = self.meta
-        if meta is None:
-            meta = {}
+        meta = {} if self.meta is None else self.meta
         if not isinstance(meta, Mapping):
             raise TypeError(f"EnvProgram.meta must be a mapping, not {type(meta).__name__}")
         if "spadekit.envs.gamekit" in self.code:  # the kit version it imports is part of it
@@ -338,31 +270,17 @@ class EnvProgram:
     # serialisation ----------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict of all fields plus the derived ``sha256`` and ``short_id``.
-
-        ``meta`` is returned as plain nested dicts/lists.  ``json.dumps(p.to_dict())`` always
-        works, and ``EnvProgram.from_dict(p.to_dict()) == p``.
+        """JSON-safe dict of all fields plus ``sha256`` and ``short_id``; ``from_dict(p.to_dict())
+        == p``.
         """
-        return {
-            "code": self.code,
-            "hint": self.hint,
-            "skill": self.skill,
-            "domain": self.domain,
-            "source": self.source,
-            "class_name": self.class_name,
-            "meta": _thaw(self.meta),
-            "sha256": self.sha256,
-            "short_id": self.short_id,
-        }
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                "meta": _thaw(self.meta), "sha256": self.sha256, "short_id": self.short_id}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EnvProgram:
-        """Rebuild a program from :meth:`to_dict` output (e.g. a JSONL record).
-
-        Only ``code`` is required; missing optional fields default, ``meta: null`` means empty.
-        The derived keys ``sha256`` / ``short_id`` are optional, but when present they must match
-        the code (``ValueError`` otherwise: the record was edited or corrupted).  Any other
-        unknown key is a ``ValueError`` too, so typos do not silently drop data.
+        """Rebuild a program from :meth:`to_dict` output. Only ``code`` is required (``meta: null``
+        is empty); ``ValueError`` when a given ``sha256``/``short_id`` does not match the code or a
+        key is unknown.
         """
         if not isinstance(data, Mapping):
             raise TypeError(f"EnvProgram.from_dict expects a mapping, not {type(data).__name__}")

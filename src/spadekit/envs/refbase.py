@@ -1,28 +1,12 @@
-"""``ToolUseBaseEnv``: the tool-use base class of the SPADE reference contract, for programs
-written against it (pre-loaded by name, or imported as ``tool_use_base_env``; see
-``spadekit.envs.compat``).
+"""``ToolUseBaseEnv``: the tool-use base class of the SPADE reference contract, for programs written
+against it (pre-loaded by name, or imported as ``tool_use_base_env``; see ``spadekit.envs.compat``).
 
-A subclass sets, in ``reset(seed=None)``: ``self._tools`` (``{name: {"description",
-"parameters"}}``, or a list of flat/nested OpenAI schemas), ``self._state`` and
-``self._expected_answer``, and returns ``(task text, {})``; it implements one ``tool_<name>``
-method per tool and ``solution()`` (a string: the tool calls and the final answer). The base
-class owns ``step()``, with the reference's episode rules:
-
-- an ``<answer>...</answer>`` is checked first (``_check_answer``: case-insensitive text, or
-  numbers within 0.01 once ``$`` and ``,`` are dropped): correct ends the episode with 1.0, a
-  wrong one scores 0.0 and play goes on;
-- otherwise the first ``<tool_call>{"name", "arguments"}</tool_call>`` is run (one per turn);
-  the result is shown as ``Tool result:\\n...``; an unknown tool lists the available ones; a
-  tool that raises shows ``Error calling <name>: ...``;
-- no tool call and no answer, or a call that is not JSON: a format error;
-- the turn that reaches ``max_turns`` is truncated and reveals ``solution()``.
-
-One deliberate difference: a format error scores 0.0, not the reference's -0.1, because spadekit
-rewards lie in [0, 1] (SPEC point 1).
-
-``get_tools()`` returns nested OpenAI schemas; ``tools()`` (what spadekit calls) returns the
-schemas as the program wrote them, which the parent side normalises once and checks, naming
-the schema and the program when one is malformed. Standard library only.
+A subclass sets ``self._tools``, ``self._state`` and ``self._expected_answer`` in ``reset`` and
+implements ``tool_<name>`` methods and ``solution()``; the base class owns ``step()`` with the
+reference's episode rules (docs/design/envs.md): a correct ``<answer>`` ends with 1.0, one tool
+call per turn, the turn reaching ``max_turns`` truncates. One deliberate difference: a format
+error scores 0.0, not -0.1, since spadekit rewards lie in [0, 1] (SPEC point 1). ``tools()``
+returns the schemas as written (the parent normalises and checks them). Standard library only.
 """
 
 import json

@@ -1,38 +1,14 @@
 """Programs from files: plain directories of ``.py`` environments, and the SPADE reference
-implementation's stored state (its environment memory file and its games directory).
+implementation's stored state (its ``env_memory.json`` and its games directory).
 
-:func:`programs_from_dir` reads every ``*.py`` file of a directory (sorted by name) that defines
-a top-level ``...Env`` class; files that do not parse or define none are skipped, and an entry
-that leads outside the directory (a symlink out of it, resolved) is refused with
-:class:`UnsafeGameFile`, as ``import_reference`` refuses one in a games directory. The skill
-comes from a ``# skill: X`` header line (spadekit's pool files) or a reference game file name
-(``game_<rollout>_<index>_<skill_slug>.py``), when it names a known skill.
-
-:func:`import_reference` turns a reference run's state into spadekit's pool format (see
-``spadekit.selfplay.generate``): the memory file (``env_memory.json``: a JSON list of records with
-``game_file``, ``skill``, ``code_snippet``, ``actor_win_rate``, ``regret``, ``rollout_id``,
-``metadata``) and/or the games directory (``game_*.py``). The full code of a memory record is
-read from its ``game_file`` inside the games directory, else from ``code_snippet`` when the
-snippet is a complete program (the reference cuts snippets at ``code_snippet_max_chars``, 2000
-by default, so longer ones are not). Every program carries ``meta["lineage"]`` saying where it
-came from (``spade-reference``, the memory file and record index, the game file, rollout id)
-and, from the memory, ``meta["reference_stats"]`` (``win_rate``, ``regret``) which memory
-seeding uses. Records that cannot be recovered are listed in the returned summary, never
-silently dropped.
-
-The memory file and game files come from elsewhere and are read as untrusted:
-
-- the memory file goes through ``spadekit.common.safe_json`` (at most 256 MiB, nesting bounded;
-  a file it refuses is an ``UntrustedJsonError`` naming the file and line). ``NaN`` and
-  ``Infinity``, which Python's ``json.dump`` writes, are read as unknown (``None``: a record's
-  statistic becomes ``None``) and counted in the summary's ``nonfinite``;
-- a ``game_file`` is only ever read inside the games directory: a relative name below it, or,
-  for an absolute path (the reference records where it wrote the file on its own machine), the
-  file of that base name in it. A name that leads outside (``..``, or a symlink, resolved) is
-  refused (:class:`UnsafeGameFile`; the record is skipped and listed with the reason), and so
-  is a game file of the directory's own listing that is a symlink out of it. Without a games
-  directory no game file is read, only the snippets. Game files over ``MAX_GAME_FILE_BYTES``
-  are not read.
+:func:`programs_from_dir` reads every ``*.py`` file (sorted) defining a top-level ``...Env`` class;
+the skill comes from a ``# skill: X`` header or a reference game file name. :func:`import_reference`
+turns a reference run's state into spadekit's pool format; every program carries
+``meta["lineage"]`` and, from the memory, ``meta["reference_stats"]``. Records that cannot be
+recovered are listed in the returned summary, never silently dropped. Everything is read as
+untrusted: the memory file through ``spadekit.common.safe_json`` (non-finite numbers read as
+``None`` and counted), and a game file only inside its directory; a path leading outside raises
+or skips with :class:`UnsafeGameFile`. Details: docs/design/envs.md.
 """
 
 from __future__ import annotations
@@ -61,7 +37,6 @@ class UnsafeGameFile(ConfigError):
 
 _GAME_FILE = re.compile(r"^game_(\d+)_(\d+)_(.+)\.py$")
 _SKILL_LINE = re.compile(r"^#\s*skill:\s*([A-Za-z_ -]+?)\s*(?:\s{2,}|$)", re.MULTILINE)
-REFERENCE_HEADER = '"""SPADE self-play generated game"""'
 
 
 def skill_of(name: str, code: str = "") -> str | None:

@@ -2,22 +2,10 @@
 program uses, and the adapters applied to what a sandboxed program returns.
 
 :func:`static_features` reads the source (never runs it) and names what the program relies on
-(``spadekit validate --json`` reports them as ``details["compat"]``):
-
-- ``name:<x>``: a standard-library or third-party name used without an import (``name:random``,
-  ``name:deque``, ``name:np``, ``name:verify``);
-- ``ToolUseBaseEnv``: subclasses the pre-loaded reference base class (by name or imported from
-  ``tool_use_base_env``);
-- ``package:<p>``: imports an allowlisted third-party package (``package:numpy``);
-- ``reset_without_options``: the Env class's ``reset`` takes no ``options``.
-
-(The reference takes the first ``...Env`` class of a program; spadekit keeps requiring exactly
-one, since the first is often a base class of the one meant.)
-
-At run time the sandbox adds ``solution_string`` (a string ``solution()``, converted by
-``spadekit.envs.schemas.solution_actions``) and ``tools:<shape>`` (tool schemas that were not
-nested: ``tools:flat``, ``tools:dict``, ``tools:mixed``), see :func:`tools_of` and
-:func:`solution_of`.
+(``spadekit validate --json`` reports them as ``details["compat"]``): ``name:<x>`` (a name used
+without an import), ``ToolUseBaseEnv``, ``package:<p>`` and ``reset_without_options``. At run
+time the sandbox adds ``solution_string`` and ``tools:<shape>`` (:func:`solution_of`,
+:func:`tools_of`). Unlike the reference, exactly one ``...Env`` class is still required.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Bounds on the trusted parent's reading of what an untrusted program returns.
 
-A sandboxed program's results (its ``solution()`` string or list, its observations, the tool
-calls in its actions) are read by the parent after the worker has replied, so none of the
-worker's deadlines covers that time. Every such scan is linear in its input, capped in length
-(each scanner documents its caps), and run under a wall-clock :class:`Deadline`. What breaks a
-cap or a budget is a failure of the program under a reason code of its own, never ``timeout``:
-
-- ``oversized`` (:data:`OVERSIZED`): a value over a cap (too long, too many parts, nested too
-  deep to be read);
-- ``parent_budget`` (:data:`PARENT_BUDGET`): a scan ran out of its work or time budget.
-
-Both are :class:`~spadekit.common.errors.InvalidResult` errors, so the program is invalid (never
-played, never rewarded), but neither is a hang: the designer reward's hang penalty
-(``spadekit.selfplay.rewards.HANG_REASONS``) is for a program that hangs in its own worker, not
-for time the parent spends reading its results.
-
-:class:`ParentMeter` adds up, per thread, the seconds spent inside :func:`parent_work` sections
-while it is active; the validator (``spadekit.sandbox.validate``) keeps them out of the time it
-charges to the program.
-
+The parent reads a program's results (solution, observations, tool calls) after its worker
+replied, outside every worker deadline. Every such scan is linear, capped in length and run under
+a wall-clock :class:`Deadline`. Breaking a cap is ``oversized`` (:data:`OVERSIZED`), running out
+of budget is ``parent_budget`` (:data:`PARENT_BUDGET`): both are
+:class:`~spadekit.common.errors.InvalidResult` (the program is invalid), never ``timeout``, so
+the designer's hang penalty does not apply. :class:`ParentMeter` adds up, per thread, the seconds
+spent in :func:`parent_work` sections, which the validator keeps out of the program's time.
 Standard library only (plus ``spadekit.common.errors``): sandbox workers import this package.
 """
 

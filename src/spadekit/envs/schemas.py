@@ -1,31 +1,13 @@
 """Tool schemas in the shapes programs write them, and reference-style string solutions.
 
-:func:`normalize_tools` accepts what models and frameworks write and returns one shape, the
-nested OpenAI ``[{"type": "function", "function": {"name", "description", "parameters"}}]``:
-
-- nested schemas (as above);
-- flat schemas ``{"name", "description", "parameters"}`` (a ``"type": "function"`` beside them
-  is allowed);
-- the SPADE reference's ``_tools`` dict ``{name: {"description", "parameters"}}``.
-
-``parameters`` defaults to an empty object schema; one with ``properties`` but no ``type`` is
-taken as an object. Anything else raises :class:`SchemaError`, whose message names the
-program and the schema (its position and name, when it has one).
-
-:func:`solution_actions` turns a reference-style ``solution()`` string into the actions that
-replay it, when the string is made of tool calls and an answer: ``<tool_call>`` blocks,
-calls written as ``name(key="value", ...)`` with a listed tool's name and literal arguments,
-``<answer>...</answer>`` or a trailing ``ANSWER: ...``, and ``\\boxed{...}`` commands, in the
-order they appear (prose between them is ignored). It returns ``None`` for anything else (a
-description, a bare value): such a solution is "not replayable". The string is the program's,
-read by the trusted parent, so the reading is linear in its length (every bracket is scanned
-from once, closing tags are found with one forward cursor) and capped: a string over
-:data:`MAX_SOLUTION_CHARS`, more than :data:`MAX_SOLUTION_ACTIONS` actions or a tool call nested
-deeper than :data:`MAX_JSON_DEPTH` raise ``InvalidResult(reason="oversized")``, a reading past
-its work or time budget ``InvalidResult(reason="parent_budget")`` (see
-:mod:`spadekit.envs.scan_limits`); neither is a hang of the program.
-
-Standard library only (sandbox workers import ``spadekit.envs``).
+:func:`normalize_tools` turns nested OpenAI schemas, flat ``{"name", "description",
+"parameters"}`` schemas and the SPADE reference's ``_tools`` dict into the nested OpenAI shape;
+anything else raises :class:`SchemaError` naming the program and the schema.
+:func:`solution_actions` turns a ``solution()`` string made of tool calls, ``\\boxed{...}``
+commands and an answer into the actions that replay it, ``None`` when it is not replayable. The
+string is untrusted, so reading it is linear and capped: over a cap raises
+``InvalidResult(reason="oversized")``, past its budget ``InvalidResult(reason="parent_budget")``
+(:mod:`spadekit.envs.scan_limits`). Standard library only.
 """
 
 import json
@@ -149,8 +131,7 @@ def tool_names(value):
         return []
 
 
-# ---------------------------------------------------------------------------------------------
-# string solutions
+# -- string solutions -----------------------------------------------------------------------
 
 #: A string solution longer than this is refused (``oversized``) before it is read.
 MAX_SOLUTION_CHARS = 100_000
@@ -288,15 +269,11 @@ def _tool_call(body):
 
 
 def solution_actions(text, tools=(), budget_s=None):
-    """The actions that replay a string solution, or ``None`` (see the module docstring).
-    ``tools`` are the program's nested schemas (for call notation and positional arguments).
-
-    Linear in ``text``: a string over :data:`MAX_SOLUTION_CHARS`, with more than
-    :data:`MAX_SOLUTION_ACTIONS` actions or a tool call nested deeper than
-    :data:`MAX_JSON_DEPTH` raises ``InvalidResult(reason="oversized")``; one whose reading
-    needs more than :data:`SCAN_WORK_FACTOR` times its length in scanning, or more than
-    ``budget_s`` seconds (``spadekit.envs.scan_limits.SCAN_BUDGET_S``), raises
-    ``InvalidResult(reason="parent_budget")``."""
+    """The actions that replay a string solution, or ``None``; ``tools`` are the program's nested
+    schemas. Raises ``InvalidResult(reason="oversized")`` over :data:`MAX_SOLUTION_CHARS`,
+    :data:`MAX_SOLUTION_ACTIONS` or :data:`MAX_JSON_DEPTH`, and ``reason="parent_budget"`` past
+    :data:`SCAN_WORK_FACTOR` times its length in scanning or ``budget_s`` seconds.
+    """
     if not isinstance(text, str):
         return None
     if len(text) > MAX_SOLUTION_CHARS:

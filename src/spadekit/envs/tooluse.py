@@ -1,18 +1,12 @@
 """``ToolEnv``: a small base class for tool-use text environments.
 
-A subclass defines tools as methods named ``tool_<name>`` (the agent calls them as ``<name>``),
-with type hints and a Google-style docstring from which :meth:`ToolEnv.tools` derives OpenAI
-function schemas. It implements ``setup(rng) -> task text`` (build hidden state), ``criteria()``
-(named success checks over the final state) and ``solution()``.
-
-The base class runs the episode. Each turn's ``<tool_call>`` blocks are validated against the
-tool signatures and run in order; every result is one JSON line in the observation,
-``{"tool": name, "result": ...}`` or ``{"tool": name, "error": ...}`` (bad arguments, a
-:class:`ToolError` raised by the tool, or any other exception). Intermediate rewards are 0.0.
-An ``<answer>`` tag (after that turn's calls) ends the episode with reward = fraction of
-``criteria()`` that hold; reaching ``max_turns`` first truncates with reward 0.0.
-
-Standard library only: sandbox workers import this module with site-packages disabled.
+A subclass defines tools as ``tool_<name>`` methods (called as ``<name>``) whose type hints and
+Google-style docstring give the OpenAI schemas of :meth:`ToolEnv.tools`, and implements
+``setup(rng) -> task text``, ``criteria()`` and ``solution()``. Each turn's ``<tool_call>`` blocks
+are validated against the signatures and run in order; each result is one JSON line,
+``{"tool": name, "result": ...}`` or ``{"tool": name, "error": ...}``. Intermediate rewards are
+0.0; an ``<answer>`` ends the episode with the fraction of ``criteria()`` that hold; reaching
+``max_turns`` first truncates with 0.0. Standard library only (sandbox workers import it).
 """
 
 from __future__ import annotations

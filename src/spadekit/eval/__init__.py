@@ -3,21 +3,11 @@
 Layer 5: eval.
 May import: common, envs, sandbox, runs, policy, rollout, train.
 
-A suite spec is ``NAME`` or ``NAME:ARGUMENT``:
-
-========================  =====================================================================
-``rg-hard``, ``rg-easy``  Reasoning Gym, 100 datasets x 50 items (seed 45), rolled up into
-                          RG-Math/Algo/Cog/Logic; ``rg-hard:broad`` uses the broad mapping,
-                          ``rg-hard:gcd,chain_sum`` only those datasets
-``bfcl-mt``               BFCL v4 multi-turn (4 categories x 200); ``bfcl-mt:base,miss_func``
-                          picks categories
-``qa:FILE``               a JSONL file of question/answer or question/choices/answer items
-                          (AIME, GPQA, ... supplied by the user), Avg@k
-``envs:SOURCE``           environment programs (``library``, a pool dir, a run dir) in the
-                          sandbox, mean return and win rate per skill
-========================  =====================================================================
-
-Adapters import their optional packages only when built, so ``import spadekit.eval`` is cheap.
+A suite spec is ``NAME`` or ``NAME:ARGUMENT``: ``rg-hard``/``rg-easy`` (Reasoning Gym, 100
+datasets x 50 items, ``rg-hard:broad`` or ``rg-hard:gcd,chain_sum``), ``bfcl-mt`` (BFCL v4
+multi-turn, ``bfcl-mt:base,miss_func``), ``qa:FILE`` (a JSONL file of questions, Avg@k) and
+``envs:SOURCE`` (environment programs in the sandbox). Adapters import their optional packages
+only when built, so ``import spadekit.eval`` is cheap.
 """
 
 from __future__ import annotations

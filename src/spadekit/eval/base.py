@@ -1,20 +1,11 @@
 """The evaluation contract every suite adapter implements, and the answer environment they share.
 
-A suite (``rg-hard``, ``bfcl-mt``, ``qa:FILE``, ``envs:DIR``, ...) is one small module with a
-class deriving from :class:`Suite`:
-
-- ``load_items(limit)`` returns :class:`EvalItem` rows (``limit`` caps the items *per dataset*);
-- ``score(item, completion)`` turns what the model produced into a number in [0, 1] and never
-  raises (a malformed completion scores 0);
-- ``make_env(item)`` builds the text environment (Gymnasium contract over ``str``) that the policy
-  plays to answer the item; the rollout engine steps it in-process (adapters are trusted code).
-
-Single-answer suites use :class:`AnswerEnv`: the question is the first observation; each reply is
-scored with ``score``; a reply scoring >= 1.0 ends the episode, otherwise the model is told it was
-not right and may try again, up to ``max_turns`` replies (the paper allows 2 for Reasoning Gym).
-The episode's return is the last reply's score, so ``Trajectory.episode_return`` is the item's
-score for that sample. A *win* is a score >= 1.0 (``WIN_THRESHOLD``; many Reasoning Gym scorers
-give small partial credit).
+A :class:`Suite` implements ``load_items(limit)`` (:class:`EvalItem` rows, ``limit`` per
+dataset), ``score(item, completion)`` (a number in [0, 1]; never raises, a malformed completion
+scores 0) and ``make_env(item)`` (a trusted in-process text environment). :class:`AnswerEnv`
+serves single-answer suites: each reply is scored, one scoring >= 1.0 ends the episode, else the
+model may retry up to ``max_turns`` replies; the return is the last reply's score. A win is a
+score >= ``WIN_THRESHOLD`` (1.0).
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Generation calls of an in-process model bounded by their padded attention.
 
-``HFPolicy`` left-pads a batch to its longest prompt, and when the rows differ in length the
-model attends over every padded pair of positions: memory grows with ``rows x longest prompt²``
-(measured on a CPU: about 6 bytes a cell for ``tiny``, 25 to 30 for SmolLM2-135M). Evaluation
-prompts vary a lot: Reasoning Gym's hard items run from 20 to over 7,000 tokens of the
-byte-level ``tiny`` model, and a multi-turn episode's context grows every turn. The engine sends
-every live episode of a turn in one ``generate`` call, so ``spadekit eval --model tiny --suite
-rg-hard --limit 2`` padded 64 items to a 7,336-token prompt and took about 16 GB.
-
-``HFPolicy.generate`` bounds every call itself (``max_batch_cells``, default
-``DEFAULT_BATCH_CELLS``), so self-play's rollouts have the same bound. :class:`CellBoundedPolicy`
-sets evaluation's own bound (``--max-batch-cells``; 0: none): each ``generate`` call is split into
-sub-calls of similar prompt length (``plan_batches``, exact widths from the requests' token ids,
-on every turn), each within ``max_cells`` (one request always fits), handed to the policy with
-its own bound off, and the generations come back in request order. A request carries its own
-seed, so splitting does not change what is sampled. Policies that manage their own memory
-(vLLM's paged attention, an OpenAI-compatible server) are used as they are (:func:`bounded`).
+A left-padded batch costs memory in ``rows x longest prompt²``, and evaluation prompts vary from
+tens to thousands of tokens. :class:`CellBoundedPolicy` (``--max-batch-cells``; 0: none) splits
+each ``generate`` call into sub-calls of similar prompt length, each within ``max_cells`` (one
+request always fits), and returns the generations in request order; a request carries its own
+seed, so splitting does not change what is sampled. Policies that manage their own memory (vLLM,
+an OpenAI-compatible server) are used as they are (:func:`bounded`). Measurements:
+docs/design/eval.md.
 """
 
 from __future__ import annotations

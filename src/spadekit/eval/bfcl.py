@@ -1,29 +1,14 @@
-"""BFCL v4 multi-turn (``bfcl-mt``): the Berkeley Function-Calling Leaderboard's stateful
-multi-turn categories, played as spadekit tool-use episodes and scored by BFCL's own checker.
+"""BFCL v4 multi-turn (``bfcl-mt``): the Berkeley Function-Calling Leaderboard's stateful multi-turn
+categories, played as spadekit tool-use episodes and scored by BFCL's own checker.
 
-Data, simulated APIs (file system, trading bot, travel booking, ...) and ``multi_turn_checker``
-come from PyPI ``bfcl-eval==2026.3.23``, installed with ``--no-deps`` and imported lazily on
-first use. One item is one BFCL entry: a conversation of user requests over the entry's APIs.
-
-Episode (:class:`BFCLEnv`): the first observation is the first user request. The ``<tool_call>``
-blocks of a reply become BFCL call strings (``cd(folder='document')``) and run, in order, against
-this episode's own API instances; the results (one JSON line per call) are the next observation.
-A reply without tool calls closes the current request and the next one is shown; after the last
-request the episode terminates with reward = :meth:`BFCLMultiTurnSuite.score` of the recorded
-calls: 1.0 iff BFCL's checker accepts them (after every turn the API state equals the ground
-truth's, and every ground-truth result was produced). A request may take at most
-``max_steps_per_turn`` tool-calling replies (BFCL's limit, 20); reaching it fails the whole entry,
-as in BFCL: the episode terminates with reward 0 (``error_type`` ``spadekit:step_limit``).
-
-Categories: ``base``; ``miss_param`` (a request lacks a parameter, the ground truth makes no call
-until the user supplies it); ``miss_func`` (some functions are held out: absent from ``tools()``
-until their turn, when their schemas arrive in the observation text, as BFCL does in prompting
-mode; like BFCL, a held-out function the model calls anyway still runs, and the ground truth of
-``multi_turn_miss_func_49`` needs that: it calls ``tail`` two turns before ``tail`` is given);
-``long_context`` (the APIs load large extra state, so results are long; every observation is
-capped at ``max_observation_chars``). Functions an entry lists as ``excluded_function`` are
-neither offered nor run. Refused calls (unknown or excluded function, bad argument name) are
-not recorded, so the checker replays exactly what the episode executed.
+Data, simulated APIs and ``multi_turn_checker`` come from ``bfcl-eval`` (imported lazily). One
+item is one BFCL entry. In :class:`BFCLEnv` a reply's ``<tool_call>`` blocks run as BFCL calls
+against the episode's own API instances; a reply without calls closes the current request; after
+the last request the reward is 1.0 iff BFCL's checker accepts the recorded calls. A request may
+take at most ``max_steps_per_turn`` replies (20); reaching it fails the entry with reward 0.
+Categories ``base``, ``miss_param``, ``miss_func`` and ``long_context`` follow BFCL's prompting
+mode (docs/design/eval.md). Refused calls are not recorded, so the checker replays exactly what
+the episode executed.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Compare evaluation results: side-by-side metrics with deltas, and head-to-head win rates.
 
-Input files are what ``spadekit eval --out`` writes (``{"format": ..., "model": ..., "suites":
-{name: result}}``). For each suite both files hold, every group (and optionally dataset) gets a
-row with A's and B's ``win_rate`` and ``mean_score`` and B - A. Head-to-head counts, over the items
-both results scored (matched by item id), how often A's item score beats B's, loses, or ties; the
-head-to-head win rate of B is ``(B better + ties / 2) / items``, the paper-style pairwise metric.
-
-An evaluation of a self-play run (its directory, one of its checkpoints, or the run's own
-in-loop evaluation) also records ``"corpus"``: the name, digest and size of the default corpus
-the run was grounded on, read from the header of the run's pinned copy (``corpus.jsonl.gz``,
-``spadekit.selfplay.corpus_pin``). :func:`corpus_note` says when two files record different
-ones: their runs' designers were grounded on different documents.
+Inputs are ``spadekit eval --out`` files. For each suite both hold, every group (optionally
+dataset) gets A's and B's ``win_rate`` and ``mean_score`` and B - A. Head-to-head counts, over
+items both scored (by id), A's wins, losses and ties; B's head-to-head win rate is ``(B better +
+ties / 2) / items``. :func:`corpus_note` says when two self-play evaluations record different
+default corpora (their designers were grounded on different documents).
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """``envs:SOURCE``: a held-out set of environment programs as an evaluation suite.
 
-SOURCE is anything :func:`spadekit.runs.sources.load_programs` reads: ``library``, a pool
-directory from ``spadekit generate`` (for instance one written by a checkpoint the run never
-trained on), or a run directory (its validated designer programs, to compare two models on the
-same environments). Every program is played ``k`` times (default 16, as SPADE plays each
-environment) in the sandbox, without hints. An item is one program; its score is the episode
-return (the last reward if the episode terminated, else 0). The summary groups by skill; besides
-the shared ``win_rate`` (return >= 1.0, solved) it reports ``any_credit_rate`` (return > 0),
-which is the win rate SPADE's curriculum uses during training.
-
-Programs are untrusted (a pool file or a folder can hold anything), so before any is played
-:meth:`EnvPoolSuite.screen` runs the validator self-play uses
-(:class:`spadekit.sandbox.validate.Validator`) on each, with the evaluation's turn cap: only the
-valid ones become items. The others (a program that pays garbage, whose ``reset`` raises, whose
-``solution()`` does not win, ...) are listed in ``invalid`` with the validator's stage, reason
-and message, and are never scored. ``trusted=True`` skips that (a folder you wrote yourself).
-Items cannot be loaded before the suite is screened or trusted.
-
-The validation plays the very seeds the evaluation will play: each program's ``samples`` sample
-seeds (``runner.sample_seed`` of the evaluation's seed, the item and the sample) are the
-validator's ``play_seeds``, besides its own fixed and drawn ones. ``solution()`` must win on
-each, the garbage and random-policy margins count them, and on none may every garbage episode
-do as well as the solution. A program cannot play honest for the validator and pay garbage in
-the evaluation by telling their seeds apart (the validator's drawn seeds are below 2**31, the
-evaluation's are not), nor by computing the evaluation's seeds. A run with another seed, or more
-samples than were screened, is screened again (``needs_screen``).
+SOURCE is anything :func:`spadekit.runs.sources.load_programs` reads (``library``, a pool
+directory, a run directory). Each program is played ``k`` times (default 16) in the sandbox
+without hints; its score is the episode return. Besides ``win_rate`` the summary reports
+``any_credit_rate`` (return > 0), the win rate SPADE's curriculum uses. Programs are untrusted:
+:meth:`EnvPoolSuite.screen` runs the self-play validator on each first, on the very seeds the
+evaluation will play, and only valid ones become items; the others are listed in ``invalid``
+and never scored (``trusted=True`` skips this). Items cannot be loaded before screening, and a
+run with another seed or more samples is screened again (``needs_screen``).
 """
 
 from __future__ import annotations
@@ -83,15 +66,13 @@ class EnvPoolSuite(Suite):
     def screen(self, pool: Any, max_turns: int, seed: int = 0, settings: Any = None,
                limit: int | None = None, workers: int = 2,
                samples: int | None = None) -> list[dict[str, Any]]:
-        """Validate the programs in ``pool`` (a ``SandboxPool``) with the validator self-play
-        uses (``settings``: its ``ValidatorSettings``; default those of the turn cap
-        ``max_turns``) and keep only the valid ones as items; returns :attr:`invalid`. With
-        ``limit``, programs are validated in source order only until each skill has ``limit``
-        valid ones (the rest are neither played nor reported). Each program's validation seed
-        comes from ``seed`` and its hash, so a rerun repeats every verdict; its ``play_seeds``
-        are the evaluation's own ``samples`` seeds of it (default ``defaults.k``; module
-        docstring). A second call with the same cap, seed, limit and samples does nothing;
-        trusted suites are not validated."""
+        """Validate the programs in ``pool`` with self-play's validator (``settings``, default those
+        of ``max_turns``) and keep only the valid ones as items; returns :attr:`invalid`. With
+        ``limit``, validation stops once each skill has ``limit`` valid programs. Each validation
+        seed comes from ``seed`` and the program's hash (a rerun repeats every verdict);
+        ``play_seeds`` are the evaluation's own ``samples`` seeds. Repeating a call, or screening a
+        trusted suite, does nothing.
+        """
         if self.trusted:
             return self.invalid
         if pool is None:

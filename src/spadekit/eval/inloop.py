@@ -1,17 +1,11 @@
 """Evaluation inside a self-play run: the configured suites on the current weights, every
 ``eval.every`` rounds (``SelfPlayConfig.eval``).
 
-Items are loaded once per run (``cache``) so every evaluation scores the same items. The full
-results go to ``run_dir/evals/step-N.json`` (a file ``spadekit eval compare`` reads; it records
-the digest of the run's pinned default corpus); the headline numbers come back as flat metrics
-for the round: ``eval/<suite>/win_rate``, ``eval/<suite>/mean_score`` and the same per group
-(``eval/<suite>/<group>/win_rate``), where ``<suite>`` is :func:`spadekit.eval.suite_label` (no
-slashes).
-
-Suites of environment programs (``envs:``) are screened once, with the run's own validator
-settings (``config.validation`` at the evaluation's turn cap) on the run's sandbox pool, before
-their items are loaded: a program that fails validation is never played, and the result file
-lists it under ``invalid``; ``eval/<suite>/invalid`` counts them.
+Items are loaded once per run (``cache``), so every evaluation scores the same items. Full
+results go to ``run_dir/evals/step-N.json``; flat metrics come back for the round
+(``eval/<suite>/win_rate``, ``eval/<suite>/mean_score``, and per group). ``envs:`` suites are
+screened once with the run's validator settings before loading; ``eval/<suite>/invalid`` counts
+the programs that failed.
 """
 
 from __future__ import annotations

@@ -1,34 +1,13 @@
 """``qa:FILE``: single-answer questions from a JSONL file (AIME-style math, GPQA-style choice).
 
-One JSON object per line (blank lines are skipped):
-
-- math: ``{"question": str, "answer": str | number}``, scored with math-verify;
-- multiple choice: ``{"question": str, "choices": [str, ...], "answer": ...}`` where the answer is
-  a letter (``"A"``, ``"B"``, ...), a 0-based index, or the text of one choice.
-
-``problem`` is accepted as an alias of ``question``. Optional keys: ``id`` (default
-``"<file stem>/<line>"``) and ``dataset`` (the grouping; default the file stem). Any bad line
-raises :class:`EvalError` naming the file and the line, and so do duplicate ids, duplicate choices
-and a math answer math-verify cannot parse. Scraped AIME copies carry JSON-escape damage: ``\\frac``
-written unescaped in JSON decodes as a form feed + ``rac`` (and ``\\binom`` as a backspace +
-``inom``); both control characters, which never occur in real questions, are turned back into
-``\\f`` / ``\\b`` in questions, answers and choices.
-
-Scoring (the answer a reply commits to is :func:`final_answer`: the last ``<answer>...</answer>``,
-else the last ``\\boxed{...}``):
-
-- a reply without either scores 0, even if its last number is right: math-verify alone would
-  grade untagged rambling by its last number, and the prompt asks for a tagged answer;
-- a committed answer longer than ``MAX_ANSWER_CHARS`` scores 0 (math-verify can be slow on huge
-  input); both parse and verify run under math-verify's own timeouts (``MATH_TIMEOUT_S``), which
-  use ``signal.alarm`` and so only work in the main thread; other threads rely on the length cap;
-- math: ``verify(parse(\\boxed{gold}), parse(\\boxed{answer}))``, so ``\\frac{3}{4}`` = ``0.75`` =
-  ``3/4`` and ``70`` = ``70.0``; a hedge such as ``70 or 71`` parses as a set and scores 0;
-- choice: the answer (after unwrapping ``\\text{}``/``**``) must be the letter, alone or as
-  ``(B)``, ``B)``, ``B.``; or ``B) <that choice's text>``; or exactly one choice's text (ignoring
-  case, spacing, surrounding ``$`` and a final period). Anything else scores 0.
-
-Defaults follow the paper's AIME protocol, Avg@32 (``--k`` overrides it).
+One object per line: ``{"question", "answer"}`` (math, scored with math-verify) or
+``{"question", "choices", "answer"}`` (the answer a letter, a 0-based index or a choice's text);
+``problem`` aliases ``question``; optional ``id`` and ``dataset``. A bad line, a duplicate id or
+choice, or an unparsable math answer raises :class:`EvalError` naming file and line. The
+committed answer is :func:`final_answer` (last ``<answer>``, else last ``\\boxed{}``); a reply
+without one, or one longer than ``MAX_ANSWER_CHARS``, scores 0. Math compares
+``verify(parse(gold), parse(answer))``; choice accepts the letter (``B``, ``(B)``, ``B.``...),
+``B) <its text>`` or exactly one choice's text. Default Avg@32. Details: docs/design/eval.md.
 """
 
 from __future__ import annotations

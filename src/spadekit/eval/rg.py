@@ -1,36 +1,13 @@
 """Reasoning Gym as an evaluation suite: ``rg-hard`` and ``rg-easy``.
 
-SPADE reports Reasoning Gym win rates in four buckets (RG-Math, RG-Algo, RG-Cog, RG-Logic). This
-adapter builds the items from the ``reasoning-gym`` package (offline, procedural) and scores the
-model's committed answer with each dataset's own scorer.
-
-- ``rg-hard`` uses the generator parameters of Reasoning Gym's hard evaluation config, kept in
-  ``data/rg_hard.yaml`` (100 datasets, 50 items each, seed 45); ``rg-easy`` generates the same
-  100 datasets with each generator's default parameters, same size and seed.
-- Generated items can be kept on disk (``cache``; on for suites built by name, e.g. by
-  ``spadekit eval``): a second run reads them back in seconds (``spadekit.eval.rg_cache``).
-- Item ``i`` of a dataset is the same whatever ``limit`` is: the generator is always built with
-  the configured size (one dataset, ``acre``, draws its items as a batch sized by the config).
-- A generator that fails on an item (``knight_swap`` does on 4 of its 50 hard items) is retried
-  with seeds derived from the dataset name, seed and index; an item no seed can produce is left
-  out and listed in ``suite.skipped``. The seed an item came from is kept in ``item.data``.
-- Scoring needs Reasoning Gym's original entry (metadata with sets, tuples, numpy values), so
-  entries stay in memory keyed by item id; items loaded back from JSON are regenerated from
-  ``item.data`` and checked against the stored prompt.
-- Buckets are an assumption: SPADE does not publish its category-to-bucket mapping. ``narrow``
-  (default) maps only the four matching Reasoning Gym categories (algebra, arithmetic and
-  geometry to RG-Math; algorithmic, cognition and logic 1:1); ``broad`` also folds graphs and
-  code into RG-Algo, arc and induction into RG-Cog, games into RG-Logic. A dict gives any other
-  mapping; an unmapped category goes to ``RG-Other``.
-- A win is a score >= 1.0: many scorers give small partial credit (0.01 to 0.25) for a
-  well-formed wrong answer.
-
-Upstream scorer problems handled here: ``game_of_life_halting`` gives 1.0 to any non-empty
-answer (it compares ``bool(answer)``), so it is scored by comparing True/False ourselves;
-``prime_factorization`` and others raise on malformed input (scored 0 by ``safe_score``); very
-long answers are not passed to the scorers at all (``MAX_ANSWER_CHARS``). Left as upstream has
-them: ``rubiks_cube`` gives 0.01 to any unsolved answer (its partial-credit code fails), and the
-hard ``game_of_life_halting`` prompts show a 50x50 board abbreviated by numpy (``0 0 ... 0``).
+Items come from ``reasoning-gym`` (offline, procedural) and are scored with each dataset's own
+scorer. ``rg-hard`` uses Reasoning Gym's hard evaluation parameters (``data/rg_hard.yaml``: 100
+datasets, 50 items, seed 45); ``rg-easy`` the default parameters. Item ``i`` is the same whatever
+``limit`` is; failing items are retried with derived seeds and otherwise listed in
+``suite.skipped``. Items may be cached on disk (:mod:`spadekit.eval.rg_cache`). Buckets
+(RG-Math/Algo/Cog/Logic) are an assumption: ``narrow`` (default), ``broad`` or a dict; unmapped
+categories go to ``RG-Other``. A win is a score >= 1.0. Upstream scorer problems handled here:
+docs/design/eval.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
-"""An on-disk cache of generated Reasoning Gym items, so a second ``eval --suite rg-hard`` starts
-in seconds.
+"""An on-disk cache of generated Reasoning Gym items, so a second ``eval --suite rg-hard`` starts in
+seconds.
 
-Building the 100 hard datasets' items is slow (``knight_swap`` alone spends most of a minute
-searching for puzzles, and retries failing items with derived seeds); the items are a pure
-function of the dataset, its parameters, the index, the seed and the package versions, so they
-are kept on disk. One JSON file per dataset under a directory named by everything the items
-depend on: the level, the seed, the size, a digest of the generator parameters, and the
-versions of ``reasoning-gym`` and ``spadekit``. A file holds, per item index, the seed the item
-came from, its question and answer, and the original entry (metadata with sets, tuples and
-numpy values) in a tagged JSON form that decodes to equal values of the same types; an entry
-that form cannot hold exactly is left out, and scoring regenerates it. An index no seed could
-produce is kept with its error, so it is not searched for again.
-
-A cached file is never trusted blindly: it carries the sha256 of its item records and its key;
-a file that does not parse, whose digest or key does not match, or whose records are malformed
-is reported (``CacheStats.corrupt``), ignored and rewritten from fresh generation. Writes are
-atomic (a temporary file renamed into place). Item ids and contents are the same with and
-without the cache. Location: ``$SPADEKIT_CACHE_DIR/rg`` (default ``~/.cache/spadekit/rg``).
+One JSON file per dataset, under a directory named by everything the items depend on (level,
+seed, size, a digest of the parameters, the ``reasoning-gym`` and ``spadekit`` versions), holding
+per index the seed, question, answer and the original entry in a tagged JSON form that decodes
+to equal values of the same types (an entry it cannot hold exactly is regenerated at scoring).
+Files carry a sha256 of their records and key; a bad one is reported (``CacheStats.corrupt``),
+ignored and rewritten. Writes are atomic; item ids and contents are the same with or without the
+cache. Location: ``$SPADEKIT_CACHE_DIR/rg`` (default ``~/.cache/spadekit/rg``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Run a suite with a policy: every item ``k`` times through the rollout engine, then per-item
 scores and a summary per group and dataset, as one JSON-safe result.
 
-The result keeps every sample's score (``items[i].scores``), so both the share solved and
-head-to-head win rates between two models (``spadekit eval compare``) come from the same file.
-Metrics, for the whole suite and per group/dataset:
-
-- ``mean_score``: mean over items of the item's mean score over its k samples (Avg@k);
-- ``win_rate``: mean over items of the share of its samples scoring >= 1.0;
-- ``pass_rate``: share of items with at least one winning sample (pass@k);
-- ``any_credit_rate``: share of samples scoring > 0 (the "win" SPADE's curriculum counts);
-- ``failures``: samples whose environment or policy failed (scored 0, never raised).
-
-An in-process model's generation calls are split by prompt length, so that their padded
-attention stays within ``EvalSettings.max_batch_cells`` (:mod:`spadekit.eval.batching`).
-
-A suite of untrusted programs (``envs:``, :class:`spadekit.eval.envs.EnvPoolSuite`) is screened
-by the validator before anything is played, unless the caller screened it already or trusts it:
-only the programs that passed are played, whatever ``items`` the caller passes, and the result
-lists the others under ``invalid`` (stage, reason, message each), apart from the scored
-``items`` and never in the summary; ``validation`` says whether the suite was validated. The
-screen validates each program on the very seeds this run plays (``sample_seed`` of its seed,
-the item and each of the ``k`` samples); a suite screened for another seed or fewer samples is
-screened again first.
+Every sample's score is kept (``items[i].scores``). Metrics: ``mean_score`` (Avg@k),
+``win_rate`` (share of samples scoring >= 1.0, averaged over items), ``pass_rate`` (pass@k),
+``any_credit_rate`` (share of samples > 0) and ``failures`` (scored 0, never raised). In-process
+generation calls are bounded by ``EvalSettings.max_batch_cells``. An ``envs:`` suite is screened
+by the validator on the very seeds this run plays unless already screened or trusted; only valid
+programs are played, the others are listed under ``invalid``, never in the summary.
 """
 
 from __future__ import annotations
@@ -91,15 +76,12 @@ def sample_seed(base: int, item_id: str, sample: int) -> int:
 
 
 class Journal:
-    """Scored samples appended after every batch (JSON lines, fsynced), so an evaluation that is
-    killed resumes where it stopped. The first line names the suite, model and settings; a
-    journal written for anything else is moved aside to ``<name>.stale`` and a new one begun.
-    A torn last line (the process died mid-write) is skipped when reading and moved to
-    ``<name>.partial`` before the next append (:mod:`spadekit.common.jsonl`), so the next record is
-    never glued to it. Lines are read with ``spadekit.common.jsonl.read_jsonl`` (the hardened
-    decoder: bounded length and nesting, no NaN): a line it refuses, or one that is not a
-    sample's record (``sample`` an int, a finite ``score``, ``failure``), is skipped, and that
-    sample is played again."""
+    """Scored samples appended after every batch (JSON lines, fsynced), so a killed evaluation
+    resumes where it stopped. The first line names the suite, model and settings; a journal for
+    anything else is moved aside to ``<name>.stale``. A torn last line is skipped and moved to
+    ``<name>.partial`` before the next append; a line the hardened decoder refuses, or that is not a
+    sample's record, is skipped and that sample played again.
+    """
 
     def __init__(self, path: str | Path, key: dict[str, Any]):
         self.path = Path(path)

@@ -1,39 +1,21 @@
 """A read-only view of a run directory for the dashboard, its web server and the HTML report.
 
-Nothing here writes: the database is opened through SQLite's URI interface with ``mode=ro``
-and a busy timeout, so reading never blocks (or is blocked by) a run that is training:
-
-* while a writer has the database open (``run.sqlite-wal`` exists) the connection is a plain
-  ``mode=ro`` WAL reader: it registers its read in the writer's ``-shm`` index like any reader
-  (the database itself is never written) and WAL readers never block the writer. (SQLite's
-  ``readonly_shm=1`` is deliberately not used: a reader holding the index read-only makes a
-  writer that opens the database next fail with ``SQLITE_READONLY``.)
-* when there is no ``-wal`` file (the run is finished or stopped cleanly) everything is in
-  ``run.sqlite`` and the connection is ``immutable=1``, because a plain ``mode=ro`` connection
-  would create ``-wal``/``-shm`` files in the run directory. Should a run start writing during
-  such a read, a failing read is retried on a fresh connection (a few times, briefly backing
-  off, so a writer that is just opening or closing the database is never reported as an
-  unreadable run).
-
-Each public call reads inside one read transaction (one consistent view of the committed
-rounds). Everything returned is JSON-safe (``json.dumps(..., allow_nan=False)`` works: NaN and
-infinities become ``None``); strings come back verbatim (HTML escaping is the page's job) but
-capped: code at :data:`CODE_CAP` characters, messages, observations, actions and hints at
-:data:`TEXT_CAP`, rejected outputs at :data:`REJECTED_CAP`, with a ``"…[truncated N chars]"``
-marker. Counting rules follow SPADE: "win rate" is the reference's, the plateau's default input
-(``reward.win_rate_input``): the mean return of plays, clipped to [0, 1], and without
-qualification over plays *without* the hint; ``positive_share`` (share of plays with return > 0,
-the knob's other choice) is given next to it; regret is the mean return with the hint minus
-without, both at the environment's ``created_step`` (as ``RunStore.env_stats``).
-
-Public API: :func:`snapshot`, :func:`env_detail`, :func:`episode`, :func:`bundle` (thin wrappers
-over :class:`RunReader`, which can serve several calls on one connection) and :class:`ReportError`.
+Nothing here writes, and reading never blocks or is blocked by a training run: the database is
+opened ``mode=ro`` (a WAL reader) while a ``-wal`` file exists, else ``immutable=1``, with a
+failing read retried on a fresh connection. Each public call reads inside one read transaction.
+Everything returned is JSON-safe (NaN and infinities become ``None``); strings are verbatim but
+capped (:data:`CODE_CAP`, :data:`TEXT_CAP`, :data:`REJECTED_CAP`). Win rate is the mean return
+of plays without the hint, clipped to [0, 1]; ``positive_share`` is the share of plays with
+return > 0; regret is the mean return with the hint minus without, at ``created_step``. Public
+API: :func:`snapshot`, :func:`env_detail`, :func:`episode`, :func:`bundle` (over
+:class:`RunReader`) and :class:`ReportError`. Why these modes: docs/design/report.md.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import time
 import zlib
@@ -94,16 +76,21 @@ def cap(text: Any, limit: int = TEXT_CAP) -> Any:
     return f"{text[:limit]}…[truncated {len(text) - limit} chars]"
 
 
-def clean(value: Any) -> Any:
-    """A JSON-safe copy: non-finite floats -> None, tuples -> lists, keys and others -> str."""
+def clean(value: Any, loose: bool = False) -> Any:
+    """A JSON-safe copy: non-finite floats -> None, tuples -> lists, keys and others -> str;
+    ``loose`` (the page's data) also: sets -> lists, bytes -> UTF-8 text, paths -> ``fspath``."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
+        return {str(k): clean(v, loose) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or loose and isinstance(value, (set, frozenset)):
+        return [clean(v, loose) for v in value]
+    if loose and isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if loose and isinstance(value, os.PathLike):
+        return os.fspath(value)
     return str(value)  # dates from YAML and the like
 
 
@@ -239,13 +226,12 @@ class RunReader:
     def snapshot(self) -> dict[str, Any]:
         """The overview (keys in the brief of ``spadekit-report/1``). ``None`` where nothing was
         measured: an environment's win rates, mean return and turns before its first play,
-        ``regret`` unless it was played with and without the hint at ``created_step``,
-        ``designer_reward`` until its delayed designer sample was scored; per skill/round
-        ``mean_regret``/``mean_designer_reward`` when none of that skill was created that round
-        (these two average environments *created* that round, the rest average that round's
-        no-hint plays); ``complexity`` code sizes when no designed environment was created;
-        ``run.model/setting`` without a config.yaml; ``latest_step`` before the first round;
-        any metric or timing stored as NaN/inf. Skills without a name are ``"unknown"``."""
+        ``regret`` unless played with and without the hint at ``created_step``, ``designer_reward``
+        until scored; per skill/round ``mean_regret``/``mean_designer_reward`` when no environment
+        of that skill was created that round; ``complexity`` without designed environments;
+        ``run.model/setting`` without a config.yaml; ``latest_step`` before the first round; any
+        NaN/inf. Unnamed skills are ``"unknown"``.
+        """
         return self._read(self._snapshot)
 
     def env_detail(self, sha: str, max_episodes: int = 6) -> dict[str, Any]:

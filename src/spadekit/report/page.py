@@ -1,17 +1,11 @@
 """The dashboard page: one HTML document used by ``spadekit report`` and ``spadekit serve``.
 
-The page is vanilla JS + CSS from ``static/`` (``charts.js``, ``dashboard.js``,
-``dashboard.css``), inlined so that a report file needs no network. Its data arrives as JSON in
-``<script type="application/json" id="data">``:
-
-* report file: the whole :func:`spadekit.report.data.bundle` (snapshot + details + episodes);
-* live page (``serve``): ``{"live": true, "poll_ms": N}``; the script then polls ``/api/...``.
-
-Safety. Everything in a run was written by a model, so the page treats it as hostile text:
-:func:`script_json` escapes ``<``, ``>``, ``&``, U+2028 and U+2029 so no string can close the
-script element, the script puts data into the DOM only through ``textContent``, and a
-Content-Security-Policy allows only this page's own script (by its SHA-256 hash), inline styles
-and ``data:`` images: even a successful injection could not run script or load anything.
+Vanilla JS + CSS from ``static/``, inlined so a report file needs no network. Data arrives as JSON
+in ``<script type="application/json" id="data">``: the whole :func:`spadekit.report.data.bundle`
+for a report file, ``{"live": true, "poll_ms": N}`` for a live page (which polls ``/api/...``).
+Run data is hostile text: :func:`script_json` escapes ``<``, ``>``, ``&``, U+2028 and U+2029, the
+script writes data only through ``textContent``, and a Content-Security-Policy allows only this
+page's script (by hash), inline styles and ``data:`` images.
 """
 
 from __future__ import annotations
@@ -19,12 +13,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from spadekit.report.data import clean
 
 __all__ = ["build_report", "content_security_policy", "render_page", "script_hash", "script_json",
            "write_report"]
@@ -65,27 +60,10 @@ def content_security_policy(header: bool = False) -> str:
     return "; ".join(parts)
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: non-finite floats become None, unknown objects their ``str``."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if value is None or isinstance(value, (str, int, bool)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_clean(v) for v in value]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    return str(value)
-
-
 def script_json(value: Any) -> str:
     """``value`` as JSON that is inert inside ``<script type="application/json">``: no ``<``,
     ``>`` or ``&`` (so no ``</script>`` or ``<!--``) and no U+2028/U+2029 line separators."""
-    text = json.dumps(_clean(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = json.dumps(clean(value, loose=True), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return text.translate(str.maketrans(_JSON_ESCAPES))
 
 

@@ -1,33 +1,15 @@
 """The multi-turn rollout engine: many episodes at once, token-in/token-out, in sandboxes.
 
-Each turn, every live episode's token sequence goes into one batched ``policy.generate`` call;
-then every environment steps in its sandbox, concurrently. A trajectory keeps the exact sampled
-ids and their behaviour logprobs; observation tokens are appended through the chat template's
-incremental rendering (``spadekit.policy.chat``), and ``loss_mask`` marks sampled tokens only.
-
-Episodes end when the program terminates or truncates, at the episode's turn cap, when the
-context would overflow (truncated, ``stop_reason="context"``), or when the environment fails (a
-typed failure on that episode only; the batch goes on). Turn cap: the program is constructed with
-``EpisodeSpec.max_turns`` (else ``RolloutConfig.max_turns``) and plays at most that many turns, or
-its own smaller ``max_turns`` (``Trajectory.max_turns``). Return per SPEC point 4: the last reward
-if terminated, else 0. Hints go on the first observation only: ``"{obs}\\n\\nHINT: {hint}"``.
-A turn sampled without logprobs makes ``Trajectory.logprobs`` None (never zeros, which would turn
-an importance weight into ``p_old``). ``TurnRecord.step_s`` is the episode's own step time where
-the backend measures it (``spadekit.sandbox.batch``), else the turn's mean;
-``TurnRecord.worker_turn_s`` is what its worker spent on the whole step call (all the episodes
-it serves), the figure a per-worker time budget judges.
-
-Scripted episodes (``EpisodeSpec.scripted``, the watch's spot checks) play given actions instead
-of the policy's, inside the same batch: they start in the same session, step in the same calls
-and the same lockstep, and produce no tokens and no training sample.
-
-Where environments run is behind a small seam, ``EnvBackend`` (``spadekit.rollout.sessions``,
-re-exported here): a run opens one ``EnvSession``,
-which starts the episodes of untrusted programs (``start``) and steps them (``step``) and frees
-everything at the end (``release``). ``LocalPoolBackend`` is the local sandbox pool (one sandbox per
-distinct program, batched without threads by ``spadekit.sandbox.batch``);
-``spadekit.rollout.ray_envs.RayEnvBackend`` runs the same sandboxes on Ray actors. Trusted
-in-process environments (``EpisodeSpec.env_factory``) never go through a backend.
+Each turn, every live episode goes into one batched ``policy.generate`` call, then every
+environment steps concurrently. A trajectory keeps the exact sampled ids and behaviour logprobs
+(None, never zeros, if a turn had none); ``loss_mask`` marks sampled tokens only. Episodes end on
+termination or truncation, at the turn cap (``EpisodeSpec.max_turns``, else
+``RolloutConfig.max_turns``, or the program's smaller one), on context overflow
+(``stop_reason="context"``), or on a typed environment failure (that episode only). Return (SPEC
+point 4): the last reward if terminated, else 0. Hints go on the first observation only.
+Scripted episodes play given actions in the same batch and produce no sample. Environments run
+behind ``EnvBackend`` (``spadekit.rollout.sessions``); trusted ``env_factory`` environments
+never do. Details: docs/design/rollout.md.
 """
 
 from __future__ import annotations
@@ -85,10 +67,9 @@ class RolloutConfig:
     """Programs loaded into sandboxes in parallel at the start of a run (steps need no threads:
     ``spadekit.sandbox.batch`` multiplexes every worker's pipe)."""
     strip_thinking: bool = True
-    """Thinking models: when a turn carries a ``<think>...</think>`` block, the environment gets
-    only the text after it (``spadekit.rollout.thinking.split_thinking``); the trajectory keeps the full
-    text in its messages and every sampled token stays trainable. Texts without a think tag
-    are passed unchanged either way."""
+    """Give the environment only the text after a turn's ``<think>...</think>`` block
+    (:func:`spadekit.rollout.thinking.split_thinking`); the trajectory keeps the full text and
+    every sampled token stays trainable."""
     response_prefix: dict[str, str] = field(default_factory=dict)
     """Format aid, per setting (``games``, ``tooluse``): text that opens every assistant turn,
     e.g. ``{games: "\\boxed{"}``. Its tokens are prompt tokens (never trained); the

@@ -1,26 +1,14 @@
 """Sandboxed environments and validation on Ray actors: ``RayEnvBackend`` and ``RayValidator``.
 
-``RayEnvBackend(num_workers)`` is an ``spadekit.rollout.engine.EnvBackend``: give it to
-``RolloutEngine`` instead of a ``SandboxPool`` and the episodes of untrusted programs run on
-``num_workers`` Ray actors. Each actor owns a local ``SandboxPool`` (so each node detects and
-applies its own isolation tier; an actor on a node without a safe tier answers every call with a
-typed ``InsecureSandboxError``) and the environment instances it started. Episodes are assigned
-to actors by program sha256: one sandbox per program per actor, a program's episodes on one
-actor unless there are fewer programs than actors. Every call fans out to all involved actors
-at once and is gathered with a deadline; an actor that dies or misses it turns its episodes into
-typed ``WorkerDied`` / ``SandboxTimeout`` failures and is replaced for later calls. Each step
-brings back, per episode, its own step time and its sandbox worker's total for the turn
-(``session.step_seconds`` / ``session.turn_seconds``, as measured on the actor; None for an
-episode whose actor failed), so the watch sees the same figures as with the local pool. Results and
-typed errors cross Ray as plain data (``error_to_wire`` / ``error_from_wire``), so the engine
-sees the same ``SandboxError`` subclasses, ``to_dict()`` included, as with the local pool.
-
-``RayValidator`` spreads ``Validator.validate_many`` over the same actors, reports in order.
-``make_env_backend("local" | "ray", ...)`` builds either backend from settings.
-
-Importing this module never imports Ray; building a Ray backend without Ray installed raises
-``ConfigError`` (``pip install "spadekit[ray]"``). On a multi-node cluster, spadekit must be
-importable on every node (installed, or shipped with ``init_options={"runtime_env": ...}``).
+``RayEnvBackend(num_workers)`` is an ``EnvBackend`` whose actors each own a local
+``SandboxPool`` (each node applies its own isolation tier, or answers with
+``InsecureSandboxError``). A program's episodes go to one actor by sha256; calls fan out and are
+gathered with a deadline; a dead or late actor turns its episodes into typed ``WorkerDied`` /
+``SandboxTimeout`` failures and is replaced. Step timings and typed errors cross Ray as plain
+data, so the engine sees what it sees with the local pool. ``RayValidator`` spreads
+``Validator.validate_many`` over the same actors; ``make_env_backend`` builds either backend.
+Importing never imports Ray; without it, building raises ``ConfigError``. On a cluster spadekit
+must be importable on every node.
 """
 
 from __future__ import annotations
@@ -253,14 +241,11 @@ class _Slot:
 class RayEnvBackend(EnvBackend):
     """Environments on ``num_workers`` Ray actors, each with its own local sandbox pool.
 
-    ``address``: None starts (or joins the already initialised) local Ray; ``"auto"`` or
-    ``"ray://host:10001"`` joins a cluster. A local Ray this backend starts gets a watchdog
-    (``spadekit.rollout.ray_reaper``): none of its processes outlives this one, however this
-    process dies. ``warm``: warm sandboxes per actor.
-    ``call_timeout``: a fixed deadline for every actor call (default: computed from the sandbox
-    deadlines and the call's size, plus ``SLACK_S``). ``actor_options``: passed to
-    ``.options()`` (default ``{"scheduling_strategy": "SPREAD"}``: one actor per node first).
-    ``init_options``: passed to ``ray.init`` when this backend starts Ray.
+    ``address``: None starts (or joins) local Ray, with a ``ray_reaper`` watchdog; ``"auto"`` or
+    ``"ray://host:10001"`` joins a cluster. ``warm``: warm sandboxes per actor. ``call_timeout``: a
+    fixed deadline per actor call (default: from the sandbox deadlines and call size, plus
+    ``SLACK_S``). ``actor_options`` go to ``.options()`` (default ``SPREAD``), ``init_options`` to
+    ``ray.init``.
     """
 
     def __init__(self, num_workers: int = 2, sandbox_config: SandboxConfig | None = None,

@@ -1,22 +1,12 @@
 """Nothing of a local Ray instance that spadekit started outlives the process that started it.
 
-``ray.init()`` without a cluster address starts a Ray node as children of the calling process
-(the GCS, the raylet, the dashboard and log monitors), and the raylet starts its agents and
-workers below them. When the caller dies by SIGKILL most of these notice and exit, but not all:
-Ray 2.x's ``DashboardAgent`` and ``RuntimeEnvAgent`` went on running under pid 1, forever.
-
-``RayReaper.start(ray_dir)``, called before ``ray.init`` (``spadekit.rollout.ray_envs`` does),
-starts a watchdog process in a session of its own. While the driver lives, the watchdog follows
-the driver's Ray processes (children whose command line runs something from the Ray package,
-``ray_dir``) and all their descendants (agents, workers, the sandboxes of env actors), each
-known by pid and start time so that a reused pid is never mistaken for one of them. As soon as
-the driver is gone (its pipe to the watchdog closes, or the watchdog is reparented), however it
-went, the watchdog stops (SIGSTOP) every one still running, so that none can start another,
-picks up any descendants found meanwhile, and SIGKILLs them all. ``close()`` (after
-``ray.shutdown()``) does the same for whatever a clean shutdown left, and waits for it.
-
-The watchdog half (``main``) uses only the standard library: it runs as
-``python -I -S ray_reaper.py DRIVER_PID RAY_DIR`` and imports nothing from spadekit.
+``RayReaper.start(ray_dir)``, called before ``ray.init``, starts a watchdog in its own session.
+It follows the driver's Ray processes and all their descendants, each known by pid and start
+time (a reused pid is never mistaken). When the driver is gone, however it died, the watchdog
+SIGSTOPs every one still running, picks up descendants found meanwhile, and SIGKILLs them all.
+``close()`` (after ``ray.shutdown()``) does the same for what a clean shutdown left. The watchdog
+(``main``) runs as ``python -I -S ray_reaper.py DRIVER_PID RAY_DIR`` on the standard library
+only. Why: docs/design/rollout.md.
 """
 
 from __future__ import annotations
@@ -74,9 +64,7 @@ def children(pid: int) -> list[int]:
         try:
             with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
                 out += [int(c) for c in fh.read().split()]
-        except OSError:  # a thread that just ended, or a kernel without the file
-            continue
-        except ValueError:
+        except (OSError, ValueError):  # a thread that just ended, or a kernel without the file
             continue
     return out
 

@@ -126,11 +126,8 @@ class LocalPoolSession(EnvSession):
                     self.sandboxes[sha] = sb
                 else:
                     failed[sha] = exc
-        out: list[Any] = [None] * len(items)
+        out: list[Any] = [failed.get(sha) for sha in shas]
         live = [i for i, sha in enumerate(shas) if sha not in failed]
-        for i, sha in enumerate(shas):
-            if sha in failed:
-                out[i] = failed[sha]
         started = start_many([(self.sandboxes[shas[i]], items[i][2], items[i][3], None)
                               for i in live])
         wants_tools = [k for k, r in enumerate(started) if not isinstance(r, SandboxError)

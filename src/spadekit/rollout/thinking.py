@@ -1,33 +1,12 @@
 """Thinking models: separate a turn's ``<think>...</think>`` block from what it says.
 
-Thinking models (Qwen3 with thinking on, DeepSeek-R1 distills, ...) write their reasoning in a
-``<think>...</think>`` block before the answer. In an episode the environment must see only the
-answer (a ``\\boxed{...}`` inside the reasoning is a draft, not a move), while the trainer still
-trains every sampled token, the thinking included (``spadekit.rollout.engine`` strips the thinking from
-the action only; the trajectory's tokens, ``loss_mask`` and messages keep it).
-
-``split_thinking(text) -> (thinking, visible)``:
-
-- Closed thinking: ``visible`` is the text after the LAST closing tag, with its leading
-  whitespace removed (models put ``"\\n\\n"`` after ``</think>``); ``thinking`` is everything
-  before it, tags included (so a template that put the opening ``<think>`` in the prompt, and
-  the model's text starts inside the block with only a ``</think>``, works the same).
-- Unclosed thinking: an opening ``<think>`` with no closing tag after it (the turn ran out of
-  tokens mid-thought): everything from that ``<think>`` on is thinking and ``visible`` is the
-  text before it, with its trailing whitespace removed (usually empty). This also applies to an
-  opening tag that follows the last closing tag.
-- No tag at all: ``("", text)``, the text unchanged.
-
-Tags are matched case-insensitively and tolerate whitespace inside them (``< /Think >``).
-Only ``think`` tags count (not ``thinking``). Linear time: one regular-expression scan whose
-patterns cannot backtrack.
-
-``ends_inside_thinking(text, prompt_opens=False)``: whether a reply ended inside an unclosed
-thinking block, so that what the role was asked for (a hint, a program, a move) was never
-written: the budget ran out mid-thought. ``prompt_opens``: the chat template already put the
-opening ``<think>`` at the end of the prompt (the reply then starts inside the block, and only a
-closing tag ends it). The loop counts such replies per role as ``thinking_cut/<role>``
-(``count_thinking_cut``) and shows them in the round table.
+The environment sees only the answer; the trainer still trains every sampled token.
+``split_thinking(text) -> (thinking, visible)``: with a closing tag, ``visible`` is the text after
+the LAST one (leading whitespace removed) and ``thinking`` all before it; with an opening tag not
+closed after it, everything from it on is thinking and ``visible`` the text before it (trailing
+whitespace removed); without tags, ``("", text)``. Tags match case-insensitively with inner
+whitespace; only ``think`` counts. Linear time. ``ends_inside_thinking(text, prompt_opens)``:
+whether a reply ended inside an unclosed block (``prompt_opens``: the template opened it).
 """
 
 from __future__ import annotations

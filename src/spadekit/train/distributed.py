@@ -1,48 +1,14 @@
 """Multi-process training of ``PolicyTrainer``: DDP and FSDP under ``accelerate launch``/``torchrun``.
 
-Launch (one process per GPU; every process runs the same program)::
-
-    accelerate launch --num_processes 8 -m spadekit selfplay --preset games-4b
-    torchrun --nproc_per_node 8 -m spadekit selfplay --preset games-4b
-    accelerate launch --use_fsdp --num_processes 8 -m spadekit selfplay ...   # FSDP
-
-On CPU (gloo), ``accelerate launch --cpu --num_processes 2`` starts ONE process (accelerate's
-simple launcher); use ``accelerate launch --multi_gpu --num_processes 2`` or ``torchrun``.
-The launcher sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``;
-``setup_distributed`` initialises ``torch.distributed`` from them unless the program already did
-(``accelerate.Accelerator``/``PartialState`` or a manual ``init_process_group``: that group is
-reused). Backend: ``ddp_backend`` or NCCL on CUDA, gloo on CPU.
-
-Strategy (``TrainConfig.distributed_strategy``): ``"auto"`` picks ``"no"`` in one process, else
-``"fsdp"`` when accelerate's launcher exported ``ACCELERATE_USE_FSDP=true`` (its config file or
-``--use_fsdp``), ``"deepspeed"`` for ``ACCELERATE_USE_DEEPSPEED=true``, else ``"ddp"``.
-
-- ``"ddp"``: ``DistributedDataParallel`` around ``LogprobModule`` (the forward that computes the
-  loss-token logprobs); every rank holds the full weights and the full optimizer state; the
-  gradients are all-reduced once per optimizer step (``no_sync`` on every micro-batch but the
-  last). LoRA: only the adapter is trainable, so only it is all-reduced.
-- ``"fsdp"``: FSDP2 (``torch.distributed.fsdp.fully_shard``) on every decoder layer
-  (``model._no_split_modules``) and on ``LogprobModule`` as the root: parameters, gradients and
-  optimizer state are sharded over the ranks. The policy's module then holds shards; generating
-  with it needs the full weights: ``PolicyTrainer.gathered_for_generation()`` (a collective: every
-  rank enters it together).
-- ``"deepspeed"``: not implemented (the engine owns backward, clipping and the step, which this
-  trainer does itself); use ``"fsdp"`` (ZeRO-3-like) instead. Selecting it raises.
-
-What each rank does in ``train_step(samples)`` (``split_batches=True``, the default): every rank
-receives the SAME full global list of samples (the caller computed the advantages and group
-statistics on it, so nothing about them changes); each rank filters it identically, then trains
-only its shard (``shard_indices``: longest first onto the least-loaded rank, deterministic).
-The per-micro-batch loss is normalised by the GLOBAL number of loss tokens (or of sequences), and
-scaled by the world size because DDP/FSDP average gradients over ranks, so the summed gradient is
-exactly the single-process gradient of the whole batch. With ``split_batches=False`` each rank's
-list is its own share and the normaliser is all-reduced. Ranks with fewer micro-batches run tiny
-zero-weight dummy ones so that every rank makes the same number of collective forward/backward
-passes. Gradient clipping uses the global norm. The returned statistics are global.
-
-Checkpoints: rank 0 writes (FSDP weights and optimizer state are gathered to full tensors first),
-every rank reads; the files are those of a single-process run, so a checkpoint moves freely
-between world sizes (for FSDP: full fine-tuning; FSDP+LoRA checkpoints are not supported yet).
+``setup_distributed`` initialises ``torch.distributed`` from the launcher's ``RANK``,
+``WORLD_SIZE``, ... unless a process group already exists (then it is reused). Strategy
+``"auto"`` picks ``"no"`` in one process, else ``"fsdp"`` or ``"deepspeed"`` from accelerate's
+exported flags, else ``"ddp"``; ``"deepspeed"`` raises (not implemented; use ``"fsdp"``).
+Guarantee: every rank gets the same global batch, trains a deterministic shard of it
+(:func:`shard_indices`), and the summed gradient equals the single-process gradient of the whole
+batch; ranks make the same number of collective passes; clipping uses the global norm; the
+returned statistics are global. Rank 0 writes single-process-format checkpoints, every rank
+reads them (FSDP+LoRA checkpoints are not supported). Launch commands: docs/design/train.md.
 """
 
 from __future__ import annotations

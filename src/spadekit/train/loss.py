@@ -1,26 +1,17 @@
-"""The policy-gradient loss of both SPADE roles (SPEC points 7-8).
+"""The policy-gradient loss of both SPADE roles (SPEC points 7-8), one function per mechanism:
 
-One function per mechanism, each checked against hand computations in ``tests/train/test_loss.py``:
-
-- ``clipped_surrogate``: PPO's clipped surrogate with asymmetric bounds ("clip-higher"):
-  ``loss_t = -min(r_t * A, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A)`` with
-  ``r_t = exp(logprob_t - old_logprob_t)``; defaults 0.2 / 0.28.
-- ``truncated_is_weight``: for the delayed (off-policy) designer samples,
-  ``w_t = min(pi_old(t) / pi_behaviour(t), cap)``, cap 2.0, detached; it multiplies that token's
-  surrogate.
-- ``kl_low_var``: the k3 estimator of KL(pi || pi_ref): ``exp(ref - lp) - (ref - lp) - 1``.
-- ``aggregate``: "token" = the mean over every unmasked token of the batch (DAPO-style),
-  "sequence" = the mean over each sequence's tokens, then over sequences; per-sample weights
-  multiply each sample's tokens.
+- ``clipped_surrogate``: ``loss_t = -min(r_t * A, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A)``,
+  ``r_t = exp(logprob_t - old_logprob_t)``; defaults 0.2 / 0.28 ("clip-higher").
+- ``truncated_is_weight``: ``w_t = min(pi_old(t) / pi_behaviour(t), cap)``, cap 2.0, detached,
+  multiplying the delayed designer samples' surrogate.
+- ``kl_low_var``: the k3 estimator of KL(pi || pi_ref), ``exp(ref - lp) - (ref - lp) - 1``.
+- ``aggregate``: "token" = mean over every unmasked token of the batch, "sequence" = mean per
+  sequence then over sequences; per-sample weights multiply each sample's tokens.
 - ``grpo_loss``: all of it together.
 
-Shapes: ``logprobs``, ``old_logprobs``, ``behaviour_logprobs``, ``ref_logprobs`` and ``mask`` are
-``[B, T]``; ``advantages`` is ``[B]`` (one per sequence) or ``[B, T]``; ``sample_weights`` is
-``[B]``. ``mask`` is 1/True where a token counts. Values at masked positions are never read into
-the loss (padding there may hold anything, even inf/nan in the logprob tensors).
-
-Only ``logprobs`` carries gradient: every other input is detached here. Knob names follow TRL's
-GRPOTrainer (``epsilon``, ``epsilon_high``, ``beta``, ``loss_type``).
+Shapes: logprob tensors and ``mask`` ``[B, T]``, ``advantages`` ``[B]`` or ``[B, T]``,
+``sample_weights`` ``[B]``. Masked positions are never read (they may hold inf/nan); only
+``logprobs`` carries gradient. Knob names follow TRL's GRPOTrainer.
 """
 
 from __future__ import annotations
@@ -166,25 +157,16 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
               is_cap: float = 2.0, ref_logprobs: Tensor | None = None, beta: float = 0.0,
               epsilon: float = 0.2, epsilon_high: float = 0.28,
               loss_type: str = "token") -> tuple[Tensor, dict[str, float]]:
-    """SPADE's loss for one batch of agent and designer samples.
+    """SPADE's loss for one batch of agent and designer samples: ``loss = aggregate(tis * surrogate,
+    mask, sample_weights) + beta * aggregate(kl, mask)``.
 
-    ``loss = aggregate(tis * surrogate, mask, sample_weights) + beta * aggregate(kl, mask)``
-
-    - ``surrogate``: ``clipped_surrogate`` (clip-higher).
-    - ``tis``: ``truncated_is_weight(old, behaviour, is_cap)`` where ``behaviour_logprobs`` is
-      given, else 1. For a mixed batch, fill the rows that need no correction with their
-      ``old_logprobs`` (weight exactly 1).
-    - ``sample_weights``: per-sample loss weights (the designer upweighting); they scale the
-      policy-gradient term only, not the KL penalty.
-    - ``beta == 0`` skips the KL entirely (``ref_logprobs`` is then not read); otherwise
-      ``ref_logprobs`` is required and the k3 estimator is used.
-
-    Stats: ``pg_loss``, ``clip_frac_low``, ``clip_frac_high``, ``clip_frac``, ``ratio_mean``,
-    ``tis_mean`` (1.0 without behaviour logprobs), ``tis_capped_frac``, ``tis_sq_mean`` (the
-    weights' second moment), ``mismatch_kl`` (k3 estimate of KL(behaviour || old) over the
-    sampled tokens: 0 where the sampling engine and the trainer agree), ``num_tokens`` and, only
-    when ``beta != 0``, ``kl`` (mean k3 per unmasked token). All are unweighted means over
-    unmasked tokens.
+    ``tis`` is ``truncated_is_weight(old, behaviour, is_cap)`` where ``behaviour_logprobs`` is
+    given, else 1 (rows needing no correction pass their ``old_logprobs``). ``sample_weights`` scale
+    the policy-gradient term only. ``beta == 0`` skips the KL (``ref_logprobs`` is not read);
+    otherwise ``ref_logprobs`` is required (k3). Stats, unweighted means over unmasked tokens:
+    ``pg_loss``, ``clip_frac_low``, ``clip_frac_high``, ``clip_frac``, ``ratio_mean``, ``tis_mean``,
+    ``tis_capped_frac``, ``tis_sq_mean``, ``mismatch_kl`` (k3 of KL(behaviour || old)),
+    ``num_tokens`` and, when ``beta != 0``, ``kl``.
     """
     m = _bool_mask(mask, logprobs)
     per_token, stats = clipped_surrogate(logprobs, old_logprobs, advantages, m,
@@ -203,10 +185,7 @@ def grpo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: 
             r = torch.clamp(log_w, max=50.0)
             stats["mismatch_kl"] = _masked_mean(torch.exp(r) - r - 1.0, m)
     else:
-        stats["tis_mean"] = 1.0
-        stats["tis_capped_frac"] = 0.0
-        stats["tis_sq_mean"] = 1.0
-        stats["mismatch_kl"] = 0.0
+        stats.update(tis_mean=1.0, tis_capped_frac=0.0, tis_sq_mean=1.0, mismatch_kl=0.0)
     pg = aggregate(per_token, m, sample_weights, loss_type)
     loss = pg
     stats["pg_loss"] = float(pg.detach())

@@ -20,15 +20,11 @@ ROLES = ("agent", "designer")
 class Sample:
     """One sequence for the policy-gradient loss.
 
-    ``token_ids`` is the full sequence (prompt and completion, all turns); ``loss_mask`` marks
-    with 1 the tokens the policy produced and is trained on. ``behaviour_logprobs``: per-token
-    logprobs under the policy that sampled the tokens (stored at generation time; entries at
-    masked positions are ignored), or None when the backend did not return them; designer
-    samples need them for truncated importance sampling. ``advantage``: one scalar for the
-    whole sequence. ``weight``: explicit loss weight of every token of this sample (1.0 for the
-    agent, ``designer_weight(...)`` for the designer). ``group_id``: the GRPO group (the
-    environment for agent samples, the skill for designer samples). ``generated_at_step``: the
-    rollout step whose policy produced the sample.
+    ``token_ids``: prompt and completion, all turns; ``loss_mask``: 1 on tokens the policy produced
+    and is trained on; ``behaviour_logprobs``: per-token logprobs of the sampling policy, or None
+    (designer samples need them for truncated importance sampling); ``advantage``: one scalar;
+    ``weight``: the loss weight of every token (1.0 for the agent, ``designer_weight(...)`` for the
+    designer); ``group_id``: the GRPO group; ``generated_at_step``: the producing rollout step.
     """
 
     role: Literal["agent", "designer"]

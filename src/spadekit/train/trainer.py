@@ -1,46 +1,15 @@
 """``PolicyTrainer``: the GRPO update of the one SPADE policy, both roles in one batch.
 
-``train_step(samples)`` takes agent and designer ``Sample`` records (``spadekit.selfplay.advantages``) and
-makes ``num_iterations`` AdamW steps on them:
-
-1. Filter: samples of an importance-sampled role (default: the designer's delayed samples)
-   without behaviour logprobs are dropped, truncated episodes are dropped when
-   ``mask_truncated_completions`` is set, and samples without loss tokens are dropped; each kind
-   is counted in the returned stats.
-2. Pack the rest, longest first, into right-padded micro-batches that fit the token budget.
-3. Old logprobs: with ``num_iterations == 1`` the old policy *is* the current one, so the old
-   logprobs are the detached logprobs of the gradient pass itself (same weights, same numbers;
-   the PPO ratio is exactly 1 and no extra forward pass is spent). With more iterations they are
-   computed once, without gradient, before the first step. Reference logprobs (``beta > 0``)
-   come from a frozen copy of the initial weights, or for LoRA from the same model with the
-   adapter disabled; they are computed once per batch too.
-4. Per micro-batch: ``grpo_loss`` (clip-higher surrogate, truncated importance weights for the
-   off-policy rows, per-sample weights, optional KL), scaled so the gradient sums to the loss of
-   the WHOLE batch: with token-level aggregation every micro-batch is normalised by the batch's
-   total number of loss tokens, so the result does not depend on how the batch was split.
-5. Clip the gradient norm, step, report.
-
-Logits are computed only at loss positions, chunk by chunk through the output head, and
-recomputed in the backward (activation checkpointing of the head), so neither memory nor time
-is spent on ``[batch, length, vocab]`` logits of prompt and observation tokens. Models whose
-logits are post-processed (soft-capping, logit scales) take the plain forward instead.
-
-The policy keeps generating with the trained weights: the trainer updates ``policy.model`` in
-place (with LoRA, the adapter layers are injected into that same module object).
-
-Multi-process (``accelerate launch --num_processes 8 -m spadekit selfplay --preset games-4b``,
-or ``torchrun --nproc_per_node 8 ...``): the trainer joins the process group, wraps the model
-for DDP or FSDP (``distributed_strategy``), and each rank trains its deterministic share of the
-SAME global batch every rank passes in, normalised by the global token (or sequence) count, so
-the update equals the single-process update on that batch; gradient clipping uses the global
-norm; rank 0 writes checkpoints, every rank reads them. Under FSDP, generate inside
-``gathered_for_generation()``. Details: ``spadekit.train.distributed``.
-
-``save(dir)``/``load(dir)`` write and read a checkpoint atomically (temp dir, then rename):
-the model in ``save_pretrained`` form (the adapter only, with LoRA), the tokenizer, the
-optimizer state, the RNG states, the step counter and the config.
-The file helpers (fsync, swap into place, finding the newest complete checkpoint, reading
-safetensors) live in ``spadekit.train.checkpoint``.
+``train_step(samples)`` takes agent and designer ``Sample`` records and makes ``num_iterations``
+AdamW steps: drop samples of an importance-sampled role without behaviour logprobs, truncated
+ones under ``mask_truncated_completions`` and ones without loss tokens (each counted); pack the
+rest longest first into micro-batches within the token budget; compute old logprobs (the
+detached gradient-pass logprobs when ``num_iterations == 1``) and reference logprobs (``beta >
+0``) once per batch; apply ``grpo_loss`` per micro-batch, normalised so the gradient is that of
+the whole batch however it was split; clip, step, report. The policy's model is updated in
+place. Multi-process runs give the single-process update (``spadekit.train.distributed``).
+``save``/``load`` write and read a checkpoint atomically (``spadekit.train.checkpoint``).
+Design notes: docs/design/train.md.
 """
 
 from __future__ import annotations
@@ -204,18 +173,15 @@ class PolicyTrainer:
         """``num_iterations`` optimizer steps on ``samples``; returns the step's statistics.
 
         Counts: ``num_samples``, ``num_samples_trained``, ``dropped_no_logprobs``,
-        ``dropped_truncated``, ``dropped_empty``, ``skipped_zero_advantage`` (kept, counted in the
-        normaliser, not computed: their gradient is exactly zero), ``num_importance_weighted``,
-        ``num_tokens`` (loss tokens), ``num_padded_tokens`` (forward tokens), ``num_microbatches``.
-        Loss statistics (averaged over the ``optimizer_steps``): ``loss``, ``pg_loss``, ``kl``
-        (only with ``beta > 0``), ``clip_frac``/``_low``/``_high``, ``ratio_mean``, ``tis_mean``,
-        ``tis_capped_frac``, ``tis_std``, ``mismatch_kl`` (token means over the batch; the last
-        two: the spread of the importance weights and the k3 KL between the engine that sampled
-        and the trainer), ``grad_norm`` (before clipping),
-        ``grad_clipped``. Then ``step`` (optimizer steps so far), ``learning_rate``,
-        ``seconds``, ``tokens_per_second``, ``peak_rss_mb`` (the process's peak resident set so
-        far) and, on CUDA, ``peak_device_mb`` (this step's peak allocated device memory).
-        A batch with nothing to train on makes no optimizer step (``optimizer_steps == 0``)."""
+        ``dropped_truncated``, ``dropped_empty``, ``skipped_zero_advantage`` (in the normaliser, not
+        computed), ``num_importance_weighted``, ``num_tokens``, ``num_padded_tokens``,
+        ``num_microbatches``. Loss statistics averaged over ``optimizer_steps``: ``loss``,
+        ``pg_loss``, ``kl`` (``beta > 0``), ``clip_frac``/``_low``/``_high``, ``ratio_mean``,
+        ``tis_mean``, ``tis_capped_frac``, ``tis_std``, ``mismatch_kl``, ``grad_norm`` (before
+        clipping), ``grad_clipped``; then ``step``, ``learning_rate``, ``seconds``,
+        ``tokens_per_second``, ``peak_rss_mb`` and on CUDA ``peak_device_mb``. Nothing to train on:
+        ``optimizer_steps == 0``.
+        """
         t0 = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)

@@ -1,19 +1,13 @@
 """The game kit: importable parts that a designed game composes into one ``...Env`` class.
 
-Designed tool-use programs subclass ``spadekit.envs.tooluse.ToolEnv``; designed games may
-subclass the kit's ``KitEnv`` and name a theme and four parts (hidden state, information
-action, scoring rule, turn structure) with typed, range-checked parameters, overriding any
-piece with their own Python. A kit program is about 120 tokens where a whole program is about
-900 (SmolLM2 tokenizer), and it is validated exactly as a whole program is.
-
-Versions: each released version is a frozen folder (``v1/``), imported by name
-(``from spadekit.envs.gamekit.v1 import KitEnv, ...``); tests/envs/test_gamekit_versions.py
-pins each one's SHA-256, so a change of behaviour is a new version and a pooled program keeps
-the behaviour it was validated with. There is no unversioned import: importing a kit name from
-this package raises an ``ImportError`` that names the versions. :func:`kit_version` reads the
-version a program imports from its source (what ``EnvProgram.meta["gamekit"]`` records,
-:func:`kit_meta`). Standard library only; workers import it with every kit version, so it
-imports nothing at load time.
+A kit program subclasses ``KitEnv`` and names a theme and four parts (hidden state, information
+action, scoring rule, turn structure) with typed, range-checked parameters, overriding any piece
+with its own Python; it is validated exactly as a whole program is. Each released version is a
+frozen folder (``v1/``) imported by name; tests/envs/test_gamekit_versions.py pins each one's
+SHA-256, so a change of behaviour is a new version. Importing a kit name from this package raises
+an ``ImportError`` naming the versions. :func:`kit_version` reads the version a program imports,
+:func:`kit_meta` what ``EnvProgram.meta["gamekit"]`` records. Standard library only, nothing
+imported at load time (workers import it).
 """
 
 __all__ = ["LATEST", "VERSIONS", "kit_meta", "kit_version"]

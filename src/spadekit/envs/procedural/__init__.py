@@ -1,9 +1,9 @@
-"""Procedural game programs for CPU-scale warm starts (issue 23): many small, distinct, valid
-environments composed from parts (hidden state, information action, scoring rule, turn
-structure) with surface text drawn from a grounding document.
+"""Procedural game programs for CPU-scale warm starts: many small, distinct, valid environments
+composed from parts (hidden state, information action, scoring rule, turn structure) with
+surface text drawn from a grounding document.
 
 ``mechanics`` holds the parts, ``compose`` writes one whole program from a combination and a
-surface, ``kit`` the same combination as a game-kit program (issue 39).
+surface, ``kit`` the same combination as a game-kit program.
 Standard library only, like the rest of ``spadekit.envs``.
 """
 
