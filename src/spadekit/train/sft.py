@@ -1,4 +1,4 @@
-"""Supervised fine-tuning with a completion-only loss: the warm start before self-play (issue 23).
+"""Supervised fine-tuning with a completion-only loss: the warm start before self-play.
 
 An ``SFTExample`` is one token sequence and a loss mask (1 on the tokens the model must learn to
 write: a designer's program and hint, an agent's replies; 0 on prompts and observations). An

@@ -1,4 +1,4 @@
-"""One procedural game program from four parts and a surface (issue 23's procedural pool).
+"""One procedural game program from four parts and a surface (the procedural pool).
 
 ``compose(combo, surface, seed)`` writes the source of one environment class: the chosen hidden
 state, information action, scoring rule and turn structure (``spadekit.envs.procedural.

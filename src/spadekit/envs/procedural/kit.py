@@ -1,5 +1,5 @@
 """One procedural kit program: a combination of the game kit's parts, themed on a document's
-words, with parameters drawn from a seed (issue 39).
+words, with parameters drawn from a seed.
 
 ``compose_kit(combo, words, seed, max_turns)`` writes what a designer with the kit writes: one
 import line, one ``...Env(KitEnv)`` class naming a one-line theme and the four parts with

@@ -1,5 +1,5 @@
 """The parts a procedural game is built from: hidden state, information action, scoring rule and
-turn structure (issue 23's procedural pool).
+turn structure (the procedural pool).
 
 Every part is a small piece of ordinary Python source, written so that ANY hidden state combines
 with ANY information action, scoring rule and turn structure. A hidden state is a small helper
