@@ -1,19 +1,12 @@
 """The policy protocol: a batch of generation requests in, sampled tokens with logprobs out.
 
-The agent and the designer are the same model behind one ``Policy``. A request carries either
-token ids (the rollout engine's token-in/token-out path) or chat messages (rendered through the
-tokenizer's chat template). A ``Generation`` carries the sampled ids, their logprobs under the
-sampling distribution (``log_softmax(logits / temperature)``, before top-p truncation: the same
-quantity a training forward pass computes), the decoded text and a finish reason.
-
-Backends (``spadekit.policy.registry``): ``hf`` (transformers, CPU or GPU), ``tiny`` (a random
-model built in code for tests), ``smollm2-135m`` (bundled default), ``openai`` (any
-OpenAI-compatible server), ``vllm`` (in-process, GPU).
-
-Rendering and encoding (``render_text``, ``encode_text``) are shared by every backend and the
-rollout engine: a special-token string inside message content or a tool schema is encoded as
-ordinary text, and only the chat template's own markers become control tokens (the section
-"special-token strings in content" below).
+A request carries token ids or chat messages; a ``Generation`` carries the sampled ids, their
+logprobs under the sampling distribution (``log_softmax(logits / temperature)``, before top-p:
+what a training forward pass computes), the text and a finish reason. Backends are listed in
+``spadekit.policy.registry``. ``render_text``/``encode_text`` (and :class:`TemplatePolicy`'s
+``render``) are shared by every backend and the rollout engine: a special-token string inside
+content or a tool schema is encoded as text; only the template's own markers become control
+tokens.
 """
 
 from __future__ import annotations
@@ -166,6 +159,20 @@ class Policy(Protocol):
         """Token ids of ``messages`` through the chat template (``chat_template_kwargs``: its
         extra variables, as :func:`render_text`)."""
         ...
+
+
+class TemplatePolicy:
+    """Base of the policies that render with their own ``tokenizer``'s chat template."""
+
+    tokenizer: Any
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: list[dict[str, Any]] | None = None,
+               chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """:meth:`Policy.render` through :func:`render_text` and :func:`encode_text`."""
+        return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
+                                                       add_generation_prompt, tools,
+                                                       chat_template_kwargs))
 
 
 def render_text(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool,

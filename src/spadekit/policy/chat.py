@@ -1,21 +1,12 @@
 """Token-exact incremental chat rendering for multi-turn rollouts.
 
-A conversation's training sequence is built turn by turn: the rendered prompt, then the model's
-sampled ids exactly as sampled, then the template text that closes the assistant turn and wraps
-the next observation, then the next sampled ids, ... Re-tokenising the whole conversation at the
-end would not give back the sampled ids (a model may sample a non-canonical tokenisation of its
-own text), which is the multi-turn "token drift" that corrupts importance ratios; here the sampled
-ids are never re-tokenised.
-
-``ChatRenderer`` learns, once per tokenizer, how the chat template wraps a user turn (by rendering
-probe conversations with sentinel strings), so each new observation costs one small tokenisation
-instead of a full template render. Templates that do not render turns independently (content
-rewriting, turn-dependent text) fall back to rendering the conversation, and the renderer says so
-(``regular`` is False), never silently.
-
-Every text here is the chat template's text with content escaped (``base.escape_content``): an
-observation's special-token strings (``<|im_end|>``) become text tokens, and an incremental turn
-encodes exactly as the full render of the conversation does.
+A conversation's training sequence is built turn by turn: the rendered prompt, the sampled ids
+exactly as sampled (never re-tokenised: no multi-turn token drift), then the template text that
+closes the turn and wraps the next observation. ``ChatRenderer`` learns once per tokenizer how
+the template wraps a user turn, so each observation costs one small tokenisation; a template
+that does not render turns independently falls back to full renders and says so (``regular`` is
+False). Content is escaped (``base.escape_content``), so an incremental turn encodes exactly as
+the full render does.
 """
 
 from __future__ import annotations

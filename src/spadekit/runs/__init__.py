@@ -9,8 +9,8 @@ May import: common, envs.
 - ``schema``: the SQLite schema, its version and migrations (old run directories open and
   resume).
 - ``pool``: the environment-pool directory (``pool.jsonl``, ``programs/``, ``rejected.jsonl``).
-- ``tracking`` (with ``tracking_base``, ``tracking_wandb``, ``tracking_trackio``): each round
-  also to experiment trackers (``logging.backends``: W&B, trackio), never stopping the run.
+- ``tracking`` (with ``tracking_base``, one adapter for the wandb-style API): each round also
+  to experiment trackers (``logging.backends``: W&B, trackio), never stopping the run.
 - ``sources``: where fixed programs come from (``library``, a pool directory, a run directory, a
   folder of ``.py`` files).
 """

@@ -1,82 +1,14 @@
 """Any environment program as a ``gymnasium.Env``, run inside the sandbox.
 
-:class:`SandboxedTextEnv` hosts one program (source text or :class:`~spadekit.envs.program.EnvProgram`)
-in one sandbox worker and exposes it through the standard Gymnasium API::
-
-    from spadekit.sandbox.gym_adapter import SandboxedTextEnv
-    from spadekit.envs.library import source
-
-    env = SandboxedTextEnv(source("games_code_breaker"), max_turns=12)
-    obs, info = env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step("\\\\boxed{guess 1234}")
-    env.close()                     # kills the worker (and the pool the env created, if any)
-
-Design choices
---------------
-Spaces
-    ``observation_space`` and ``action_space`` are ``gymnasium.spaces.Text`` with ``min_length=0``
-    over :data:`CHARSET`, the printable ASCII characters including whitespace (``string.printable``:
-    digits, letters, punctuation, space, ``\\t \\n \\r \\x0b \\x0c``); another ``charset`` can be
-    passed. The action space's ``max_length`` is ``max_length``; the observation space's is
-    ``max_length`` plus the length of the hint suffix (when there is a hint), so that the first
-    observation of an episode fits too.
-Observations outside the charset
-    A program may print any Unicode. Observations are *fitted* to the charset so that they always
-    lie in ``observation_space`` (and ``gymnasium.utils.env_checker.check_env`` holds): common
-    typography is spelled in ASCII (curly quotes, dashes, arrows, ``x`` for the multiplication
-    sign...), compatibility forms are decomposed (NFKD: ``"…"`` -> ``"..."``, accents dropped from
-    letters), and any other character outside the charset becomes ``"?"``. Whenever this changed
-    anything, the program's exact text is kept in ``info["raw_observation"]``. The reference
-    library emits ASCII only, so its observations pass through unchanged. An observation longer
-    than ``max_length`` raises ``InvalidResult`` (reason ``observation_too_large``), as the sandbox
-    itself does for its own bound.
-Actions
-    Any ``str`` is forwarded unchanged (characters outside the charset and longer texts included:
-    the action space describes what ``sample()`` draws, it is not a filter on model output); a
-    non-``str`` action raises ``TypeError``.
-Seeding
-    ``reset(seed=s)`` calls ``super().reset(seed=s)`` (Gymnasium's seeding contract) and passes
-    ``s`` to the program. ``reset()`` without a seed passes a seed drawn from ``self.np_random``,
-    so that ``reset(seed=s); reset()`` is reproducible as Gymnasium's determinism checks expect.
-    The seed the program received is kept in :attr:`SandboxedTextEnv.last_seed`.
-Hint
-    With ``hint=...`` the text ``"\\n\\nHINT: {hint}"`` is appended to the first observation of each
-    episode (the one ``reset`` returns) and to no other.
-Turn limit
-    ``max_turns`` (default: the program's own ``max_turns`` attribute, if it has one) is passed to
-    the program's constructor *and* enforced here: when the program has not ended the episode after
-    ``max_turns`` steps, the step returns ``truncated=True`` and ``info["turn_limit"] = True``.
-Failures
-    Sandbox failures are :class:`spadekit.common.errors.SandboxError` subclasses (``EnvRaised``,
-    ``InvalidResult``, ``SandboxTimeout``, ``WorkerDied``, ...). By default (``on_error="raise"``)
-    they are re-raised as they are, never turned into ordinary-looking transitions, and the episode
-    is over: the next ``step`` raises ``gymnasium.error.ResetNeeded`` until ``reset``. With
-    ``on_error="truncate"`` a failing ``step`` instead returns
-    ``(last_observation, 0.0, False, True, {"error": exc.to_dict()})``, so that a training loop can
-    carry on with the next episode. ``reset`` always raises. A timeout, a dead worker or a protocol
-    violation kills the worker: every later call raises ``SandboxClosed`` and a new env is needed.
-    ``step`` before the first ``reset`` or after the episode ended raises ``ResetNeeded``.
-Rendering
-    ``render_mode="ansi"``: ``render()`` returns the last observation text; with no render mode,
-    ``render()`` returns ``None``.
-Lifetime
-    ``close()`` kills the worker (``pool.release``) and closes the pool when the env created it
-    (``pool=None``); it is idempotent and also runs when the env is garbage-collected.
-
-Registration
-------------
-Importing this module registers nothing. To use ``gymnasium.make``, register an id yourself::
-
-    import gymnasium
-    from spadekit.envs.library import source
-
-    gymnasium.register(id="spadekit/CodeBreaker-v0",
-                       entry_point="spadekit.sandbox.gym_adapter:make",
-                       kwargs={"program": source("games_code_breaker")})
-    env = gymnasium.make("spadekit/CodeBreaker-v0", max_turns=12)
-
-``gymnasium.make`` then adds its usual wrappers (order enforcing, the passive checker and, with
-``max_episode_steps``, a ``TimeLimit``); :func:`make` returns the plain env.
+:class:`SandboxedTextEnv` hosts one program in one sandbox worker behind the standard Gymnasium
+API (``reset(seed=...)``, the 5-tuple ``step``, ``render_mode="ansi"``, ``close``). Guarantees:
+observations always lie in ``observation_space`` (a ``Text`` space over :data:`CHARSET`; other
+characters are fitted, the exact text kept in ``info["raw_observation"]``); any ``str`` action
+is forwarded unchanged; ``reset()`` without a seed is reproducible from ``np_random``; a
+``max_turns`` cap truncates with ``info["turn_limit"]``; sandbox failures are re-raised typed
+(``on_error="truncate"``: a truncated transition with ``info["error"]``); ``close`` is
+idempotent. Importing registers nothing; :func:`make` is an entry point for
+``gymnasium.register``. Design choices and an example: docs/design/sandbox.md.
 """
 
 from __future__ import annotations

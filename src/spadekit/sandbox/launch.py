@@ -1,18 +1,12 @@
 """Start one isolated worker process: command line, uid, scratch space, cgroup, boot config.
 
-A ``Plan`` says which layers to use (it comes from ``spadekit.sandbox.isolation``);
-``spawn(config, plan)`` returns a ``WorkerProcess`` that has sent its ``hello`` and waits for a
-program. Nothing untrusted has run at that point, which is what makes warm pools safe.
-
-Per-worker uids are allocated host-wide (lock files in a root-owned directory, plus a check that
-no process runs as the uid). Scratch space is a size-limited tmpfs where the tier allows one.
-A standard-tier worker with ``Plan.private_view`` starts as root in ``worker_view.py`` (a
-minimal root of its own: read-only binds of what the interpreter reads, a /proc of its own,
-scratch and runtime library at neutral paths under /tmp), which drops to the worker's uid
-before it executes the worker.
-A worker with no request for ``idle_stop_ms`` is stopped (SIGSTOP, through a pidfd) and
-continued when its next request comes, so threads a program left running cost no CPU between
-requests.
+``spawn(config, plan)`` (a :class:`Plan` from ``spadekit.sandbox.isolation``) returns a
+:class:`WorkerProcess` that has sent its ``hello`` and waits for a program: nothing untrusted has
+run yet, which makes warm pools safe. Per-worker uids are allocated host-wide (lock files in a
+root-owned directory, plus a check that no process runs as the uid); scratch space is a
+size-limited tmpfs where the tier allows one. :meth:`WorkerProcess.kill` SIGKILLs the worker's
+whole process tree (psutil) and cgroup and frees its uid and scratch, leaving no orphan. A
+worker idle for ``idle_stop_ms`` is SIGSTOPped through a pidfd until its next request.
 """
 
 from __future__ import annotations
@@ -34,6 +28,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from spadekit.common.errors import SandboxStartError
 from spadekit.sandbox import cgroup as cg
@@ -440,47 +436,11 @@ def unmount(path: str) -> None:
 
 
 def descendants(pid: int) -> set[int]:
-    """All descendants of ``pid``: through /proc/PID/task/TID/children where the kernel has it,
-    else by scanning the parent links of every process."""
+    """The pids of every live descendant of ``pid`` (empty when ``pid`` is gone)."""
     try:
-        return _walk(pid, _children_files)
-    except OSError:
-        table = _children_table()
-        return _walk(pid, lambda p: table.get(p, []))
-
-
-def _walk(pid: int, children_of) -> set[int]:
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children_of(todo.pop()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _children_files(pid: int) -> list[int]:
-    out: list[int] = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-            out += [int(c) for c in fh.read().split()]
-    return out
-
-
-def _children_table() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    return children
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
 
 
 def worker_config(config: SandboxConfig, plan: Plan, scratch: str,

@@ -1,19 +1,13 @@
 """The parent side of one sandbox: a worker hosting one program, driven over JSON lines.
 
-``Sandbox`` sends one request at a time (a lock makes it safe from several threads; the ``a*``
-methods make it usable from asyncio), enforces a wall-clock deadline on every call, re-validates
-every result with the same checks the worker ran, and turns every failure into a typed
-``spadekit.common.errors.SandboxError``. A timeout, a dead worker or a protocol violation kills the
-worker and its whole process tree; later calls raise ``SandboxClosed``.
-
-Replies are untrusted (the program runs inside the worker and can forge them): every line is
-checked against its schema (``spadekit.sandbox.replies``) before anything reads it, a reset or
-step result that the worker itself should have refused is a forgery too, and so is a second
-reply to one request. Each of these is a ``ProtocolViolation`` that kills the worker; nothing
-but a ``SandboxError`` leaves this module.
-
-``RemoteEnv`` is one environment instance inside a sandbox with the Gymnasium-style API
-(``reset(seed=, options=)`` and the 5-tuple ``step``), plus ``solution()`` and ``tools()``.
+``Sandbox`` sends one request at a time (thread-safe; ``a*`` methods for asyncio), enforces a
+wall-clock deadline on every call and turns every failure into a typed
+``spadekit.common.errors.SandboxError``: nothing else leaves this module. Replies are untrusted:
+each line is checked against its schema (``spadekit.sandbox.replies``), reset and step results
+are re-checked with the worker's own checks, and a second reply to one request is a forgery;
+each is a ``ProtocolViolation``. A timeout, a dead worker or a violation kills the worker and
+its whole process tree; later calls raise ``SandboxClosed``. ``RemoteEnv`` is one environment
+instance with the Gymnasium-style API plus ``solution()`` and ``tools()``.
 """
 
 from __future__ import annotations
