@@ -195,10 +195,8 @@ def render_text(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
     """Token ids of already-rendered template text (no extra BOS/EOS: the template has them).
-    Fast tokenizers go straight to their Rust backend (the same encoding, without the Python
-    wrapper's per-call overhead, which dominated multi-turn bookkeeping). Content escaped by
-    ``escape_content`` is encoded as text (module section "Special-token strings in
-    content")."""
+    Fast tokenizers go straight to their Rust backend (the same encoding). Content escaped by
+    ``escape_content`` is encoded as text (the comment above ``_BREAK``)."""
     if _BREAK in text or _QUOTE in text:
         return _encode_escaped(tokenizer, text)
     backend = _backend(tokenizer)
@@ -225,23 +223,11 @@ def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 
 
 # -- special-token strings in content -----------------------------------------------------------
-#
-# Untrusted text (observations, tool descriptions, hints, programs, documents) may contain the
-# spelling of a control token (``<|im_end|>``). A tokenizer encodes rendered template text by
-# first cutting out every special-token string, wherever it came from, so such text would forge
-# turn boundaries. Content is therefore escaped before it meets the template: inside each
-# occurrence of a special token's string, right after its first character, goes ``_BREAK``
-# (U+FDD0, a Unicode noncharacter: reserved for a program's internal use), and the two
-# noncharacters themselves, where the content has them, are quoted with ``_QUOTE`` (U+FDD1). No
-# special string is left in escaped content, so the template's own markers are the only ones in
-# the rendered text. ``encode_text`` of text that holds these marks: the tokenizer itself finds
-# the template's markers (its own matching rules: ``lstrip``, ``rstrip``, normalisation), each
-# stretch between them is unescaped and encoded with special tokens read as text (a private
-# copy of the Rust tokenizer with ``encode_special_tokens``), the same split the tokenizer makes,
-# so text without special strings gets exactly the ids it got before. Added tokens that are not
-# special (Qwen3's ``<think>``, ``<tool_call>``) keep their ids: they open or close no turn,
-# and templates and the thinking split read them in content. A special token spelled by a single
-# character cannot be escaped and stays a token.
+# Content is escaped before it meets the template: ``_BREAK`` goes inside each special-token
+# string (after its first character), ``_QUOTE`` quotes the two marks themselves, so the
+# template's own markers are the only control tokens in rendered text; ``encode_text`` splits at
+# them as the tokenizer does and encodes each stretch with special strings read as text
+# (docs/design/policy.md, "Special-token strings in content").
 
 _BREAK = "\ufdd0"
 _QUOTE = "\ufdd1"

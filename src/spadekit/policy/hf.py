@@ -244,8 +244,7 @@ class HFPolicy(TemplatePolicy):
 def configure_cpu_threads() -> int:
     """Torch's CPU thread count: ``SPADEKIT_TORCH_THREADS``, else one CPU fewer than this process
     may use (at least 1; ``spadekit.common.cpus``: the affinity mask and the cgroup's quota, not
-    the host's cores). With every CPU in torch, OpenMP threads spin against the sandbox workers
-    and the trainer's other threads: on 2 cores that was 3x to 100x slower than one thread."""
+    the host's cores): one CPU stays free for the sandbox workers and the trainer's threads."""
     import os
 
     import torch

@@ -54,7 +54,7 @@ _ERROR_MODES = ("raise", "truncate")
 
 
 def fit_to_charset(text: str, charset: frozenset[str] | str = CHARSET) -> str:
-    """``text`` with every character outside ``charset`` replaced (see the module docstring).
+    """``text`` with every character outside ``charset`` replaced (docs/design/sandbox.md).
 
     Characters in ``charset`` are kept as they are; others are spelled in ASCII where a usual
     spelling exists, else decomposed (NFKD, combining marks dropped), else replaced by ``"?"``

@@ -85,11 +85,7 @@ def runtime_lib() -> str:
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(src, dst)
-    # compiled once here: a worker runs with -B and cannot write bytecode, so without these it
-    # would compile its replies module, spadekit.common and spadekit.envs from source at every
-    # start (the worker script itself, run as __main__, is always compiled). Written next to
-    # each source whatever this process's pycache prefix or -O (the workers run without
-    # either); an interpreter of another version ignores them and compiles as before.
+    # compiled once here: a worker runs with -B and cannot write bytecode itself
     tag = sys.implementation.cache_tag
     for dirpath, _dirnames, filenames in os.walk(root) if tag else ():
         for name in filenames:
@@ -131,11 +127,8 @@ def uid_lock_dir() -> str:
 
 def uids_in_use(low: int, high: int) -> set[int]:
     """Uids in ``[low, high)`` that own a process on the host (zombies included), as the owner of
-    /proc/PID shows it. One ``stat`` per process (about 0.2 ms for 150 processes; reading every
-    /proc/PID/status instead cost 1-10 ms per worker start, under the GIL). A process that made
-    itself non-dumpable shows as root there; that only matters for a worker that outlived its
-    trainer, which PDEATHSIG and bwrap's --die-with-parent already prevent: the lock files are
-    the allocation, this check is the second line."""
+    /proc/PID shows it (one ``stat`` per process). The lock files are the allocation; this check
+    is the second line (a non-dumpable process shows as root)."""
     found: set[int] = set()
     with os.scandir("/proc") as entries:
         for entry in entries:
@@ -163,13 +156,10 @@ class _UidAllocator:
 
     def take(self, base: int) -> int:
         """A free uid in ``[base, base + UID_RANGE)``, tried round robin from the one after the
-        last handed out by any process on the host (``next-BASE`` in the lock folder, read and
-        advanced under its own lock): a uid just given back is not reused at once, here or in
-        another process (so a process still seen under it belongs to the worker that had it,
-        not to its successor). The cursor only orders the search; the per-uid locks alone make
-        a uid ours. A cursor that cannot be locked within ``CURSOR_WAIT_S`` (a child forked
-        while this process held it keeps the lock for its life) or opened as a regular file is
-        passed over for this process's own."""
+        last handed out on the host (the ``next-BASE`` cursor file, under its own lock), so a
+        uid just given back is not reused at once. The cursor only orders the search; the
+        per-uid locks alone make a uid ours. A cursor not lockable within ``CURSOR_WAIT_S`` or
+        not a regular file is passed over for this process's own."""
         with self.lock:
             folder = uid_lock_dir()
             busy = uids_in_use(base, base + UID_RANGE)
@@ -544,15 +534,8 @@ def _setpriv_argv(setpriv: str, uid: int) -> list[str]:
 
 def as_user(argv: list[str], uid: int) -> tuple[list[str], dict]:
     """``argv`` and the ``Popen`` arguments that run it as ``uid`` (group ``uid``, no
-    supplementary groups).
-
-    Python's ``Popen(user=..., group=..., extra_groups=...)`` must ``fork()`` the caller to
-    change ids in the child, and a fork copies the page tables of the whole caller: a trainer
-    holding a model pays milliseconds of kernel time per worker, and again in write faults on
-    its own memory afterwards. ``setpriv`` makes the same calls (``setgroups``, ``setresgid``,
-    ``setresuid``; the ids are all ``uid`` once it executes the worker, and no capability is
-    left) in a process that Python starts with ``vfork()``. Without ``setpriv`` the ids are
-    changed by ``Popen`` as before."""
+    supplementary groups): through ``setpriv`` where it works (the caller is then started with
+    ``vfork()``, never copying a trainer's page tables), else by ``Popen`` itself."""
     setpriv = setpriv_path()
     if setpriv is None:
         return argv, {"user": uid, "group": uid, "extra_groups": []}

@@ -391,7 +391,7 @@ def model_reply(rng: random.Random, tooluse: bool = False, advertised: Sequence[
 def garbage_action(rng: random.Random, tooluse: bool = False, advertised: Sequence[str] = (),
                    tools: Sequence[Any] = (), solution: Sequence[str] = (),
                    echo: Sequence[str] = (), hint: Sequence[str] = ()) -> str:
-    """One garbage action drawn from ``rng`` (see the module docstring for what it can be);
+    """One garbage action drawn from ``rng`` (docs/design/sandbox.md lists what it can be);
     ``echo`` and ``hint``: words (``words_of``) that model-like replies may repeat."""
     verbs = _verbs(advertised) + list(VERBS)
     kinds = ["command", "command", "word", "word", "number", "sentence", "sentence",

@@ -90,22 +90,14 @@ class ValidatorSettings:
     - ``action_margin``: the solution's mean return must exceed the garbage's mean return, on
       the same seeds, by at least this much (0.5: "0.6 for any action" is refused);
     - ``random_margin``: ... and the random policy's (random advertised commands and numbers)
-      by at least this much (0.25: in an honest knapsack random valid packs earn about half the
-      optimum, so a margin of 0.5 refused the library's own game about half the time). The
-      baselines
-      are measured on the drawn seeds (``BASELINE_EPISODES`` of each per seed): the fixed
-      seeds are public, a program could play honest on them only (with no drawn seeds, on
-      the fixed ones). The fixed seeds get garbage episodes too, recorded only.
-    - ``blind_episodes``: drawn seeds of the blind-reply baseline: each action the program
-      advertises, replied every turn, and each solved seed's solution, replayed on other
-      seeds, in batches of ``lockstep_instances`` (with more than two candidates each gets
-      fewer seeds, at least 6); the leaders are measured again on ``blind_episodes`` fresh
-      seeds each, the best of each kind kept; the printed one's mean must be
-      ``random_margin`` below the solution's too. The better one is ``blind_mean_return``
-      (with ``blind_reply``), and ``chance_return`` (the best of it, the garbage's and the
-      random policy's means) is what a blind reply earns: self-play can read the agent's win
-      rate above it (``reward.above_chance``). A guess the program neither prints nor wins
-      with elsewhere is not measured.
+      by at least this much (0.25: random valid moves earn partial credit in an honest game).
+      The baselines play the drawn seeds (``BASELINE_EPISODES`` of each per seed; the fixed,
+      public seeds get garbage episodes too, recorded only).
+    - ``blind_episodes``: fresh drawn seeds on which the leading blind replies (an advertised
+      action replied every turn; a solved seed's solution replayed on other seeds) are
+      measured; the printed one's mean must be ``random_margin`` below the solution's too.
+      ``details`` gets ``blind_mean_return``/``blind_reply`` and ``chance_return`` (the best
+      of the blind, garbage and random-policy means: ``reward.above_chance`` reads it).
     - ``total_timeout``: budget in seconds for one program's whole validation.
     - ``garbage_episodes``: episodes of drawn garbage when there is no solution to pair them
       with (each on a drawn seed, until the program ends it or the turn cap); the first is

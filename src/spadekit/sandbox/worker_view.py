@@ -103,7 +103,7 @@ def _make_parents(root, path):
 
 
 def _build_root(libc, new, fds, links, binds):
-    """Steps 2 (module docstring) on the tmpfs at ``new``; ``fds`` holds an O_PATH fd for each
+    """Step 2 (docs/design/sandbox.md) on the tmpfs at ``new``; ``fds`` holds an O_PATH fd for each
     bind source, ``"scratch"``, ``"lib"`` and ``"null"``."""
     for sub in ("tmp", "proc", "dev", "dev/shm"):  # /dev/shm: empty, read-only like the root
         os.mkdir(os.path.join(new, sub), 0o755)
@@ -159,7 +159,7 @@ def _enter(libc, new):
 
 
 def private_view(libc, scratch, lib, read=()):
-    """Steps 1-3 (module docstring): ``scratch`` and ``lib`` (host paths) are bound at the
+    """Steps 1-3 (docs/design/sandbox.md): ``scratch`` and ``lib`` (host paths) are bound at the
     neutral paths, ``lib`` read-only, ``read`` (host paths) read-only where they are; returns
     how the root was entered."""
     links, binds = root_layout(read)
