@@ -397,6 +397,7 @@ IDLE = _IdleStopper()
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
 
 
+@functools.cache
 def _libc():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
@@ -405,24 +406,17 @@ def _libc():
     return libc
 
 
-_LIBC = None
-
-
 def mount_tmpfs(path: str, size_mb: int, uid: int | None) -> None:
     """Mount a tmpfs of ``size_mb`` MiB on ``path`` (root only), owned by ``uid``, mode 0700."""
-    global _LIBC
-    _LIBC = _LIBC or _libc()
     opts = f"size={size_mb}m,mode=0700" + (f",uid={uid},gid={uid}" if uid is not None else "")
-    if _LIBC.mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV,
-                   opts.encode()) != 0:
+    if _libc().mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV,
+                     opts.encode()) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mounting a tmpfs on {path}: {os.strerror(err)}")
 
 
 def unmount(path: str) -> None:
-    global _LIBC
-    _LIBC = _LIBC or _libc()
-    _LIBC.umount2(os.fsencode(path), MNT_DETACH)
+    _libc().umount2(os.fsencode(path), MNT_DETACH)
 
 
 def descendants(pid: int) -> set[int]:
