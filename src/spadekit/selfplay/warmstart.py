@@ -24,7 +24,7 @@ from spadekit.envs.program import EnvProgram
 from spadekit.train.sft import SFTConfig, SFTExample, SFTRun
 
 __all__ = ["WarmstartResult", "agent_examples", "designer_completion", "designer_examples",
-           "load_programs", "run_warmstart"]
+           "run_warmstart"]
 
 
 def designer_completion(program: EnvProgram) -> str:
@@ -184,17 +184,6 @@ def agent_examples(policy: Any, config: Any, pool: Any, programs: Sequence[EnvPr
     return out
 
 
-def load_programs(source: str) -> list[EnvProgram]:
-    """The programs of a pool directory, or ``library`` (the bundled reference environments)."""
-    if source == "library":
-        from spadekit.envs import library
-
-        return [library.program(e) for e in library.list_library()]
-    from spadekit.runs.pool import load_pool
-
-    return load_pool(source)
-
-
 @dataclass
 class WarmstartResult:
     model_dir: Path
@@ -210,14 +199,12 @@ def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
     """Build the examples of ``source`` for ``config``'s loop, train, export ``out/model``."""
     from spadekit.policy.registry import load_policy
     from spadekit.runs.pool import write_pool
+    from spadekit.runs.sources import load_programs
     from spadekit.sandbox import SandboxPool
     from spadekit.selfplay.corpus import load_corpus
 
     out = Path(out)
-    programs = [p for p in load_programs(source)
-                if (p.domain or config.setting) == config.setting]
-    if not programs:
-        raise ValueError(f"{source}: no {config.setting} programs to warm-start from")
+    programs = load_programs(source, config.setting)  # ConfigError when none
     rng = random.Random(sft.seed)
     if max_programs is not None and len(programs) > max_programs:
         programs = rng.sample(programs, max_programs)
