@@ -131,37 +131,34 @@ class ValidatorSettings:
     turn_budget_s: float = 2.0
 
     def __post_init__(self) -> None:
-        def whole(name: str, value: Any, low: int) -> None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        def number(value: Any, kinds: tuple) -> bool:
+            return isinstance(value, kinds) and not isinstance(value, bool)
+
+        for name, low in (("max_turns", 1), ("drawn_seeds", 0), ("garbage_episodes", 1),
+                          ("slow_steps", 1), ("solution_drawn_seeds", 0),
+                          ("lockstep_instances", 1), ("blind_episodes", 0),
+                          ("decoy_instances", 0)):
+            value = getattr(self, name)
+            if not number(value, (int,)) or value < low:
                 raise ConfigError(f"ValidatorSettings.{name} must be an int >= {low}, got "
                                   f"{value!r}")
-
-        whole("max_turns", self.max_turns, 1)
-        whole("drawn_seeds", self.drawn_seeds, 0)
-        whole("garbage_episodes", self.garbage_episodes, 1)
-        whole("slow_steps", self.slow_steps, 1)
-        whole("solution_drawn_seeds", self.solution_drawn_seeds, 0)
-        whole("lockstep_instances", self.lockstep_instances, 1)
-        whole("blind_episodes", self.blind_episodes, 0)
-        whole("decoy_instances", self.decoy_instances, 0)
         if not isinstance(self.require_solution, bool):
             raise ConfigError(f"ValidatorSettings.require_solution must be a bool, got "
                               f"{self.require_solution!r}")
-        if not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+        if not all(number(s, (int,)) for s in self.seeds):
             raise ConfigError(f"ValidatorSettings.seeds must be ints, got {self.seeds!r}")
         if not self.seeds:
             raise ConfigError("ValidatorSettings.seeds needs at least one seed")
         for name in ("total_timeout", "slow_step_s", "turn_budget_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if not number(value, (int, float)) or not value > 0:
                 raise ConfigError(f"ValidatorSettings.{name} must be a number > 0, got "
                                   f"{value!r}")
         for name in ("action_margin", "random_margin"):
-            margin = getattr(self, name)
-            if isinstance(margin, bool) or not isinstance(margin, (int, float)) or \
-                    not 0 <= margin <= 1:
+            value = getattr(self, name)
+            if not number(value, (int, float)) or not 0 <= value <= 1:
                 raise ConfigError(f"ValidatorSettings.{name} must be a number in [0, 1], "
-                                  f"got {margin!r}")
+                                  f"got {value!r}")
 
 
 def to_program(source: str | EnvProgram) -> EnvProgram:
