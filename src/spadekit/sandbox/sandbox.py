@@ -1,13 +1,14 @@
 """The parent side of one sandbox: a worker hosting one program, driven over JSON lines.
 
-``Sandbox`` sends one request at a time (thread-safe; ``a*`` methods for asyncio), enforces a
+``Sandbox`` sends one request at a time (thread-safe), enforces a
 wall-clock deadline on every call and turns every failure into a typed
 ``spadekit.common.errors.SandboxError``: nothing else leaves this module. Replies are untrusted:
 each line is checked against its schema (``spadekit.sandbox.replies``), reset and step results
 are re-checked with the worker's own checks, and a second reply to one request is a forgery;
 each is a ``ProtocolViolation``. A timeout, a dead worker or a violation kills the worker and
 its whole process tree; later calls raise ``SandboxClosed``. ``RemoteEnv`` is one environment
-instance with the Gymnasium-style API plus ``solution()`` and ``tools()``.
+instance with the Gymnasium-style API (``areset``/``astep`` for asyncio) plus ``solution()``
+and ``tools()``.
 """
 
 from __future__ import annotations
@@ -366,11 +367,6 @@ class Sandbox:
             return ERROR_TYPES[kind](message, reason=err.get("reason", default), **extra, op=op)
         return ResourceLimit(message, kind=err.get("kind", ""),
                              traceback=err.get("traceback", ""), op=op)
-
-    # -- asyncio ---------------------------------------------------------------------------
-
-    async def arequest(self, op: str, payload: dict, timeout: float | None = None) -> Any:
-        return await asyncio.to_thread(self.request, op, payload, timeout)
 
 
 class RemoteEnv:

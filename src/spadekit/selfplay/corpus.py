@@ -170,9 +170,6 @@ class Corpus:
         self.seed = int(state.get("seed", self.seed))
         self.position = int(state["position"])
 
-    def reseed(self, seed: int) -> None:
-        self.seed, self.position = int(seed), 0
-
     # -- description ---------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:

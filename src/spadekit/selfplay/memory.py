@@ -240,14 +240,6 @@ class EnvironmentMemory:
             self._identities.pop(sha, None)
         return gone
 
-    def set_cap(self, cap: int) -> list[str]:
-        """Change the cap; returns the shas evicted to meet it (the newest ``cap`` stay)."""
-        if int(cap) < 1:
-            raise StoreError(f"memory cap must be at least 1, got {cap}")
-        self.cap = int(cap)
-        with self.store.transaction():
-            return self._evict()
-
     def update_stats(self, sha: str, *, win_rate: Any = _KEEP, win_rate_with_hint: Any = _KEEP,
                      regret: Any = _KEEP, designer_reward: Any = _KEEP, n_plays: Any = _KEEP,
                      step: int | None = None) -> MemoryRecord:
