@@ -23,10 +23,6 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 from spadekit.common.errors import SpadekitError
 
-CAPABILITIES = ("token_ids", "logprobs", "train")
-"""What a backend can give: ``token_ids`` (token-in/token-out), ``logprobs`` of sampled tokens,
-``train`` (a differentiable torch model behind it, so it can be updated in-process)."""
-
 
 class PolicyError(SpadekitError):
     """A policy backend failed (server unreachable, bad response, missing capability, ...)."""

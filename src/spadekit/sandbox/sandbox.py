@@ -102,7 +102,6 @@ class Sandbox:
         self.program: dict | None = None
         self.layers: dict = {}
         self.compat_used: set[str] = set()  # run-time compatibility features (envs.refstyle)
-        self.started_at = time.monotonic()
         self._deadlines = {op: config.deadline(op) for op in ("load", "create", "reset", "step")}
 
     # -- lifecycle -------------------------------------------------------------------------

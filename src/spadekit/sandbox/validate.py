@@ -41,9 +41,6 @@ __all__ = ["ANSWER", "BASELINE_EPISODES", "DEFAULT_SEEDS", "GAME_PROBES", "STAGE
 
 STAGES = ("extract", "syntax", "load", "interface", "tools", "determinism", "solution",
           "lockstep", "action_dependent", "ends")
-REASONS = ("nondeterministic", "no_solution", "solution_fails", "action_independent",
-           "trivially_won", "slow")
-"""The stable reason codes of the episode stages (see the module docstring)."""
 
 GAME_PROBES = GAME_EDGE_PROBES
 TOOL_PROBES = TOOL_EDGE_PROBES

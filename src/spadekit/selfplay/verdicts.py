@@ -54,10 +54,6 @@ class ProbeResult:
     """Whether the program terminated the episode at its last step."""
 
     @property
-    def mean_step_s(self) -> float | None:
-        return sum(self.step_s) / len(self.step_s) if self.step_s else None
-
-    @property
     def ended(self) -> bool:
         """Whether the program ended the episode (terminated or truncated) at its last step."""
         return bool(self.ends and self.ends[-1])
