@@ -11,6 +11,7 @@ the full render does.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from spadekit.policy.base import encode_text, escape_content
@@ -94,19 +95,14 @@ class ChatRenderer:
                     return closing[len(stop):]
         return closing
 
-    def observation_ids(self, messages: list[dict], sampled_end: bool, observation: str,
-                        tools: list[dict] | None = None) -> tuple[list[int], bool]:
-        text, exact = self.observation_text(messages, sampled_end, observation, tools)
-        return encode_text(self.tokenizer, text), exact
-
     def observation_text(self, messages: list[dict], sampled_end: bool, observation: str,
                          tools: list[dict] | None = None) -> tuple[str, bool]:
-        """Token ids to append after an assistant turn (``messages[-1]``) so that the next
+        """The text to append after an assistant turn (``messages[-1]``) so that the next
         observation is in the prompt, ending with the generation prompt.
 
         ``sampled_end``: the model itself sampled an end-of-turn token, so the part of the
-        closing text that token stands for is not added again. Returns the ids and whether they
-        are exact (a full re-render of the conversation gives the same tokens around the
+        closing text that token stands for is not added again. Returns the text and whether it
+        is exact (a full re-render of the conversation gives the same tokens around the
         sampled ones); inexact happens only for templates that rewrite earlier turns."""
         if self.regular:
             return (self._closing(self.closing, sampled_end) + self.user_open
@@ -119,12 +115,7 @@ class ChatRenderer:
         if before.startswith(prompt + content) and after.startswith(before):
             return self._closing(before[len(prompt) + len(content):], sampled_end) \
                 + after[len(before):], True
-        common = 0
-        for x, y in zip(before, after):
-            if x != y:
-                break
-            common += 1
-        return after[common:], False
+        return after[len(os.path.commonprefix([before, after])):], False
 
     def closing_ids(self, sampled_end: bool) -> list[int]:
         """Ids that close the final assistant turn (so the sequence re-renders completely)."""
