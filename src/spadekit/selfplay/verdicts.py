@@ -15,6 +15,7 @@ episodes. ``ProbeResult`` is one scripted episode as the sandbox or the rollout 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import fmean
 from typing import Any
 
 from spadekit.common.errors import SandboxError
@@ -86,10 +87,6 @@ def probe_result(tr: Any) -> ProbeResult:
                        terminated=bool(tr.turns and tr.turns[-1].terminated))
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 def spot_check_verdicts(garbage: list[ProbeResult], replay: ProbeResult | None,
                         admitted: dict[str, Any] | None, solution: list[ProbeResult] = (),
                         margin: float = 0.5, replies: list[ProbeResult] = ()
@@ -117,8 +114,8 @@ def spot_check_verdicts(garbage: list[ProbeResult], replay: ProbeResult | None,
             continue
         seeds = {r.seed for r in group}
         paired = [r for r in solution if r.seed in seeds]
-        garbage_mean = _mean([r.episode_return for r in group])
-        reference = _mean([r.episode_return for r in paired]) if paired else WIN
+        garbage_mean = fmean([r.episode_return for r in group])
+        reference = fmean([r.episode_return for r in paired]) if paired else WIN
         if reference - garbage_mean < need:
             worst = max(group, key=lambda r: r.episode_return)
             return "garbage_wins", {"garbage_mean_return": garbage_mean,
