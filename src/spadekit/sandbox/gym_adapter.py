@@ -109,33 +109,19 @@ def _release(pool: SandboxPool, sandbox: Sandbox | None, owns_pool: bool) -> Non
 class SandboxedTextEnv(gymnasium.Env):
     """One environment program, hosted in one sandbox worker, as a ``gymnasium.Env[str, str]``.
 
-    Parameters
-    ----------
-    program:
-        The program source, or an :class:`EnvProgram` (its ``code`` is run; its ``hint`` is *not*
-        used unless passed as ``hint=program.hint``).
-    pool:
-        The :class:`SandboxPool` to take the worker from. ``None``: the env creates its own
-        ``SandboxPool(warm=0)`` and closes it in :meth:`close`.
-    max_turns:
-        Passed to the program's constructor and enforced here (truncation); ``None``: the
-        program's own ``max_turns`` attribute, or no limit when it has none.
-    max_length:
-        Bound on the text length of actions and observations (``Text.max_length``).
-    hint:
-        Appended as ``"\\n\\nHINT: {hint}"`` to the first observation of each episode.
-    render_mode:
-        ``None`` or ``"ansi"``.
-    charset:
-        Characters of both ``Text`` spaces (default :data:`CHARSET`, printable ASCII).
-    on_error:
-        ``"raise"`` (default) re-raises sandbox failures from ``step``; ``"truncate"`` ends the
-        episode with ``truncated=True`` and ``info["error"]`` instead.
+    ``program``: source text or an :class:`EnvProgram` (its ``hint`` is used only if passed as
+    ``hint=``). ``pool``: where the worker comes from (None: an own ``SandboxPool(warm=0)``, closed
+    by :meth:`close`). ``max_turns``: passed to the program and enforced here by truncation (None:
+    the program's own attribute, else no limit). ``max_length``: the length bound of actions and
+    observations (``Text.max_length``); ``charset``: both spaces' characters (default
+    :data:`CHARSET`, printable ASCII). ``hint``: appended as ``"\\n\\nHINT: {hint}"`` to each
+    episode's first observation. ``render_mode``: None or ``"ansi"``. ``on_error``: ``"raise"``
+    (default) re-raises sandbox failures from ``step``; ``"truncate"`` ends the episode with
+    ``truncated=True`` and ``info["error"]``.
 
-    Attributes: ``pool``, ``sandbox`` (:class:`~spadekit.sandbox.Sandbox`), ``remote``
-    (:class:`~spadekit.sandbox.RemoteEnv`), ``program_info`` (class name, ``has_solution``,
-    ``has_tools``, docstring), ``max_turns`` (the enforced limit or ``None``), ``turn`` (steps in
-    this episode), ``last_seed``, ``last_observation``.
+    Attributes: ``pool``, ``sandbox``, ``remote``, ``program_info`` (class name,
+    ``has_solution``, ``has_tools``, docstring), ``max_turns`` (the enforced limit or None),
+    ``turn``, ``last_seed``, ``last_observation``.
     """
 
     metadata = {"render_modes": ["ansi"]}
