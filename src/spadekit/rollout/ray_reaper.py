@@ -57,7 +57,7 @@ def is_ray_process(proc: psutil.Process, ray_dir: str) -> bool:
     (``ray_dir``: the GCS and raylet binaries, the dashboard, log monitor and autoscaler
     scripts) or a worker title Ray set (``ray::...``)."""
     try:
-        cmd = "\0".join(proc.cmdline())
+        cmd = " ".join(proc.cmdline())  # a title Ray set may come back split at spaces
     except psutil.Error:
         return False
     return cmd.startswith("ray::") or ray_dir.rstrip("/") + "/" in cmd
