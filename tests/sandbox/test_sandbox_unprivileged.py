@@ -2,8 +2,8 @@
 
 As root we cannot become an ordinary user in-process, so the test runs a small driver script
 as ``nobody`` under the system interpreter, with a copy of spadekit's sources, pyseccomp and
-psutil in a world-readable directory. The driver builds a pool, plays a few attacks, and prints JSON; the
-test judges the host side effects. Skipped where the machine does not allow it.
+psutil in a world-readable directory. The driver builds a pool, plays a few attacks, and prints
+JSON; the test judges the host side effects. Skipped where the machine does not allow it.
 """
 
 from __future__ import annotations
