@@ -1,4 +1,4 @@
-"""The generation memory bound inside ``HFPolicy.generate`` (issue 26): every caller, self-play's
+"""The generation memory bound inside ``HFPolicy.generate``: every caller, self-play's
 rollouts included, gets calls of at most rows x longest prompt² ``max_batch_cells``, with the
 same generations for seeded requests as one unbounded call.
 

@@ -241,9 +241,9 @@ def _incremental(tok, observations: list[str], answers: list[str]):
     for answer, obs in zip(answers, observations[1:]):
         ids += encode_text(tok, answer) + [end]  # as sampled: the reply, then end of turn
         messages.append({"role": "assistant", "content": answer})
-        more, ok = renderer.observation_ids(messages, True, obs)
+        more, ok = renderer.observation_text(messages, True, obs)
         exact = exact and ok
-        ids += more
+        ids += encode_text(tok, more)
         messages.append({"role": "user", "content": obs})
     return renderer, ids, messages, exact
 

@@ -1,5 +1,4 @@
-"""What a standard-tier program learns of host files by looking their paths up (issue 25,
-red-team finding 10).
+"""What a standard-tier program learns of host files by looking their paths up.
 
 Landlock denies reading and listing what it does not allow, but not path lookups: with only
 /proc and /tmp replaced, ``os.stat`` on any host path it can name told a program that the file
@@ -74,7 +73,7 @@ def _spy(pool, paths):
 
 
 def test_standard_tier_program_cannot_stat_host_files():
-    """The finding's test: a file of the trainer's and /etc/shadow."""
+    """A file of the trainer's and /etc/shadow."""
     if "standard" not in TIERS:
         pytest.skip("the standard tier does not boot here")
     pool = SandboxPool(SandboxConfig(tier="standard", **TEST_CONFIG), warm=0)

@@ -1,4 +1,4 @@
-"""What a hostile program sees of the host (issue 25, item 7), judged from the host.
+"""What a hostile program sees of the host, judged from the host.
 
 On the standard tier (no namespaces) Landlock denies listing and reading /proc, but not path
 lookups: ``os.stat("/proc/PID")`` found every host process and ``os.getcwd()`` gave the host path

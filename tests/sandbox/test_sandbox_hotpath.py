@@ -1,6 +1,6 @@
 """The step hot path of the sandbox protocol: fast, and exactly as strict as the slow path.
 
-Issue 13's reply checks made an isolated step cost ~1.4x a bare pipe round trip (target 1.3x).
+The reply checks once made an isolated step cost ~1.4x a bare pipe round trip (target 1.3x).
 Profiling showed the checks themselves were cheap; the time went to Python-level JSON machinery
 on both sides (``json.loads``' encoding detection and regex passes, a fresh ``JSONEncoder``
 pipeline per reply, ``JSONDecoder.decode``'s regex passes in the parent) and to a generator in

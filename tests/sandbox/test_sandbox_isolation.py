@@ -1,4 +1,4 @@
-"""Isolation that holds on every tier (issue 13, part 3), judged from the host.
+"""Isolation that holds on every tier, judged from the host.
 
 - IPC: SysV message queues, semaphores, shared memory and POSIX message queues are denied inside
   workers, ``/dev/shm`` is out of reach, one program's worker cannot reach what another left,

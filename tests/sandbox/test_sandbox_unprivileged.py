@@ -1,9 +1,9 @@
 """The sandbox run by an ordinary user (no root: user namespaces instead of per-worker uids).
 
 As root we cannot become an ordinary user in-process, so the test runs a small driver script
-as ``nobody`` under the system interpreter, with a copy of spadekit's sources and pyseccomp in a
-world-readable directory. The driver builds a pool, plays a few attacks, and prints JSON; the
-test judges the host side effects. Skipped where the machine does not allow it.
+as ``nobody`` under the system interpreter, with a copy of spadekit's sources, pyseccomp and
+psutil in a world-readable directory. The driver builds a pool, plays a few attacks, and prints
+JSON; the test judges the host side effects. Skipped where the machine does not allow it.
 """
 
 from __future__ import annotations
@@ -122,12 +122,15 @@ def _run_as_nobody(tmp_path: Path) -> None:
     python = _system_python()
     if python is None or shutil.which("bwrap") is None:
         pytest.skip("no system python3 or bubblewrap")
+    import psutil
     import pyseccomp
 
     lib = tmp_path / "lib"
     shutil.copytree(SRC / "spadekit", lib / "spadekit",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(pyseccomp.__file__, lib / "pyseccomp.py")
+    shutil.copytree(Path(psutil.__file__).parent, lib / "psutil",
+                    ignore=shutil.ignore_patterns("__pycache__", "tests"))
     (tmp_path / "driver.py").write_text(DRIVER)
     victim = tmp_path / "victim.txt"
     victim.write_text("original")

@@ -120,7 +120,7 @@ def test_correct_solution_is_replayed_for_every_seed(pool):
     expect(report, True, "done", "ok")
     assert report.details["solution"] == "replayed"
     turns = report.details["solution_turns"]
-    assert len(turns) == len(seeds) + 3  # and three drawn seeds (issue 22)
+    assert len(turns) == len(seeds) + 3  # and three drawn seeds
     assert report.details["seeds"]["solution"][:4] == list(seeds)
     assert all(1 <= t <= 10 for t in turns)  # binary search over 900 numbers
 
@@ -140,7 +140,7 @@ def test_bad_solution_fails_at_solution(validator, code, needle):
         assert report.details["seed"] == 0
 
 
-# issue 22: a designed program must come with a solution (reason no_solution); without
+# a designed program must come with a solution (reason no_solution); without
 # require_solution (reference imports) a missing one is recorded as absent and the program valid
 NO_REQUIREMENT = ValidatorSettings(require_solution=False)
 

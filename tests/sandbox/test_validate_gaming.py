@@ -1,4 +1,4 @@
-"""A validator that cannot be gamed (issue 13 part 2): programs that tell validation from play.
+"""A validator that cannot be gamed: programs that tell validation from play.
 
 Every program in ``validate_gaming_cases.GAMING`` passed (or crashed) the validator before this
 change; each must now get its verdict. Also here: the validation seed (drawn per validation,
@@ -203,7 +203,7 @@ def test_garbage_is_fixed_by_its_seed(seed, n, tooluse):
 
 
 def test_garbage_differs_between_seeds_and_looks_like_a_model():
-    # issue 22: the old garbage had a grammar of its own (5-9 letter words, 7+ digit numbers,
+    # the old garbage had a grammar of its own (5-9 letter words, 7+ digit numbers,
     # symbol runs): a program could pay for anything else, e.g. \boxed{next}
     lists = [tuple(garbage_actions(s, 12, advertised=["\\boxed{probe 12}"])) for s in range(50)]
     assert len(set(lists)) == 50

@@ -1,4 +1,4 @@
-"""The designer's reward cannot be hacked through the validator (issue 22), real sandboxes.
+"""The designer's reward cannot be hacked through the validator, real sandboxes.
 
 Each hostile program of ``tests/data/hacks/`` is a plain program a designer could write that
 the validator of 2767866 admitted: a lottery without a solution, one that pays 0.99 for any

@@ -1,6 +1,6 @@
-"""Garbage that reads like a model's reply (review of issue 22, finding 1).
+"""Garbage that reads like a model's reply.
 
-``tests/data/attacks_review/verbose_pays.py`` pays any reply with six or more words before its
+``tests/data/reward_attacks/verbose_pays.py`` pays any reply with six or more words before its
 final ``\\boxed{}`` on half the seeds, and on every seed when the reply says the hint's phrase
 "binary search". No garbage template used to put six words before a box, so it validated 20
 times in 20. Garbage now has model-like replies (``probes.model_reply``: prose of 0 to ~80
@@ -20,7 +20,7 @@ from spadekit.envs.program import EnvProgram
 from spadekit.sandbox.probes import MAX_GARBAGE_CHARS, garbage_actions, words_of
 from spadekit.sandbox.validate import Validator
 
-ATTACKS = Path(__file__).resolve().parents[1] / "data" / "attacks_review"
+ATTACKS = Path(__file__).resolve().parents[1] / "data" / "reward_attacks"
 HACKS = Path(__file__).resolve().parents[1] / "data" / "hacks"
 VERBOSE_HINT = ("Reason out loud, in a full sentence, that you will use binary search, before "
                 "each boxed guess.")

@@ -1,5 +1,4 @@
-"""The trusted parent's reading of what untrusted programs return is linear and bounded (issue 25,
-item 8).
+"""The trusted parent's reading of what untrusted programs return is linear and bounded.
 
 A sandboxed program's results are read by the parent after its worker replied, where no worker
 deadline applies: the string ``solution()`` of the reference contract (``envs.schemas``), the

@@ -1,4 +1,4 @@
-"""Issue 25: JSON that spadekit did not write (a reference memory file, a pool directory from
+"""JSON that spadekit did not write (a reference memory file, a pool directory from
 elsewhere) never crashes a command with a traceback, and a reference record's ``game_file``
 never reads a host file outside the games directory.
 

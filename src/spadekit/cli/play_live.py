@@ -1,19 +1,11 @@
 """``spadekit play --model``: a model plays a program, each turn shown as it happens.
 
-The episodes run through the batched rollout engine (``spadekit.rollout``); its ``on_turn`` hook
-prints every turn the moment the environment answers it (to stderr under ``--json``, so the
-JSON on stdout stays one document). Ctrl-C (SIGINT) ends the run cleanly: the sandboxes are
-released, and what was played so far (the turns of every episode, their rewards) is reported,
-with exit status 130. A SIGINT is also remembered (``InterruptFlag``): Python raises
-``KeyboardInterrupt`` wherever the main thread is, and when that is a finalizer run by the
-garbage collector the interpreter prints "Exception ignored" and drops it (seen: the play went
-on for a minute after Ctrl-C); the next turn raises it again.
-
-Defaults fit a small model on a CPU (``PLAY_DEFAULTS``): 6 turns of at most 48 new tokens, and
-the format aids of the ``cpu-tiny`` preset (the response prefix ``\\boxed{`` for games), so the
-bundled model finishes a default ``play --model`` in about a minute; ``--preset`` takes the
-aids of another preset (the paper presets have none), ``--max-turns`` and ``--max-new-tokens``
-override the budget.
+Episodes run through the batched rollout engine; its ``on_turn`` hook prints every turn as the
+environment answers it (to stderr under ``--json``, so stdout stays one JSON document). Ctrl-C
+ends the run cleanly: sandboxes released, what was played reported, exit status 130 (a SIGINT
+swallowed by a finalizer is remembered, ``InterruptFlag``, and raised at the next turn).
+Defaults fit a small model on a CPU (``PLAY_DEFAULTS``: 6 turns of at most 48 new tokens, the
+``cpu-tiny`` format aids); ``--preset``, ``--max-turns`` and ``--max-new-tokens`` override them.
 """
 
 from __future__ import annotations

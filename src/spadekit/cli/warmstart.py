@@ -1,5 +1,5 @@
 """``spadekit procedural`` and ``spadekit warmstart``: a pool of procedural games, and supervised
-fine-tuning of both roles on a pool before self-play (issue 23).
+fine-tuning of both roles on a pool before self-play.
 
 Registered on the main ``app`` by ``spadekit.cli.app`` (this module only defines the functions).
 """

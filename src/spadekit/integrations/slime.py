@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable
 
+from spadekit.policy.base import TemplatePolicy
 from spadekit.selfplay.advantages import Sample
 
 __all__ = ["to_slime_sample", "from_slime_sample", "response_start", "pad_to_global_batch",
@@ -172,7 +173,7 @@ def produce_round(producer: RoundProducer, *, global_batch_size: int,
 # generation through slime's SGLang router
 
 
-class SGLangRouterPolicy:
+class SGLangRouterPolicy(TemplatePolicy):
     """A spadekit ``Policy`` on SGLang's native ``POST /generate`` (what slime's own rollout
     calls, ``slime/rollout/sglang_rollout.py:152-235``): ``input_ids`` in, and
     ``meta_info.output_token_logprobs`` (``[logprob, token_id, ...]`` per sampled token) and
@@ -202,15 +203,6 @@ class SGLangRouterPolicy:
 
         vocab = tokenizer.get_vocab()
         self.stop_token_ids = sorted({vocab[t] for t in END_OF_TURN_TEXTS if t in vocab})
-
-    def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None,
-               chat_template_kwargs: dict | None = None) -> list[int]:
-        from spadekit.policy.base import encode_text, render_text
-
-        return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools,
-                                                       chat_template_kwargs))
 
     def generate(self, requests: list[Any]) -> list[Any]:
         from spadekit.policy.grammar import refuse_grammar

@@ -1,19 +1,12 @@
 """The policy protocol: a batch of generation requests in, sampled tokens with logprobs out.
 
-The agent and the designer are the same model behind one ``Policy``. A request carries either
-token ids (the rollout engine's token-in/token-out path) or chat messages (rendered through the
-tokenizer's chat template). A ``Generation`` carries the sampled ids, their logprobs under the
-sampling distribution (``log_softmax(logits / temperature)``, before top-p truncation: the same
-quantity a training forward pass computes), the decoded text and a finish reason.
-
-Backends (``spadekit.policy.registry``): ``hf`` (transformers, CPU or GPU), ``tiny`` (a random
-model built in code for tests), ``smollm2-135m`` (bundled default), ``openai`` (any
-OpenAI-compatible server), ``vllm`` (in-process, GPU).
-
-Rendering and encoding (``render_text``, ``encode_text``) are shared by every backend and the
-rollout engine: a special-token string inside message content or a tool schema is encoded as
-ordinary text, and only the chat template's own markers become control tokens (the section
-"special-token strings in content" below).
+A request carries token ids or chat messages; a ``Generation`` carries the sampled ids, their
+logprobs under the sampling distribution (``log_softmax(logits / temperature)``, before top-p:
+what a training forward pass computes), the text and a finish reason. Backends are listed in
+``spadekit.policy.registry``. ``render_text``/``encode_text`` (and :class:`TemplatePolicy`'s
+``render``) are shared by every backend and the rollout engine: a special-token string inside
+content or a tool schema is encoded as text; only the template's own markers become control
+tokens.
 """
 
 from __future__ import annotations
@@ -29,10 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from spadekit.common.errors import SpadekitError
-
-CAPABILITIES = ("token_ids", "logprobs", "train")
-"""What a backend can give: ``token_ids`` (token-in/token-out), ``logprobs`` of sampled tokens,
-``train`` (a differentiable torch model behind it, so it can be updated in-process)."""
 
 
 class PolicyError(SpadekitError):
@@ -168,6 +157,25 @@ class Policy(Protocol):
         ...
 
 
+class TemplatePolicy:
+    """Base of the policies that render with their own ``tokenizer``'s chat template."""
+
+    tokenizer: Any
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+               tools: list[dict[str, Any]] | None = None,
+               chat_template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """:meth:`Policy.render` through :func:`render_text` and :func:`encode_text`;
+        ``CapabilityError`` without a tokenizer."""
+        if self.tokenizer is None:
+            raise CapabilityError(f"{getattr(self, 'name', type(self).__name__)}: render() needs "
+                                  "a tokenizer (pass tokenizer= a Hugging Face tokenizer or a "
+                                  "local path)")
+        return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
+                                                       add_generation_prompt, tools,
+                                                       chat_template_kwargs))
+
+
 def render_text(tokenizer: Any, messages: list[dict[str, Any]], add_generation_prompt: bool,
                 tools: list[dict[str, Any]] | None = None,
                 chat_template_kwargs: dict[str, Any] | None = None) -> str:
@@ -188,10 +196,8 @@ def render_text(tokenizer: Any, messages: list[dict[str, Any]], add_generation_p
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
     """Token ids of already-rendered template text (no extra BOS/EOS: the template has them).
-    Fast tokenizers go straight to their Rust backend (the same encoding, without the Python
-    wrapper's per-call overhead, which dominated multi-turn bookkeeping). Content escaped by
-    ``escape_content`` is encoded as text (module section "Special-token strings in
-    content")."""
+    Fast tokenizers go straight to their Rust backend (the same encoding). Content escaped by
+    ``escape_content`` is encoded as text (the comment above ``_BREAK``)."""
     if _BREAK in text or _QUOTE in text:
         return _encode_escaped(tokenizer, text)
     backend = _backend(tokenizer)
@@ -218,23 +224,11 @@ def encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 
 
 # -- special-token strings in content -----------------------------------------------------------
-#
-# Untrusted text (observations, tool descriptions, hints, programs, documents) may contain the
-# spelling of a control token (``<|im_end|>``). A tokenizer encodes rendered template text by
-# first cutting out every special-token string, wherever it came from, so such text would forge
-# turn boundaries. Content is therefore escaped before it meets the template: inside each
-# occurrence of a special token's string, right after its first character, goes ``_BREAK``
-# (U+FDD0, a Unicode noncharacter: reserved for a program's internal use), and the two
-# noncharacters themselves, where the content has them, are quoted with ``_QUOTE`` (U+FDD1). No
-# special string is left in escaped content, so the template's own markers are the only ones in
-# the rendered text. ``encode_text`` of text that holds these marks: the tokenizer itself finds
-# the template's markers (its own matching rules: ``lstrip``, ``rstrip``, normalisation), each
-# stretch between them is unescaped and encoded with special tokens read as text (a private
-# copy of the Rust tokenizer with ``encode_special_tokens``), the same split the tokenizer makes,
-# so text without special strings gets exactly the ids it got before. Added tokens that are not
-# special (Qwen3's ``<think>``, ``<tool_call>``) keep their ids: they open or close no turn,
-# and templates and the thinking split read them in content. A special token spelled by a single
-# character cannot be escaped and stays a token.
+# Content is escaped before it meets the template: ``_BREAK`` goes inside each special-token
+# string (after its first character), ``_QUOTE`` quotes the two marks themselves, so the
+# template's own markers are the only control tokens in rendered text; ``encode_text`` splits at
+# them as the tokenizer does and encodes each stretch with special strings read as text
+# (docs/design/policy.md, "Special-token strings in content").
 
 _BREAK = "\ufdd0"
 _QUOTE = "\ufdd1"

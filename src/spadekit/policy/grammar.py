@@ -1,17 +1,12 @@
 """Grammar-constrained sampling for the in-process sampler (``SamplingParams.grammar``).
 
-A request's grammar is Lark text in llguidance's dialect (the library vLLM's ``guidance``
-structured-output backend runs; ``spadekit.selfplay.kit_grammar`` writes one). ``Constraint``
-follows one request: :meth:`Constraint.allowed` gives the tokens that keep the reply inside the
-grammar (an end-of-turn token only once the grammar is complete), :meth:`Constraint.consume`
-advances it by the sampled token. The sampler draws from the model's distribution renormalised
-over the allowed tokens; each token's logprob is under that distribution, the one it was drawn
-from, as vLLM reports it (its grammar mask comes before its logprobs). The trainer's truncated
-importance weight ``exp(old - behaviour)`` is then the model's mass inside the grammar (at
-most 1): it scales down the tokens the grammar forced against the model; it cannot restore the
-mass outside the grammar, which is never sampled. Failures are typed: no llguidance
-installed (``CapabilityError``), a grammar that does not compile or a token it refuses
-(``GrammarError``), never a silent unconstrained sample.
+A grammar is Lark text in llguidance's dialect (as vLLM's ``guidance`` backend reads it).
+``Constraint`` follows one request: :meth:`Constraint.allowed` gives the tokens that keep the reply
+inside the grammar (end-of-turn only once complete), :meth:`Constraint.consume` advances it. The
+sampler draws from the model's distribution renormalised over the allowed tokens, and each
+logprob is under that distribution, as vLLM reports it. Failures are typed: no llguidance
+(``CapabilityError``), a grammar that does not compile or a refused token (``GrammarError``);
+never a silent unconstrained sample.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The ``hf`` backend: a Hugging Face causal LM, batched sampling with exact logprobs.
 
-Prompts of a batch are left-padded and decoded together with a KV cache (a call is split so
-that rows x longest prompt² stays within ``max_batch_cells``: the padded attention of a batch
-of very unequal prompts grows with it; a batch within the bound is generated as it comes);
-each row has its own temperature, top-p, token budget, stop strings, seeded random stream and
-grammar, and leaves the batch's work as soon as it finishes (the cache is trimmed to the rows
-still running). The logprob of each sampled token is ``log_softmax(logits / temperature)`` at
-that position, which is what a fresh training forward pass over the same tokens computes (tested
-to 1e-4 in fp32); under a grammar, that distribution renormalised over the tokens the grammar
-allows (``spadekit.policy.grammar``).
-
-``load_weights(named)`` copies Hugging Face-named tensors into the model in place (weight sync
-from a trainer that owns another copy: ``spadekit.policy.weight_sync``).
+A batch is left-padded and decoded with a KV cache, split so that rows x longest prompt² stays
+within ``max_batch_cells``; each row has its own temperature, top-p, budget, stop strings,
+seeded stream and grammar, and leaves the batch when it finishes. Each sampled token's logprob
+is ``log_softmax(logits / temperature)`` at its position, what a training forward pass computes
+(under a grammar: renormalised over the allowed tokens). ``load_weights(named)`` copies Hugging
+Face-named tensors into the model in place.
 """
 
 from __future__ import annotations
@@ -21,13 +15,13 @@ from typing import Any
 
 from spadekit.common.cpus import usable_cpus
 from spadekit.common.packing import DEFAULT_BATCH_CELLS, within_cells
-from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, cut_at_stop,
-                                  encode_text, render_text)
+from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, TemplatePolicy,
+                                  cut_at_stop)
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
 
-class HFPolicy:
+class HFPolicy(TemplatePolicy):
     """A transformers model and tokenizer as a ``Policy``."""
 
     capabilities = frozenset({"token_ids", "logprobs", "train", "stream"})
@@ -79,13 +73,6 @@ class HFPolicy:
         return frozenset(ids)
 
     # -- Policy API --------------------------------------------------------------------------
-
-    def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None,
-               chat_template_kwargs: dict | None = None) -> list[int]:
-        return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools,
-                                                       chat_template_kwargs))
 
     def generate(self, requests: list[GenerationRequest],
                  max_batch_cells: int | None | object = ...) -> list[Generation]:
@@ -257,8 +244,7 @@ class HFPolicy:
 def configure_cpu_threads() -> int:
     """Torch's CPU thread count: ``SPADEKIT_TORCH_THREADS``, else one CPU fewer than this process
     may use (at least 1; ``spadekit.common.cpus``: the affinity mask and the cgroup's quota, not
-    the host's cores). With every CPU in torch, OpenMP threads spin against the sandbox workers
-    and the trainer's other threads: on 2 cores that was 3x to 100x slower than one thread."""
+    the host's cores): one CPU stays free for the sandbox workers and the trainer's threads."""
     import os
 
     import torch

@@ -26,7 +26,7 @@ import httpx2
 import openai
 
 from spadekit.policy.base import (CapabilityError, Generation, GenerationRequest, PolicyError,
-                                  SamplingParams, cut_at_stop, encode_text, render_text)
+                                  SamplingParams, TemplatePolicy, cut_at_stop, encode_text)
 from spadekit.policy.openai_safe import neutral_messages, neutral_value, text_of_ids
 from spadekit.policy.openai_wire import (
     TIMEOUT_ENV, EngineLost, MalformedResponse, ServerFeatures, ServerHTTPError, ServerTimeout,
@@ -51,7 +51,7 @@ NEEDS_VLLM = ("weight pushes need a vLLM server started with `spadekit serve --m
 _EXCERPT = 500
 
 
-class OpenAIPolicy:
+class OpenAIPolicy(TemplatePolicy):
     """A model behind an OpenAI-compatible HTTP server, as a ``Policy``."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None,
@@ -89,15 +89,6 @@ class OpenAIPolicy:
 
     # -- Policy API --------------------------------------------------------------------------
 
-    def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None,
-               chat_template_kwargs: dict | None = None) -> list[int]:
-        if self.tokenizer is None:
-            raise CapabilityError(f"{self.name}: render() needs a tokenizer (pass tokenizer= "
-                                  "a Hugging Face tokenizer or a local path)")
-        return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools,
-                                                       chat_template_kwargs))
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         if self._closed:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, cut_at_stop,
-                                  encode_text, encode_texts, render_text)
+from spadekit.policy.base import (Generation, GenerationRequest, PolicyError, TemplatePolicy,
+                                  cut_at_stop, encode_texts)
 
 Responder = Callable[[list[int], str], str]
 """(prompt ids, decoded prompt text) -> the answer text."""
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(TemplatePolicy):
     capabilities = frozenset({"token_ids", "logprobs"})
 
     def __init__(self, tokenizer: Any, respond: Responder, name: str = "scripted",
@@ -33,13 +33,6 @@ class ScriptedPolicy:
         self.decode_prompt = decode_prompt
         """False: the responder gets "" instead of the decoded prompt (for benchmarks)."""
         self.calls = 0
-
-    def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None,
-               chat_template_kwargs: dict | None = None) -> list[int]:
-        return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools,
-                                                       chat_template_kwargs))
 
     def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         from spadekit.policy.grammar import refuse_grammar

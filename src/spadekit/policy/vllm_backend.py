@@ -23,7 +23,7 @@ import weakref
 from typing import Any, Iterable
 
 from spadekit.policy.base import (CapabilityError, Generation, GenerationRequest, PolicyError,
-                                  SamplingParams, cut_at_stop, encode_text, render_text)
+                                  SamplingParams, TemplatePolicy, cut_at_stop)
 from spadekit.policy import vllm_logprobs
 from spadekit.policy.vllm_logprobs import KEY as LOGPROB_KEY
 
@@ -46,7 +46,7 @@ def _import_vllm() -> Any:
                           f"{type(exc).__name__}: {exc}. {INSTALL_HINT}") from exc
 
 
-class VLLMPolicy:
+class VLLMPolicy(TemplatePolicy):
     """An in-process ``vllm.LLM`` as a ``Policy`` (token_ids, logprobs; no in-process training)."""
 
     capabilities = frozenset({"token_ids", "logprobs", "stream"})
@@ -144,13 +144,6 @@ class VLLMPolicy:
                 from exc
 
     # -- Policy API --------------------------------------------------------------------------
-
-    def render(self, messages: list[dict], add_generation_prompt: bool = True,
-               tools: list[dict] | None = None,
-               chat_template_kwargs: dict | None = None) -> list[int]:
-        return encode_text(self.tokenizer, render_text(self.tokenizer, messages,
-                                                       add_generation_prompt, tools,
-                                                       chat_template_kwargs))
 
     def sampling_params(self, p: SamplingParams, key: str | None = None) -> Any:
         """The ``vllm.SamplingParams`` for one request."""

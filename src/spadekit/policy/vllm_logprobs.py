@@ -1,20 +1,12 @@
 """Exact trainer logprobs from vLLM at any top_p: a logits processor that records the normaliser.
 
-The trainer recomputes ``log_softmax(logits / T)`` over the whole vocabulary. None of vLLM's
-``logprobs_mode`` values is that number when top_p < 1: ``raw_*`` come before temperature,
-``processed_*`` after the top-p mask (the nucleus renormalised). But ``processed_logits`` holds
-the sampled token's ``logit / T`` untouched (a sampled token is always inside the nucleus), so
-only the full normaliser ``logsumexp(logits / T)`` is missing. ``TrainerLogprobs``, a vLLM logits
-processor that changes nothing, computes it for every row of every step before the sampler
-masks anything, and files it under the request's key and the position being sampled (the number
-of tokens the request has produced so far: a partial-prefill sample that vLLM throws away is
-overwritten by the real one). The backend then returns ``logit / T - logsumexp(logits / T)``.
-
-Greedy rows (T = 0) use T = 1, as vLLM does and as spadekit's convention says. The records live
-in this process: the route needs the engine in-process (the backend's default); with the engine
-in another process the backend keeps ``processed_logprobs`` (exact at top_p = 1 only).
-Requests carry their key in ``SamplingParams.extra_args["spadekit_key"]``; rows without one are
-skipped. ``take(key)`` hands a request's records over and forgets them.
+The trainer computes ``log_softmax(logits / T)`` over the whole vocabulary; no vLLM
+``logprobs_mode`` gives that when top_p < 1, but ``processed_logits`` keeps the sampled token's
+``logit / T``. ``TrainerLogprobs``, a logits processor that changes nothing, records
+``logsumexp(logits / T)`` for every row and step under the request's key
+(``SamplingParams.extra_args["spadekit_key"]``) and position; the backend returns the
+difference. Greedy rows use T = 1. Needs the engine in this process (else the backend keeps
+``processed_logprobs``, exact at top_p = 1 only). ``take(key)`` hands a request's records over.
 """
 
 from __future__ import annotations

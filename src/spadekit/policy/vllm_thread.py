@@ -1,17 +1,10 @@
 """One thread for an in-process vLLM engine: it is built there and every generation runs there.
 
-vLLM's CPU build binds its OpenMP threads in the thread that builds the engine, and its attention
-kernel checks that the thread running a step has the same OpenMP thread count as the metadata
-built at start. Another thread may not: when torch's thread count was set before the engine was
-built (``spadekit.policy.hf.configure_cpu_threads`` does, for the trainer), a generation from
-any other thread (``spadekit serve``'s batcher, a rollout worker) failed with "Check failed:
-input->metadata->thread_num == thread_num (2 vs. 1)". Built and stepped on one thread, the
-counts agree whoever calls.
-
-The thread is a daemon (a frozen engine never holds the interpreter's exit) and serves one call
-at a time; a call made from the engine thread itself (a hook calling back) runs inline. A caller
-interrupted while it waits asks the call to stop and waits for it to end (``call``). The thread
-ends when its owner is collected (``stop``, through the policy's finalizer).
+vLLM's CPU build binds its OpenMP threads in the thread that builds the engine, and its
+attention kernel refuses a step from a thread with another OpenMP thread count; built and
+stepped on one thread, the counts agree whoever calls. The thread is a daemon and serves one call
+at a time; a call from the engine thread itself runs inline; an interrupted caller asks the call
+to stop and waits for it (``call``). It ends when its owner is collected (``stop``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """A watch on vLLM's engine process, for the ``vllm`` backend: the engine dying or freezing in the
 middle of a generation ends it in ``EngineLost`` instead of a wait without end.
 
-With ``VLLM_ENABLE_V1_MULTIPROCESSING=1`` vLLM's EngineCore runs in a child process, and the
-synchronous client of ``vllm.LLM`` waits for each engine step's outputs with a ``queue.get()``
-without a timeout. When that process is killed in the middle of ``LLM.generate`` (the OOM killer,
-``kill -9``), vLLM's monitor thread marks the engine dead and stops the thread that fills the
-queue, so nothing ever arrives and ``generate`` waits forever (vLLM 0.32 on CPU: still waiting
-after 120 s, ``tests/selfplay/test_generation_faults.py``); a frozen engine process (SIGSTOP, a
-stuck driver) does the same.
-
-``watch(llm, lose)`` wraps that client's ``get_output``: the wait for each step's outputs ends
-in ``lose(why)`` (the policy's ``EngineLost``) when the engine is marked dead (checked every
-second) or produces nothing for ``step_timeout()`` seconds (env ``SPADEKIT_VLLM_TIMEOUT``,
-default 300: a step is one decode or prefill pass, well under that), after killing the engine's
-processes (a frozen one would keep its memory and GPU). The wait is the queue's own condition,
-woken by every output, so a step pays no polling latency. An engine in this process (the
-backend's default) has no such client and is not watched; nor is a vLLM whose client lacks
-these attributes.
+With the engine in a child process, ``vllm.LLM``'s client waits for each step's outputs without
+a timeout, forever once the process is killed or frozen. ``watch(llm, lose)`` wraps that
+client's ``get_output``: the wait ends in ``lose(why)`` when the engine is marked dead (checked
+every second) or produces nothing for ``step_timeout()`` seconds (``SPADEKIT_VLLM_TIMEOUT``,
+default 300), after killing the engine's processes. No polling latency. An in-process engine,
+or a client without these attributes, is not watched.
 """
 
 from __future__ import annotations

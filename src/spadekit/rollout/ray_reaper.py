@@ -1,12 +1,12 @@
 """Nothing of a local Ray instance that spadekit started outlives the process that started it.
 
 ``RayReaper.start(ray_dir)``, called before ``ray.init``, starts a watchdog in its own session.
-It follows the driver's Ray processes and all their descendants, each known by pid and start
-time (a reused pid is never mistaken). When the driver is gone, however it died, the watchdog
-SIGSTOPs every one still running, picks up descendants found meanwhile, and SIGKILLs them all.
+It follows the driver's Ray processes and all their descendants (``psutil.Process``: a reused
+pid is never mistaken for one). When the driver is gone, however it died, the watchdog SIGSTOPs
+every one still running, picks up descendants found meanwhile, and SIGKILLs them all.
 ``close()`` (after ``ray.shutdown()``) does the same for what a clean shutdown left. The watchdog
-(``main``) runs as ``python -I -S ray_reaper.py DRIVER_PID RAY_DIR`` on the standard library
-only. Why: docs/design/rollout.md.
+(``main``) runs as ``python -I ray_reaper.py DRIVER_PID RAY_DIR`` on the standard library and
+psutil. Why: docs/design/rollout.md.
 """
 
 from __future__ import annotations
@@ -18,90 +18,63 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 POLL_S = 0.25
 """How often the watchdog looks for new Ray processes below the driver while Ray starts
-(``STARTUP_S``); ``SLOW_S`` after that (Ray starts its node and agents at once; a worker
-started later is found below its raylet, which the reap stops before it looks again)."""
+(``STARTUP_S``); ``SLOW_S`` after that (a worker started later is found below its raylet)."""
 STARTUP_S = 60.0
 SLOW_S = 2.0
 REAP_S = 10.0
 """How long the watchdog keeps stopping and killing what it follows once the driver is gone."""
 
 
-# -- /proc, standard library only -----------------------------------------------------------
-
-def parse_start_time(stat: bytes) -> int | None:
-    """The start time in a ``/proc/PID/stat`` line, or None for an exited process (a zombie:
-    nothing left to kill, its parent reaps it) or a line that is not one. The command name
-    between the parentheses may hold anything, ``)`` and spaces too: fields follow the last
-    ``)``."""
+def running(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is still the process recorded (same pid and start time) and not a
+    zombie (nothing left to kill: its parent reaps it)."""
     try:
-        fields = stat[stat.rindex(b")") + 2:].split()
-        if fields[0] in (b"Z", b"X"):
-            return None
-        return int(fields[19])
-    except (ValueError, IndexError):
-        return None
+        return proc.is_running() and proc.status() not in (psutil.STATUS_ZOMBIE,
+                                                           psutil.STATUS_DEAD)
+    except psutil.Error:
+        return False
 
 
-def start_time(pid: int) -> int | None:
-    """The start time of ``pid`` (clock ticks since boot), or None if it is gone or a zombie."""
+def children(proc: psutil.Process | int, recursive: bool = False) -> list[psutil.Process]:
+    """The children (or all descendants) of ``proc``, or [] if it is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return parse_start_time(fh.read())
-    except OSError:
-        return None
+        return psutil.Process(proc).children(recursive) if isinstance(proc, int) \
+            else proc.children(recursive)
+    except psutil.Error:
+        return []
 
 
-def children(pid: int) -> list[int]:
-    """The children of ``pid`` (every thread's), or [] if it is gone."""
-    out: list[int] = []
+def is_ray_process(proc: psutil.Process, ray_dir: str) -> bool:
+    """Whether ``proc`` runs a Ray program: its command line names a file of the Ray package
+    (``ray_dir``: the GCS and raylet binaries, the dashboard, log monitor and autoscaler
+    scripts) or a worker title Ray set (``ray::...``)."""
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                out += [int(c) for c in fh.read().split()]
-        except (OSError, ValueError):  # a thread that just ended, or a kernel without the file
-            continue
-    return out
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read(1 << 16)
-    except OSError:
-        return b""
-
-
-def is_ray_process(pid: int, ray_dir: bytes) -> bool:
-    """Whether ``pid`` runs a Ray program: its command line names a file of the Ray package
-    (the GCS and raylet binaries, the dashboard, log monitor and autoscaler scripts) or a
-    worker title Ray set (``ray::...``)."""
-    cmd = _cmdline(pid)
-    return cmd.startswith(b"ray::") or (ray_dir + b"/") in cmd
+        cmd = " ".join(proc.cmdline())  # a title Ray set may come back split at spaces
+    except psutil.Error:
+        return False
+    return cmd.startswith("ray::") or ray_dir.rstrip("/") + "/" in cmd
 
 
 class Follower:
-    """The Ray processes below one driver, as ``{pid: start time}``."""
+    """The Ray processes below one driver, by pid (a ``psutil.Process`` keeps the start time)."""
 
     def __init__(self, driver: int, ray_dir: str, me: int) -> None:
         self.driver = driver
-        self.ray_dir = os.fsencode(ray_dir.rstrip("/"))
+        self.ray_dir = ray_dir
         self.me = me
-        self.known: dict[int, int] = {}
+        self.known: dict[int, psutil.Process] = {}
 
-    def alive(self) -> list[int]:
-        return [pid for pid, t in self.known.items() if start_time(pid) == t]
+    def alive(self) -> list[psutil.Process]:
+        return [proc for proc in self.known.values() if running(proc)]
 
-    def _add(self, pid: int) -> bool:
-        t = start_time(pid)
-        if t is None or pid == self.me or self.known.get(pid) == t:
+    def _add(self, proc: psutil.Process) -> bool:
+        if proc.pid == self.me or self.known.get(proc.pid) == proc or not running(proc):
             return False
-        self.known[pid] = t
+        self.known[proc.pid] = proc
         return True
 
     def scan(self, driver_alive: bool = True) -> int:
@@ -111,37 +84,35 @@ class Follower:
         if driver_alive:
             # every scan looks again at each child not yet known: between its fork and its
             # exec a child still shows the driver's command line
-            for pid in children(self.driver):
-                if pid != self.me and pid not in self.known and \
-                        is_ray_process(pid, self.ray_dir):
-                    new += self._add(pid)
-        todo = self.alive()
-        self.known = {pid: self.known[pid] for pid in todo}  # forget the dead
-        while todo:
-            for child in children(todo.pop()):
-                if self._add(child):
-                    new += 1
-                    todo.append(child)
+            for proc in children(self.driver):
+                if proc.pid not in self.known and is_ray_process(proc, self.ray_dir):
+                    new += self._add(proc)
+        live = self.alive()
+        self.known = {proc.pid: proc for proc in live}  # forget the dead
+        walked: set[int] = set()
+        for proc in live:
+            if proc.pid not in walked:  # a known process below another was walked with it
+                below = children(proc, recursive=True)
+                walked.update(child.pid for child in below)
+                new += sum(self._add(child) for child in below)
         return new
 
     def signal_all(self, sig: int) -> int:
         """Send ``sig`` to every known process that is still the one recorded; returns how
-        many were signalled. A pidfd pins the process, checked against its start time."""
+        many were signalled. A pidfd pins the process before it is checked."""
         sent = 0
-        for pid, t in list(self.known.items()):
+        for proc in list(self.known.values()):
             try:
-                fd = os.pidfd_open(pid)
+                fd = os.pidfd_open(proc.pid)
             except (OSError, AttributeError):
                 fd = None
-                if start_time(pid) != t:
-                    continue
             try:
-                if fd is None:
-                    os.kill(pid, sig)
-                elif start_time(pid) == t:
-                    signal.pidfd_send_signal(fd, sig)
-                else:
+                if not running(proc):
                     continue
+                if fd is None:
+                    os.kill(proc.pid, sig)
+                else:
+                    signal.pidfd_send_signal(fd, sig)
                 sent += 1
             except OSError:
                 pass
@@ -155,7 +126,7 @@ class Follower:
         meanwhile, then kill them all; repeated until none is left or ``seconds`` passed.
         Returns how many processes were killed."""
         end = time.monotonic() + seconds
-        killed: set[tuple[int, int]] = set()
+        killed: set[psutil.Process] = set()
         while True:
             self.signal_all(signal.SIGSTOP)
             while self.scan(driver_alive=False):
@@ -163,7 +134,7 @@ class Follower:
             live = self.alive()
             if not live:
                 return len(killed)
-            killed.update((pid, self.known[pid]) for pid in live)
+            killed.update(live)
             self.signal_all(signal.SIGKILL)
             if time.monotonic() >= end:
                 return len(killed)
@@ -214,7 +185,7 @@ class RayReaper:
         read_fd, write_fd = os.pipe()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()),
+                [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid()),
                  ray_dir], stdin=read_fd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 close_fds=True, start_new_session=True)
         except BaseException:
@@ -254,7 +225,7 @@ class RayReaper:
             self.proc.wait()
 
 
-__all__ = ["Follower", "RayReaper", "is_ray_process", "main", "parse_start_time"]
+__all__ = ["Follower", "RayReaper", "is_ray_process", "main", "running"]
 
 
 if __name__ == "__main__":

@@ -3,14 +3,10 @@
 Layer 2: runs.
 May import: common, envs.
 
-- ``store``: ``RunStore``, the run directory (``config.yaml``, ``run.sqlite`` in WAL mode,
-  ``checkpoints/step-N/``, ``events.jsonl``); each round commits in one transaction, so a crash
-  loses at most the round in flight and ``--resume`` continues the same run.
-- ``schema``: the SQLite schema, its version and migrations (old run directories open and
-  resume).
+- ``store``: ``RunStore``, the run directory; each round commits in one transaction, so a crash
+  loses at most the round in flight. ``schema``: its SQLite schema, version and migrations.
 - ``pool``: the environment-pool directory (``pool.jsonl``, ``programs/``, ``rejected.jsonl``).
-- ``tracking`` (with ``tracking_base``, ``tracking_wandb``, ``tracking_trackio``): each round
-  also to experiment trackers (``logging.backends``: W&B, trackio), never stopping the run.
-- ``sources``: where fixed programs come from (``library``, a pool directory, a run directory, a
-  folder of ``.py`` files).
+- ``tracking`` (adapter in ``tracking_base``): each round also to experiment trackers (W&B,
+  trackio), never stopping the run.
+- ``sources``: where fixed programs come from (library, pool, run, a folder of ``.py`` files).
 """

@@ -1,23 +1,13 @@
 """What a run computed, without when: the content of a run directory that two runs of the same
-seeded config must share (issue 25: a run killed and resumed equals the run never killed).
+seeded config must share (a run killed and resumed equals the run never killed).
 
-:func:`fingerprint` reads ``run.sqlite`` and the newest checkpoint into plain, comparable values:
-every committed round; every environment (code hash, status, steps, hint, lineage); every play
-and episode (seed, return, turns, token ids, behaviour log-probabilities); the memory; the
-delay buffer (the designer samples waiting for their reward); the blacklist; the hint cache;
-the rejected designs; the stored loop state (the loop's random stream, corpus position, EMA
-trackers); every metric per round; and of the newest checkpoint, the step it was taken at, a
-hash of each weight tensor, of each optimizer moment and of each saved random state, and the
-trainer's state (its step and settings).
-
-Left out, because they say when or how fast and not what: wall-clock columns (``created_at``,
-``started_at``...), per-phase seconds (``generate_s``, ``step_s``, metrics named ``seconds``,
-``timings_s/*``, ``*_s``, ``tok/s``...), the run directory's size (``run_dir_mb``: a resumed run
-also holds the events of its restarts), events (they carry times, and a resume adds its own),
-the sandbox's measured step times inside stored validation reports, database row ids, and
-the designer samples' random ids (``sample_id``: rows are matched by content instead).
-:data:`WALL_CLOCK_METRICS` names the metric patterns. :func:`differences` lists where two
-fingerprints differ, field by field.
+:func:`fingerprint` reads ``run.sqlite`` and the newest checkpoint into plain, comparable values
+(rounds, environments, plays, episodes, memory, delay buffer, blacklist, hint cache, rejected
+designs, loop state, metrics; hashes of the checkpoint's tensors, optimizer moments, random
+states and trainer state). Left out: what says when or how fast (wall-clock columns, timings,
+:data:`WALL_CLOCK_METRICS`, the run directory's size, events, row ids, ``sample_id``).
+:func:`differences` lists where two fingerprints differ, field by field. Details:
+docs/design/runs.md.
 """
 
 from __future__ import annotations

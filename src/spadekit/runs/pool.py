@@ -1,32 +1,14 @@
 """The environment-pool directory: the fixed-environment pool format, read and written.
 
-``spadekit generate`` writes pools, ``spadekit import-reference`` and ``spadekit validate --out``
-append to them, and fixed curricula, the memory seed and evaluation read them back.
+``spadekit generate`` writes pools, ``import-reference`` and ``validate --out`` append to them;
+fixed curricula, the memory seed and evaluation read them. A pool directory holds
+``pool.jsonl`` (one valid program a line: ``EnvProgram.to_dict()`` plus ``validation`` and
+``generation``), ``programs/<short_id>.py``, ``rejected.jsonl`` and ``summary.json``.
 
-Pool directory
---------------
-``pool.jsonl``
-    one line per valid program: ``EnvProgram.to_dict()`` plus ``validation`` (the report's
-    summary) and ``generation`` (job, index, skill, document id, token counts, finish reason,
-    seeds, hint provenance, timestamps). :func:`load_pool` reads it back as ``EnvProgram`` objects
-    (``validation`` and ``generation`` land in ``meta``): the fixed-environment pool format.
-``programs/<short_id>.py``
-    each valid program's code under a comment header naming its skill and hint.
-``rejected.jsonl``
-    one line per rejected output: stage, reason, message, the raw text and its provenance
-    (``reason: duplicate`` marks a valid program already in the pool).
-``summary.json``
-    the latest run: counts, valid share, reason histogram, timings, tokens, model and settings.
-
-Records are appended and flushed one at a time, a program file is written before its pool line,
-and summaries are replaced atomically (``_atomic_write``).
-
-A pool directory may come from elsewhere, so ``pool.jsonl`` is read as untrusted
-(``spadekit.common.jsonl.read_jsonl``: no NaN or Infinity, nesting and line length bounded).
-A line that cannot be read (not JSON, too deep, too long, not a valid program record) is
-skipped, the rest of the pool is loaded, and one warning on the ``spadekit.runs.pool`` logger
-(stderr when logging is not set up) counts the skipped lines and names the first few;
-``load_pool(..., strict=True)`` raises :class:`PoolError` at the first one instead.
+Guarantees: records are appended and flushed one at a time, a program file is written before
+its pool line, summaries are replaced atomically. ``pool.jsonl`` is read as untrusted: an
+unreadable line is skipped with one warning (``load_pool(..., strict=True)``: :class:`PoolError`
+at the first one). Format details: docs/design/runs.md.
 """
 
 from __future__ import annotations

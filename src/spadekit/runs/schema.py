@@ -1,50 +1,13 @@
 """The run database's schema, migrations, typed errors and value codecs (helpers of ``store.py``).
 
-Schema version 1 (``SCHEMA_VERSION``) creates the tables below. A later change to the schema adds
-a new entry to :data:`MIGRATIONS` (version -> SQL statements run in order, in one transaction);
-``RunStore`` applies every missing version when it opens a database and refuses a database whose
-version is newer than this code knows (:class:`SchemaVersionError`).
-
-Tables (version 1)
-------------------
-``schema_version``  one row per applied migration: version, applied_at, note.
-``environments``    every program the run produced or used, keyed by sha256 (``EnvProgram.sha256``):
-                    code, hint, skill, domain, source, class_name, meta (JSON), parents (JSON list
-                    of positive seed shas), lineage (JSON: negative seed, corpus document, ...),
-                    validation (JSON ``ValidationReport.to_dict()``), status
-                    (pooled|retired|invalid|blacklisted), created_step, retired_step,
-                    designer_sample_id, created_at.
-``plays``           one row per played episode: env_sha, step, with_hint (0/1), episode_return,
-                    failure (reason code or NULL), turns, tokens, seed, episode_id. Win rate over an
-                    env's life and regret at its generation step are plain SQL aggregates over it.
-``episodes``        trajectories: env_sha, step, with_hint, seed, role, episode_return,
-                    stop_reason, terminated, truncated, failure (JSON), n_turns, prompt_len,
-                    n_tokens, n_sampled, generate_s, step_s, hint, tag (JSON), and compressed BLOBs
-                    messages (zlib JSON), token_ids, loss_mask, logprobs (packed arrays).
-``turns``           per turn of an episode: idx, action, observation, reward, terminated,
-                    truncated, new_tokens, finish_reason, generate_s, step_s, extra (JSON).
-``memory``          the environment memory (``spadekit.selfplay.memory``); ``seq`` is the insertion order.
-``delay_buffer``    designer samples waiting k rounds: token_ids, loss_mask, logprobs (packed BLOBs;
-                    logprobs NULL when not stored), prompt_len, skill, env_sha, sample_id,
-                    generated_step, due_step, meta (JSON).
-``blacklist``       sha256, reason, step.
-``hint_cache``      env_sha -> hint, how it was produced, step, meta (JSON).
-``kv``              key -> JSON value (EMA trackers, corpus position, RNG states, counters).
-``metrics``         (name, step) -> value.
-``events``          step, time, kind, data (JSON); mirrored to ``events.jsonl``.
-``rounds``          one row per committed self-play round (step, started_at, finished_at).
-``checkpoints``     step -> checkpoint path and meta (JSON), written inside the round transaction.
-
-Version 2 adds ``rejected``: every designer output that did not enter the pool (step, skill,
-validation stage, reason code, message, the program's sha256 when one was extracted, the raw text
-as a zlib BLOB, details JSON), for the dashboard's rejected-programs view.
-
-Version 3 adds asynchronous rollouts' tables (``spadekit.selfplay.pipeline``): ``rollout_queue``
-(the training samples a round generated for the next round's update: step, policy version, the
-trainer's versions when their generation began and ended, role, group_id, packed token_ids,
-loss_mask and behaviour logprobs, advantage, weight, generated_at_step, truncated) and
-``token_ledger`` (per committed round and policy version: loss tokens generated, trained,
-discarded as stale, in flight; ``spadekit.selfplay.staleness.TokenLedger``).
+:data:`SCHEMA_VERSION` is the newest version; :data:`MIGRATIONS` maps each version to the SQL
+statements that reach it (run in order, in one transaction). ``RunStore`` applies every missing
+version when it opens a database and refuses a newer one (:class:`SchemaVersionError`).
+Version 1 creates the core tables (environments, plays, episodes, turns, memory, delay_buffer,
+blacklist, hint_cache, kv, metrics, events, rounds, checkpoints), version 2 adds ``rejected``,
+version 3 the asynchronous rollouts' ``rollout_queue`` and ``token_ledger``. JSON columns are
+written strictly (:func:`dumps`, no NaN), token arrays as packed compressed BLOBs.
+The tables, column by column: docs/design/runs.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
-"""Where a fixed set of environment programs comes from: the reference library, a pool directory
-written by ``spadekit generate``, a self-play run's validated programs, or a plain directory of
-program files.
-
-Used by the ``envs:`` evaluation suite, the fixed-pool baseline (``spadekit train-fixed``) and
-memory seeding (``memory_seed``), so all read the same four sources the same way:
+"""Where a fixed set of environment programs comes from, read the same way by the ``envs:``
+evaluation suite, ``spadekit train-fixed`` and memory seeding (``memory_seed``):
 
 - ``library`` (or ``library:games`` / ``library:tooluse``): the hand-written reference programs;
 - a directory holding ``pool.jsonl`` (or the file itself): a generated pool (``load_pool``);
-- a run directory holding ``run.sqlite``: every program the run's designer wrote that passed
-  validation (status pooled or retired; bootstrap copies of the library excluded), in the order
-  the run created them;
+- a run directory holding ``run.sqlite``: the run's designed programs that passed validation
+  (pooled or retired; bootstrap copies excluded), in creation order;
 - any other directory: its ``*.py`` files that define an ``...Env`` class, sorted by name
-  (``spadekit.envs.refimport.programs_from_dir``; the skill from a ``# skill:`` header or a
-  reference ``game_*_<skill>.py`` name; a ``*.py`` symlink leading out of the directory is
-  refused, ``UnsafeGameFile``). They are not validated here: the consumers validate.
+  (``spadekit.envs.refimport.programs_from_dir``; a symlink out of the directory is refused).
+Programs are not validated here: the consumers validate.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """The run directory and its SQLite database: everything a self-play run needs after a crash.
 
-Layout of ``runs/<name>/``::
-
-    run.sqlite      this module's database (WAL mode); schema in ``spadekit.runs.schema``
-    events.jsonl    one JSON object per line, appended by :meth:`RunStore.append_event`
-    checkpoints/step-N/   model/optimizer files, written by the trainer (:meth:`checkpoint_dir`)
-
-Transactions. Every write method is atomic on its own. ``with store.round(step):`` opens one write
-transaction for a whole self-play round: everything written inside it (by any thread using this
-``RunStore``) commits together at the end of the block, together with a ``rounds`` row and any
-checkpoint pointer (:meth:`record_checkpoint`). An exception inside the block rolls all of it back,
-and a process killed inside it leaves the database as it was after the previous round (SQLite's
-WAL journal makes the commit atomic). Events appended inside a round reach ``events.jsonl`` only
-after the commit, so the file never shows a round the database does not have.
-
-Durability: ``synchronous="NORMAL"`` (default) survives a killed process; ``"FULL"`` also survives
-a power loss, at the cost of an fsync per commit.
-
-Values are JSON-safe: JSON columns are written with :func:`spadekit.runs.schema.dumps` (strict,
-no NaN), token arrays as compressed BLOBs. Every SQLite failure becomes a :class:`StoreError`
-naming the file; an unreadable or malformed file is a :class:`StoreCorruptError`; a database
-written by a newer spadekit is a :class:`SchemaVersionError`.
+``runs/<name>/`` holds ``run.sqlite`` (WAL mode; schema in ``spadekit.runs.schema``),
+``events.jsonl`` (:meth:`RunStore.append_event`) and ``checkpoints/step-N/`` (:meth:`checkpoint_dir`).
+Every write method is atomic; ``with store.round(step):`` makes everything written inside it (by
+any thread) commit together with a ``rounds`` row and any checkpoint pointer, or roll back on an
+exception; a process killed inside it leaves the previous round's state. Events reach
+``events.jsonl`` only after their commit. ``synchronous="NORMAL"`` survives a killed process,
+``"FULL"`` also a power loss. Every SQLite failure is a :class:`StoreError` naming the file
+(:class:`StoreCorruptError` for an unreadable file, :class:`SchemaVersionError` for a newer one).
 """
 
 from __future__ import annotations

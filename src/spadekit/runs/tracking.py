@@ -1,22 +1,12 @@
 """Experiment tracking of a self-play run: ``logging.backends`` (``--log wandb --log trackio``).
 
-Next to the run database, ``events.jsonl`` and TensorBoard, a run can send each round to the
-trackers users already watch. :data:`BACKENDS` is the explicit registry (name -> adapter class,
-``spadekit.runs.tracking_wandb`` and ``spadekit.runs.tracking_trackio``); :class:`LoggingConfig`
-is the config section; :class:`Tracking` drives the chosen backends for one run:
-
-- at start: the tracked run ``run_id`` (made once, kept in the run database's state
-  ``tracking``, so ``--resume`` continues the same tracked run) with the resolved config, then
-  the committed rounds this backend has not logged yet (a resume after a crash between a commit
-  and its log, a backend added on resume, a backend that failed earlier), from the database;
-- after each round's commit: the round's scalars (the dict TensorBoard gets) and its
-  environments (:func:`round_environments`), only for a step above the backend's last logged
-  one (kept per backend in the same state): no step is logged twice;
-- never raises: a backend whose package is missing, or that fails to start, log or close, is
-  disabled for the rest of the process with one warning, a ``tracking_disabled`` event and a
-  count in the state (``failures``); the run goes on. The next start (a resume) tries it again.
-
-Only rank 0 tracks (it alone writes run outputs; ``spadekit.selfplay.distributed``).
+:data:`BACKENDS` is the explicit registry (name -> :class:`~spadekit.runs.tracking_base.Backend`),
+:class:`LoggingConfig` the config section, :class:`Tracking` drives the chosen backends for one
+run. Guarantees: the tracked run's ``run_id`` is kept in the run database (state ``tracking``),
+so ``--resume`` continues it; committed rounds a backend has not logged yet are sent at start;
+no step is logged twice per backend; tracking never raises: a failing backend is disabled for
+the rest of the process with one warning and a ``tracking_disabled`` event, and the run goes on.
+Only rank 0 tracks. Details: docs/tracking.md.
 """
 
 from __future__ import annotations
@@ -27,30 +17,27 @@ from pathlib import Path
 from typing import Any, Callable
 
 from spadekit.common.errors import ConfigError
-from spadekit.runs.tracking_base import ENV_COLUMNS, Tracker, TrackerMissing, TrackingStart
-from spadekit.runs.tracking_trackio import TrackioTracker
-from spadekit.runs.tracking_wandb import WandbTracker
+from spadekit.runs.tracking_base import (BUILTIN, ENV_COLUMNS, Backend, Tracker, TrackerMissing,
+                                         TrackingStart)
 
 __all__ = ["BACKENDS", "CODE_CAP", "LoggingConfig", "Tracking", "register_backend",
            "round_environments", "scalar_metrics"]
 
-BACKENDS: dict[str, type[Tracker]] = {}
+BACKENDS: dict[str, Backend] = {}
 """The tracking backends by name (filled below, explicitly)."""
 
 
-def register_backend(name: str, cls: type[Tracker]) -> None:
-    """Add a backend: ``cls`` a :class:`Tracker` subclass whose ``name`` is ``name``."""
-    if not (isinstance(cls, type) and issubclass(cls, Tracker)):
-        raise TypeError(f"backend {name!r} must be a Tracker subclass, got {cls!r}")
-    if not name or cls.name != name:
-        raise ValueError(f"backend class {cls.__name__} is named {cls.name!r}, not {name!r}")
-    if name in BACKENDS and BACKENDS[name] is not cls:
-        raise ValueError(f"backend {name!r} is already registered ({BACKENDS[name].__name__})")
-    BACKENDS[name] = cls
+def register_backend(backend: Backend) -> None:
+    """Add a wandb-style backend under ``backend.name`` (a name is registered once)."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"a tracking backend must be a Backend, got {backend!r}")
+    if not backend.name or BACKENDS.get(backend.name, backend) != backend:
+        raise ValueError(f"backend {backend.name!r} is already registered or unnamed")
+    BACKENDS[backend.name] = backend
 
 
-register_backend("wandb", WandbTracker)
-register_backend("trackio", TrackioTracker)
+for _backend in BUILTIN:
+    register_backend(_backend)
 
 
 @dataclass(frozen=True)
@@ -89,7 +76,7 @@ class Tracking:
     def __init__(self, config: LoggingConfig, store: Any, run_dir: str | Path,
                  run_config: dict[str, Any], *, resume: bool,
                  warn: Callable[[str], None] | None = None,
-                 backends: dict[str, type[Tracker]] | None = None) -> None:
+                 backends: dict[str, Backend] | None = None) -> None:
         self.config, self.store, self.run_dir = config, store, Path(run_dir)
         self.warn = warn or (lambda _text: None)
         registry = BACKENDS if backends is None else backends
@@ -146,8 +133,7 @@ class Tracking:
     def _send(self, backend: str, step: int, scalars: dict[str, float],
               rows: list[dict[str, Any]]) -> None:
         tracker = self.live[backend]
-        if self._call(backend, "log", tracker.log, step, scalars) and \
-                self._call(backend, "log_environments", tracker.log_environments, step, rows):
+        if self._call(backend, "log", tracker.log, step, scalars, rows):
             state = self._state()
             state.setdefault("logged", {})[backend] = step
             self._put(state)
@@ -177,11 +163,11 @@ class Tracking:
             self.warn(f"tracking: round {step}'s environments could not be read ({exc})")
             return []
 
-    def _start(self, backend: str, cls: type[Tracker], how: TrackingStart) -> Tracker | None:
-        """A started ``cls``, or None (disabled) when making or starting it fails."""
+    def _start(self, backend: str, spec: Backend, how: TrackingStart) -> Tracker | None:
+        """A started tracker, or None (disabled) when starting it fails."""
         tracker = None
         try:
-            tracker = cls()
+            tracker = Tracker(spec)
             tracker.start(how)
             return tracker
         except Exception as exc:  # noqa: BLE001 - a tracker never stops the run

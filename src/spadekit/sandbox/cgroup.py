@@ -165,9 +165,8 @@ class WorkerCgroup:
 def cpu_dir(name: str) -> Path:
     """A worker's v1 cpu cgroup, directly below the hierarchy's root. Below one shared parent,
     all workers together would weigh what one process weighs (``cpu.shares`` is split
-    hierarchically), and on a busy host the whole pool would get one process's share: that
-    halved validation throughput here. At the top each worker weighs what it did without a
-    controller. (On cgroup v2 the quota lives in the worker's one cgroup below ``spadekit``,
+    hierarchically), and on a busy host the whole pool would get one process's share. At the
+    top each worker weighs what it did without a controller. (On cgroup v2 the quota lives in the worker's one cgroup below ``spadekit``,
     which has the default ``cpu.weight``.)"""
     return ROOT / "cpu" / f"{PREFIX}-{name}"
 

@@ -1,82 +1,14 @@
 """Any environment program as a ``gymnasium.Env``, run inside the sandbox.
 
-:class:`SandboxedTextEnv` hosts one program (source text or :class:`~spadekit.envs.program.EnvProgram`)
-in one sandbox worker and exposes it through the standard Gymnasium API::
-
-    from spadekit.sandbox.gym_adapter import SandboxedTextEnv
-    from spadekit.envs.library import source
-
-    env = SandboxedTextEnv(source("games_code_breaker"), max_turns=12)
-    obs, info = env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step("\\\\boxed{guess 1234}")
-    env.close()                     # kills the worker (and the pool the env created, if any)
-
-Design choices
---------------
-Spaces
-    ``observation_space`` and ``action_space`` are ``gymnasium.spaces.Text`` with ``min_length=0``
-    over :data:`CHARSET`, the printable ASCII characters including whitespace (``string.printable``:
-    digits, letters, punctuation, space, ``\\t \\n \\r \\x0b \\x0c``); another ``charset`` can be
-    passed. The action space's ``max_length`` is ``max_length``; the observation space's is
-    ``max_length`` plus the length of the hint suffix (when there is a hint), so that the first
-    observation of an episode fits too.
-Observations outside the charset
-    A program may print any Unicode. Observations are *fitted* to the charset so that they always
-    lie in ``observation_space`` (and ``gymnasium.utils.env_checker.check_env`` holds): common
-    typography is spelled in ASCII (curly quotes, dashes, arrows, ``x`` for the multiplication
-    sign...), compatibility forms are decomposed (NFKD: ``"…"`` -> ``"..."``, accents dropped from
-    letters), and any other character outside the charset becomes ``"?"``. Whenever this changed
-    anything, the program's exact text is kept in ``info["raw_observation"]``. The reference
-    library emits ASCII only, so its observations pass through unchanged. An observation longer
-    than ``max_length`` raises ``InvalidResult`` (reason ``observation_too_large``), as the sandbox
-    itself does for its own bound.
-Actions
-    Any ``str`` is forwarded unchanged (characters outside the charset and longer texts included:
-    the action space describes what ``sample()`` draws, it is not a filter on model output); a
-    non-``str`` action raises ``TypeError``.
-Seeding
-    ``reset(seed=s)`` calls ``super().reset(seed=s)`` (Gymnasium's seeding contract) and passes
-    ``s`` to the program. ``reset()`` without a seed passes a seed drawn from ``self.np_random``,
-    so that ``reset(seed=s); reset()`` is reproducible as Gymnasium's determinism checks expect.
-    The seed the program received is kept in :attr:`SandboxedTextEnv.last_seed`.
-Hint
-    With ``hint=...`` the text ``"\\n\\nHINT: {hint}"`` is appended to the first observation of each
-    episode (the one ``reset`` returns) and to no other.
-Turn limit
-    ``max_turns`` (default: the program's own ``max_turns`` attribute, if it has one) is passed to
-    the program's constructor *and* enforced here: when the program has not ended the episode after
-    ``max_turns`` steps, the step returns ``truncated=True`` and ``info["turn_limit"] = True``.
-Failures
-    Sandbox failures are :class:`spadekit.common.errors.SandboxError` subclasses (``EnvRaised``,
-    ``InvalidResult``, ``SandboxTimeout``, ``WorkerDied``, ...). By default (``on_error="raise"``)
-    they are re-raised as they are, never turned into ordinary-looking transitions, and the episode
-    is over: the next ``step`` raises ``gymnasium.error.ResetNeeded`` until ``reset``. With
-    ``on_error="truncate"`` a failing ``step`` instead returns
-    ``(last_observation, 0.0, False, True, {"error": exc.to_dict()})``, so that a training loop can
-    carry on with the next episode. ``reset`` always raises. A timeout, a dead worker or a protocol
-    violation kills the worker: every later call raises ``SandboxClosed`` and a new env is needed.
-    ``step`` before the first ``reset`` or after the episode ended raises ``ResetNeeded``.
-Rendering
-    ``render_mode="ansi"``: ``render()`` returns the last observation text; with no render mode,
-    ``render()`` returns ``None``.
-Lifetime
-    ``close()`` kills the worker (``pool.release``) and closes the pool when the env created it
-    (``pool=None``); it is idempotent and also runs when the env is garbage-collected.
-
-Registration
-------------
-Importing this module registers nothing. To use ``gymnasium.make``, register an id yourself::
-
-    import gymnasium
-    from spadekit.envs.library import source
-
-    gymnasium.register(id="spadekit/CodeBreaker-v0",
-                       entry_point="spadekit.sandbox.gym_adapter:make",
-                       kwargs={"program": source("games_code_breaker")})
-    env = gymnasium.make("spadekit/CodeBreaker-v0", max_turns=12)
-
-``gymnasium.make`` then adds its usual wrappers (order enforcing, the passive checker and, with
-``max_episode_steps``, a ``TimeLimit``); :func:`make` returns the plain env.
+:class:`SandboxedTextEnv` hosts one program in one sandbox worker behind the standard Gymnasium
+API (``reset(seed=...)``, the 5-tuple ``step``, ``render_mode="ansi"``, ``close``). Guarantees:
+observations always lie in ``observation_space`` (a ``Text`` space over :data:`CHARSET`; other
+characters are fitted, the exact text kept in ``info["raw_observation"]``); any ``str`` action
+is forwarded unchanged; ``reset()`` without a seed is reproducible from ``np_random``; a
+``max_turns`` cap truncates with ``info["turn_limit"]``; sandbox failures are re-raised typed
+(``on_error="truncate"``: a truncated transition with ``info["error"]``); ``close`` is
+idempotent. Importing registers nothing; :func:`make` is an entry point for
+``gymnasium.register``. Design choices and an example: docs/design/sandbox.md.
 """
 
 from __future__ import annotations
@@ -122,7 +54,7 @@ _ERROR_MODES = ("raise", "truncate")
 
 
 def fit_to_charset(text: str, charset: frozenset[str] | str = CHARSET) -> str:
-    """``text`` with every character outside ``charset`` replaced (see the module docstring).
+    """``text`` with every character outside ``charset`` replaced (docs/design/sandbox.md).
 
     Characters in ``charset`` are kept as they are; others are spelled in ASCII where a usual
     spelling exists, else decomposed (NFKD, combining marks dropped), else replaced by ``"?"``
@@ -177,33 +109,19 @@ def _release(pool: SandboxPool, sandbox: Sandbox | None, owns_pool: bool) -> Non
 class SandboxedTextEnv(gymnasium.Env):
     """One environment program, hosted in one sandbox worker, as a ``gymnasium.Env[str, str]``.
 
-    Parameters
-    ----------
-    program:
-        The program source, or an :class:`EnvProgram` (its ``code`` is run; its ``hint`` is *not*
-        used unless passed as ``hint=program.hint``).
-    pool:
-        The :class:`SandboxPool` to take the worker from. ``None``: the env creates its own
-        ``SandboxPool(warm=0)`` and closes it in :meth:`close`.
-    max_turns:
-        Passed to the program's constructor and enforced here (truncation); ``None``: the
-        program's own ``max_turns`` attribute, or no limit when it has none.
-    max_length:
-        Bound on the text length of actions and observations (``Text.max_length``).
-    hint:
-        Appended as ``"\\n\\nHINT: {hint}"`` to the first observation of each episode.
-    render_mode:
-        ``None`` or ``"ansi"``.
-    charset:
-        Characters of both ``Text`` spaces (default :data:`CHARSET`, printable ASCII).
-    on_error:
-        ``"raise"`` (default) re-raises sandbox failures from ``step``; ``"truncate"`` ends the
-        episode with ``truncated=True`` and ``info["error"]`` instead.
+    ``program``: source text or an :class:`EnvProgram` (its ``hint`` is used only if passed as
+    ``hint=``). ``pool``: where the worker comes from (None: an own ``SandboxPool(warm=0)``, closed
+    by :meth:`close`). ``max_turns``: passed to the program and enforced here by truncation (None:
+    the program's own attribute, else no limit). ``max_length``: the length bound of actions and
+    observations (``Text.max_length``); ``charset``: both spaces' characters (default
+    :data:`CHARSET`, printable ASCII). ``hint``: appended as ``"\\n\\nHINT: {hint}"`` to each
+    episode's first observation. ``render_mode``: None or ``"ansi"``. ``on_error``: ``"raise"``
+    (default) re-raises sandbox failures from ``step``; ``"truncate"`` ends the episode with
+    ``truncated=True`` and ``info["error"]``.
 
-    Attributes: ``pool``, ``sandbox`` (:class:`~spadekit.sandbox.Sandbox`), ``remote``
-    (:class:`~spadekit.sandbox.RemoteEnv`), ``program_info`` (class name, ``has_solution``,
-    ``has_tools``, docstring), ``max_turns`` (the enforced limit or ``None``), ``turn`` (steps in
-    this episode), ``last_seed``, ``last_observation``.
+    Attributes: ``pool``, ``sandbox``, ``remote``, ``program_info`` (class name,
+    ``has_solution``, ``has_tools``, docstring), ``max_turns`` (the enforced limit or None),
+    ``turn``, ``last_seed``, ``last_observation``.
     """
 
     metadata = {"render_modes": ["ansi"]}

@@ -1,34 +1,14 @@
 """Detect which isolation layers this machine offers and pick the strongest working tier.
 
-Tiers (research/sandbox.md, section 4):
-
-- ``strong``: bubblewrap namespaces (no network, private filesystem view, own pid and IPC
-  namespaces, a size-limited tmpfs as scratch, read-only ``/dev``) + seccomp + Landlock (by
-  kernel ABI) + rlimits, a per-worker unprivileged uid when running as root (user namespaces
-  otherwise), and a per-worker cgroup (pids, memory, CPU quota) where the host allows one.
-- ``standard``: no namespaces, but seccomp (which also denies SysV and POSIX-mq IPC, host-wide
-  here) + Landlock (no access to ``/dev/shm``) + rlimits (+ per-worker uid and a tmpfs scratch
-  mount as root). Passed the whole attack matrix in the measurements; containment rests on
-  seccomp's no-fork. What it shows of the host: Landlock denies listing and reading what it
-  does not allow but not path lookups, so ``stat`` finds every host file (size, owner, mtime)
-  and, through ``/proc/PID``, every host process, and the scratch directory's host path is the
-  working directory. As root where the kernel allows a mount namespace (layer
-  ``private_view``), each worker gets a private view instead (``spadekit.sandbox.worker_view``):
-  a minimal root of its own holding, read-only, only what its interpreter reads (``/usr``,
-  ``/lib*``, ``/bin``, ``/etc/ld.so.cache``, ``/etc/localtime``, the interpreter's prefix, the
-  allowlisted packages), ``/dev/null``, a /proc of its own in which its uid sees no other
-  process, and its scratch and runtime library at neutral paths (``/tmp/scratch``,
-  ``/tmp/lib``).
-  seccomp refuses the syscalls that would name another process (``getppid``, pids other than
-  0) on every tier. ``spadekit doctor`` measures what a worker sees (``tier_limits``:
-  ``host_view``).
-
-On every tier a worker idle for ``idle_stop_ms`` is stopped until its next request.
-- ``weak``: rlimits and a new session only. Refused for untrusted code unless
-  ``allow_unsafe`` is set, because the program could read files and use the network.
+- ``strong``: bubblewrap namespaces + seccomp + Landlock + rlimits, per-worker uid and cgroup
+  where the host allows;
+- ``standard``: no namespaces; seccomp + Landlock + rlimits (+ per-worker uid, tmpfs scratch and,
+  as root where a mount namespace is allowed, a private view, ``worker_view``);
+- ``weak``: rlimits and a new session only; refused for untrusted code unless ``allow_unsafe``.
 
 ``detect()`` probes each layer, then proves the chosen tier by booting a real worker with it;
-if that fails it falls back to the next tier and records why. The result is cached per process.
+on failure it falls back to the next tier and records why. Cached per process. What each tier
+shows of the host: docs/design/sandbox.md.
 """
 
 from __future__ import annotations

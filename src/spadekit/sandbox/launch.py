@@ -1,18 +1,12 @@
 """Start one isolated worker process: command line, uid, scratch space, cgroup, boot config.
 
-A ``Plan`` says which layers to use (it comes from ``spadekit.sandbox.isolation``);
-``spawn(config, plan)`` returns a ``WorkerProcess`` that has sent its ``hello`` and waits for a
-program. Nothing untrusted has run at that point, which is what makes warm pools safe.
-
-Per-worker uids are allocated host-wide (lock files in a root-owned directory, plus a check that
-no process runs as the uid). Scratch space is a size-limited tmpfs where the tier allows one.
-A standard-tier worker with ``Plan.private_view`` starts as root in ``worker_view.py`` (a
-minimal root of its own: read-only binds of what the interpreter reads, a /proc of its own,
-scratch and runtime library at neutral paths under /tmp), which drops to the worker's uid
-before it executes the worker.
-A worker with no request for ``idle_stop_ms`` is stopped (SIGSTOP, through a pidfd) and
-continued when its next request comes, so threads a program left running cost no CPU between
-requests.
+``spawn(config, plan)`` (a :class:`Plan` from ``spadekit.sandbox.isolation``) returns a
+:class:`WorkerProcess` that has sent its ``hello`` and waits for a program: nothing untrusted has
+run yet, which makes warm pools safe. Per-worker uids are allocated host-wide (lock files in a
+root-owned directory, plus a check that no process runs as the uid); scratch space is a
+size-limited tmpfs where the tier allows one. :meth:`WorkerProcess.kill` SIGKILLs the worker's
+whole process tree (psutil) and cgroup and frees its uid and scratch, leaving no orphan. A
+worker idle for ``idle_stop_ms`` is SIGSTOPped through a pidfd until its next request.
 """
 
 from __future__ import annotations
@@ -34,6 +28,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from spadekit.common.errors import SandboxStartError
 from spadekit.sandbox import cgroup as cg
@@ -89,11 +85,7 @@ def runtime_lib() -> str:
             shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(src, dst)
-    # compiled once here: a worker runs with -B and cannot write bytecode, so without these it
-    # would compile its replies module, spadekit.common and spadekit.envs from source at every
-    # start (the worker script itself, run as __main__, is always compiled). Written next to
-    # each source whatever this process's pycache prefix or -O (the workers run without
-    # either); an interpreter of another version ignores them and compiles as before.
+    # compiled once here: a worker runs with -B and cannot write bytecode itself
     tag = sys.implementation.cache_tag
     for dirpath, _dirnames, filenames in os.walk(root) if tag else ():
         for name in filenames:
@@ -135,11 +127,8 @@ def uid_lock_dir() -> str:
 
 def uids_in_use(low: int, high: int) -> set[int]:
     """Uids in ``[low, high)`` that own a process on the host (zombies included), as the owner of
-    /proc/PID shows it. One ``stat`` per process (about 0.2 ms for 150 processes; reading every
-    /proc/PID/status instead cost 1-10 ms per worker start, under the GIL). A process that made
-    itself non-dumpable shows as root there; that only matters for a worker that outlived its
-    trainer, which PDEATHSIG and bwrap's --die-with-parent already prevent: the lock files are
-    the allocation, this check is the second line."""
+    /proc/PID shows it (one ``stat`` per process). The lock files are the allocation; this check
+    is the second line (a non-dumpable process shows as root)."""
     found: set[int] = set()
     with os.scandir("/proc") as entries:
         for entry in entries:
@@ -167,13 +156,10 @@ class _UidAllocator:
 
     def take(self, base: int) -> int:
         """A free uid in ``[base, base + UID_RANGE)``, tried round robin from the one after the
-        last handed out by any process on the host (``next-BASE`` in the lock folder, read and
-        advanced under its own lock): a uid just given back is not reused at once, here or in
-        another process (so a process still seen under it belongs to the worker that had it,
-        not to its successor). The cursor only orders the search; the per-uid locks alone make
-        a uid ours. A cursor that cannot be locked within ``CURSOR_WAIT_S`` (a child forked
-        while this process held it keeps the lock for its life) or opened as a regular file is
-        passed over for this process's own."""
+        last handed out on the host (the ``next-BASE`` cursor file, under its own lock), so a
+        uid just given back is not reused at once. The cursor only orders the search; the
+        per-uid locks alone make a uid ours. A cursor not lockable within ``CURSOR_WAIT_S`` or
+        not a regular file is passed over for this process's own."""
         with self.lock:
             folder = uid_lock_dir()
             busy = uids_in_use(base, base + UID_RANGE)
@@ -411,6 +397,7 @@ IDLE = _IdleStopper()
 MS_NOSUID, MS_NODEV, MNT_DETACH = 2, 4, 2
 
 
+@functools.cache
 def _libc():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
@@ -419,68 +406,25 @@ def _libc():
     return libc
 
 
-_LIBC = None
-
-
 def mount_tmpfs(path: str, size_mb: int, uid: int | None) -> None:
     """Mount a tmpfs of ``size_mb`` MiB on ``path`` (root only), owned by ``uid``, mode 0700."""
-    global _LIBC
-    _LIBC = _LIBC or _libc()
     opts = f"size={size_mb}m,mode=0700" + (f",uid={uid},gid={uid}" if uid is not None else "")
-    if _LIBC.mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV,
-                   opts.encode()) != 0:
+    if _libc().mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV,
+                     opts.encode()) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"mounting a tmpfs on {path}: {os.strerror(err)}")
 
 
 def unmount(path: str) -> None:
-    global _LIBC
-    _LIBC = _LIBC or _libc()
-    _LIBC.umount2(os.fsencode(path), MNT_DETACH)
+    _libc().umount2(os.fsencode(path), MNT_DETACH)
 
 
 def descendants(pid: int) -> set[int]:
-    """All descendants of ``pid``: through /proc/PID/task/TID/children where the kernel has it,
-    else by scanning the parent links of every process."""
+    """The pids of every live descendant of ``pid`` (empty when ``pid`` is gone)."""
     try:
-        return _walk(pid, _children_files)
-    except OSError:
-        table = _children_table()
-        return _walk(pid, lambda p: table.get(p, []))
-
-
-def _walk(pid: int, children_of) -> set[int]:
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children_of(todo.pop()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _children_files(pid: int) -> list[int]:
-    out: list[int] = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-            out += [int(c) for c in fh.read().split()]
-    return out
-
-
-def _children_table() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-            ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    return children
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.Error:
+        return set()
 
 
 def worker_config(config: SandboxConfig, plan: Plan, scratch: str,
@@ -584,15 +528,8 @@ def _setpriv_argv(setpriv: str, uid: int) -> list[str]:
 
 def as_user(argv: list[str], uid: int) -> tuple[list[str], dict]:
     """``argv`` and the ``Popen`` arguments that run it as ``uid`` (group ``uid``, no
-    supplementary groups).
-
-    Python's ``Popen(user=..., group=..., extra_groups=...)`` must ``fork()`` the caller to
-    change ids in the child, and a fork copies the page tables of the whole caller: a trainer
-    holding a model pays milliseconds of kernel time per worker, and again in write faults on
-    its own memory afterwards. ``setpriv`` makes the same calls (``setgroups``, ``setresgid``,
-    ``setresuid``; the ids are all ``uid`` once it executes the worker, and no capability is
-    left) in a process that Python starts with ``vfork()``. Without ``setpriv`` the ids are
-    changed by ``Popen`` as before."""
+    supplementary groups): through ``setpriv`` where it works (the caller is then started with
+    ``vfork()``, never copying a trainer's page tables), else by ``Popen`` itself."""
     setpriv = setpriv_path()
     if setpriv is None:
         return argv, {"user": uid, "group": uid, "extra_groups": []}

@@ -1,16 +1,11 @@
 """Play many episodes of one program in one sandbox worker, in lockstep, as training plays them.
 
-A rollout turn steps every live episode of a program once, all in the same worker, one request
-after another (``spadekit.sandbox.batch``). ``play_lockstep`` does exactly that for a list of
-scripted episodes (a reset seed and the actions to send): it creates every instance, resets them
-all, then steps each live one once per turn until each has ended, run out of actions or reached
-the turn cap. The validator uses it to check a program where play would run it (determinism
-between interleaved instances, solution and garbage returns measured side by side, the time a
-worker spends on one turn); tests use it to compare interleaved play with episodes played alone.
-
-Every failure is a typed ``SandboxError`` raised with the index of the episode it belongs to
-(``LockstepError``); traces have the validator's format: ``[(reset observation,), (obs,
-reward, terminated, truncated), ...]``.
+``play_lockstep`` takes scripted episodes (a reset seed and the actions to send), creates every
+instance, resets them all, then steps each live one once per turn until each has ended, run out
+of actions or reached the turn cap, exactly as a rollout turn does (``spadekit.sandbox.batch``).
+Used by the validator and the tests. Every failure is a typed ``SandboxError`` raised with the
+index of its episode (``LockstepError``); traces have the validator's format:
+``[(reset observation,), (obs, reward, terminated, truncated), ...]``.
 """
 
 from __future__ import annotations

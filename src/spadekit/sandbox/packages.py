@@ -1,20 +1,12 @@
 """Which third-party packages sandbox workers may import (``SandboxConfig.packages``).
 
-Workers run with site-packages off (``python -I -S``). :func:`resolve` turns the allowlist (import
-or distribution names, e.g. ``numpy``, ``math_verify``) into what a worker needs to import them
-and nothing else: the closure over each distribution's required distributions (markers that
-name an ``extra`` are skipped), then, from each distribution's installed-files record, its
-top-level modules and directories (``numpy``, ``numpy.libs``, ``mpmath``...) and its
-``.dist-info`` directory. The worker's ``AllowlistFinder`` (``spadekit.envs.compat``) answers
-imports of exactly those top-level names; Landlock read rules and bwrap read-only binds cover
-exactly those paths. A name that is not installed is left out (``Resolved.missing``).
-
-Workers may not be able to read this interpreter's site-packages at all (running as root,
-workers get per-worker uids and a system interpreter, and ``/root`` is private), so
-:func:`for_workers` puts those paths into one world-readable directory,
-``/var/tmp/spadekit-pkgs-<uid>-<key>`` (hard links where the filesystem allows, copies
-otherwise), built once per host and set of installed versions, owned by this user and writable
-by nobody else; the worker's finder, its Landlock rules and bwrap's binds point there.
+Workers run with site-packages off (``python -I -S``). :func:`resolve` turns the allowlist
+(import or distribution names) into exactly what importing them needs: the closure over required
+distributions, their top-level modules and ``.dist-info`` directories; a name not installed is
+left out (``Resolved.missing``). :func:`for_workers` puts those paths into one world-readable,
+owner-only-writable directory ``/var/tmp/spadekit-pkgs-<uid>-<key>`` (hard links or copies),
+built once per host and set of versions; the worker's ``AllowlistFinder``, its Landlock rules
+and bwrap's binds all point there.
 """
 
 from __future__ import annotations

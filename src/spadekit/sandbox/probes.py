@@ -1,38 +1,14 @@
 """Probe actions for checking environment programs: garbage drawn from a seed, and the actions an
 environment advertises in its own observations and tool schemas.
 
-A fixed, public list of probe actions lets a program recognise validation (and, say, win on
-everything else). So the validator (and the training-time spot checks) draw their garbage from a
-per-check seed: :func:`garbage_actions` gives the same actions for the same seed and inputs, and
-different ones for another seed. Garbage must not have a grammar of its own that a program could
-tell apart from a model's actions, so it is drawn from a broad mix: model-like text (short
-commands built from the program's own advertised verbs and common ones, with small numbers;
-common words such as ``\\boxed{next}`` or ``\\boxed{yes}``; prose sentences, boxed or not;
-replies of a model's length, :func:`model_reply`: 0 to ~80 words of prose, reasoning-like
-phrases, runs of the words of the observation and of the program's hint, then a boxed garbage
-command, up to ``MAX_GARBAGE_CHARS``), the
-program's advertised actions and solution actions mutated (numbers shifted, a character changed,
-cut short; whole solution sequences with one action's numbers shifted, two actions swapped, one
-repeated in place of the next or the last dropped), random letter strings, long numbers, symbol
-runs and malformed markup, and for tool use random ``<answer>...</answer>`` texts, calls of the
-listed tools with plausibly typed arguments (enum members, small integers, common words), unknown
-tools and broken JSON. Garbage can win an honest game by luck now and then (a small number can be
-the secret): the validator judges it by its mean return against the solution's, never by one win.
-
-:func:`random_policy_actions` is the second baseline: each turn a random pick among the program's
-advertised actions and mutations of its solution actions (never a solution action unchanged).
-The validator measures the garbage that carries no solution actions and the random policy
-against the solution; garbage built from the solution (``garbage_actions(..., solution=...)``)
-is played alongside, so that a program cannot tell the measured episodes by their look, but its
-returns are only recorded: a whole solution changed in a step that does not matter still wins an
-honest game.
-
-:func:`advertised_actions` pulls the example actions a program prints (``\\boxed{probe 123}``,
-``'pack 1 4 6'``, ``<tool_call>...</tool_call>``) out of an observation, so that a bug reachable by
-an action the environment itself suggests is found when the program is checked, not in training;
-:func:`mutate` turns such an example into a nearby garbage action (its numbers replaced by
-out-of-range ones), and :func:`tool_probes` calls every tool a program lists, with missing and
-ill-typed arguments.
+:func:`garbage_actions` gives the same actions for the same seed and inputs and other ones for
+another seed, drawn from a broad mix (model-like replies, :func:`model_reply`; advertised and
+solution actions mutated; random strings, numbers, symbols, broken markup; for tool use random
+answers, calls with plausibly typed arguments, unknown tools, broken JSON), so a program cannot
+recognise validation. :func:`random_policy_actions` is the second baseline (never a solution
+action unchanged). :func:`advertised_actions` pulls the example actions out of an observation,
+:func:`mutate` turns one into a nearby garbage action, :func:`tool_probes` calls every listed
+tool with missing and ill-typed arguments. The mix in detail: docs/design/sandbox.md.
 """
 
 from __future__ import annotations
@@ -415,7 +391,7 @@ def model_reply(rng: random.Random, tooluse: bool = False, advertised: Sequence[
 def garbage_action(rng: random.Random, tooluse: bool = False, advertised: Sequence[str] = (),
                    tools: Sequence[Any] = (), solution: Sequence[str] = (),
                    echo: Sequence[str] = (), hint: Sequence[str] = ()) -> str:
-    """One garbage action drawn from ``rng`` (see the module docstring for what it can be);
+    """One garbage action drawn from ``rng`` (docs/design/sandbox.md lists what it can be);
     ``echo`` and ``hint``: words (``words_of``) that model-like replies may repeat."""
     verbs = _verbs(advertised) + list(VERBS)
     kinds = ["command", "command", "word", "word", "number", "sentence", "sentence",

@@ -1,25 +1,13 @@
 """The schema of every reply a sandbox worker sends, checked before anything else reads it.
 
-The environment program runs inside the worker, so it can replace the worker's ``send`` or
-write to the protocol pipe itself: every reply line is untrusted bytes. ``decode_line`` turns one
-line into a value that is safe to hand on, or raises ``BadReply``; ``Sandbox`` turns that into a
-``ProtocolViolation`` and kills the worker. The checks, cheapest first:
-
-- nesting depth at most ``MAX_DEPTH``, measured on the raw bytes *before* parsing (so a line of
-  100 000 ``[`` never reaches the recursive JSON parser), and only when the line has more
-  brackets than that at all (a step reply has three);
-- strict UTF-8, then JSON with ``NaN``/``Infinity`` refused and floats that overflow to
-  infinity (``1e999``) refused while parsing;
-- no lone surrogates in any string or key (the worker emits ASCII JSON, so this walk runs only
-  when a line carries ``\\u`` escapes or raw non-ASCII bytes);
-- the envelope: exactly ``{"id", "ok", "result"}`` or ``{"id", "ok", "error"}`` with the id of
-  the request (an int, not ``true``);
-- per message type: ``check_hello``, ``check_load``, ``check_create``, ``check_error``; reset and
-  step results are checked by the worker's own ``check_reset``/``check_step`` in ``RemoteEnv``.
-
-Sizes are bounded by ``SandboxConfig.max_reply_bytes`` (the whole line) and per field here.
-A well-behaved worker never sends anything these checks refuse: it applies the same limits to
-what programs return (see ``worker.py``), so a refusal means the worker is not to be trusted.
+Every reply line is untrusted bytes (the program can forge them). ``decode_line`` turns one line
+into a value safe to hand on, or raises ``BadReply`` (``Sandbox`` turns that into a
+``ProtocolViolation`` and kills the worker). Checks, cheapest first: nesting depth on the raw
+bytes before parsing (``MAX_DEPTH``); strict UTF-8 and JSON without NaN/Infinity or overflowing
+floats; no lone surrogates; the envelope ``{"id", "ok", "result"|"error"}`` with the request's
+int id; per message type ``check_hello``/``check_load``/``check_create``/``check_error``. Sizes
+are bounded by ``SandboxConfig.max_reply_bytes`` and per field. A well-behaved worker never
+sends anything refused here, so a refusal means the worker is not to be trusted.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """The parent side of one sandbox: a worker hosting one program, driven over JSON lines.
 
-``Sandbox`` sends one request at a time (a lock makes it safe from several threads; the ``a*``
-methods make it usable from asyncio), enforces a wall-clock deadline on every call, re-validates
-every result with the same checks the worker ran, and turns every failure into a typed
-``spadekit.common.errors.SandboxError``. A timeout, a dead worker or a protocol violation kills the
-worker and its whole process tree; later calls raise ``SandboxClosed``.
-
-Replies are untrusted (the program runs inside the worker and can forge them): every line is
-checked against its schema (``spadekit.sandbox.replies``) before anything reads it, a reset or
-step result that the worker itself should have refused is a forgery too, and so is a second
-reply to one request. Each of these is a ``ProtocolViolation`` that kills the worker; nothing
-but a ``SandboxError`` leaves this module.
-
-``RemoteEnv`` is one environment instance inside a sandbox with the Gymnasium-style API
-(``reset(seed=, options=)`` and the 5-tuple ``step``), plus ``solution()`` and ``tools()``.
+``Sandbox`` sends one request at a time (thread-safe), enforces a
+wall-clock deadline on every call and turns every failure into a typed
+``spadekit.common.errors.SandboxError``: nothing else leaves this module. Replies are untrusted:
+each line is checked against its schema (``spadekit.sandbox.replies``), reset and step results
+are re-checked with the worker's own checks, and a second reply to one request is a forgery;
+each is a ``ProtocolViolation``. A timeout, a dead worker or a violation kills the worker and
+its whole process tree; later calls raise ``SandboxClosed``. ``RemoteEnv`` is one environment
+instance with the Gymnasium-style API (``areset``/``astep`` for asyncio) plus ``solution()``
+and ``tools()``.
 """
 
 from __future__ import annotations
@@ -107,7 +102,6 @@ class Sandbox:
         self.program: dict | None = None
         self.layers: dict = {}
         self.compat_used: set[str] = set()  # run-time compatibility features (envs.refstyle)
-        self.started_at = time.monotonic()
         self._deadlines = {op: config.deadline(op) for op in ("load", "create", "reset", "step")}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -372,11 +366,6 @@ class Sandbox:
             return ERROR_TYPES[kind](message, reason=err.get("reason", default), **extra, op=op)
         return ResourceLimit(message, kind=err.get("kind", ""),
                              traceback=err.get("traceback", ""), op=op)
-
-    # -- asyncio ---------------------------------------------------------------------------
-
-    async def arequest(self, op: str, payload: dict, timeout: float | None = None) -> Any:
-        return await asyncio.to_thread(self.request, op, payload, timeout)
 
 
 class RemoteEnv:

@@ -1,34 +1,12 @@
 """Compile the sandbox's seccomp filter (parent side) into raw BPF bytes.
 
-The trainer process compiles the filter once with ``pyseccomp`` (a ctypes binding to the system's
-libseccomp) and hands the bytes to each worker, which installs them with one ``prctl`` before any
-untrusted code runs. Workers therefore need neither pyseccomp nor libseccomp themselves.
-
-Policy (default allow, deny the dangerous classes measured in research/sandbox.md):
-- no new processes: ``fork``/``vfork``, ``clone`` without ``CLONE_THREAD``, ``execve``/``execveat``
-  (threads still work; ``clone3`` answers ENOSYS so that glibc falls back to ``clone``);
-- no sockets at all (``socket`` and ``socketpair`` are refused, whatever the family);
-- no signals to anyone (``kill``, ``tkill``, ``tgkill``, ``rt_sigqueueinfo``, ...);
-- no kernel-surface syscalls: ptrace, mount family, namespaces, bpf, perf, io_uring, keys,
-  modules, kexec, reboot, swap, syslog, acct, handle-based open, uid/gid changes, mknod, personality;
-- no inter-process communication outside the pipe to the parent: SysV message queues,
-  semaphores and shared memory (and the ``ipc`` multiplexer on architectures that have it), and
-  POSIX message queues. On the ``standard`` tier (no IPC namespace) these objects are host-wide:
-  one program could read what another program's worker left, and they outlive both workers.
-  POSIX shared memory is a file under ``/dev/shm``, which Landlock (and on the strong tier a
-  read-only, private ``/dev``) keeps out of reach instead;
-- ``ioctl`` TIOCSTI/TIOCLINUX (terminal injection), with a masked compare;
-- no question about another process: on the ``standard`` tier (no pid namespace) every syscall
-  that takes a pid would tell a program which host pids exist (ESRCH or not) or something about
-  them, whatever /proc shows. ``getppid`` is refused (the trainer's pid); the syscalls that name
-  a process (``getpgid``, ``getsid``, ``setpgid``, the ``sched_*`` family, ``prlimit64``,
-  ``get_robust_list``, ``migrate_pages``, ``move_pages``) are refused unless the pid is 0 (the
-  caller itself), and so are ``getpriority``/``setpriority``/``ioprio_*`` unless ``who`` is 0;
-  ``pidfd_open``, ``kcmp``, ``capget``/``capset``, ``process_madvise`` and
-  ``process_mrelease`` are refused outright, as are ``fcntl`` F_SETOWN/F_SETOWN_EX and
-  ``ioctl`` FIOSETOWN/SIOCSPGRP (they look the owner pid up) and the clock calls on a negative
-  clock id (the CPU clock of a pid or thread; the caller's own process and thread clocks, ids 2
-  and 3, keep working).
+The trainer compiles the filter once with ``pyseccomp`` and hands the bytes to each worker, which
+installs them with one ``prctl`` before any untrusted code runs. Policy: default allow; deny new
+processes (threads still work), sockets, signals to anyone, kernel-surface syscalls (ptrace,
+mounts, namespaces, bpf, perf, io_uring, keys, modules, uid changes...), SysV and POSIX-mq IPC,
+terminal injection ioctls, and every question about another process (``getppid``; pid-taking
+syscalls unless the pid is 0; ``pidfd_open``, ``kcmp``, owner-setting fcntl/ioctl, clocks of
+other processes). The list with reasons: docs/design/sandbox.md.
 """
 
 from __future__ import annotations

@@ -1,69 +1,15 @@
 """Staged validation of environment programs, each stage run in the sandbox under a deadline.
 
-extract -> syntax -> load -> interface (+ ``tools`` for tool-use programs, SPEC point 3) ->
-determinism -> solution -> lockstep -> action_dependent -> ends. The result is a
-``ValidationReport`` with ``ok``, the ``stage`` reached, a short stable ``reason`` code and a
-human ``message``; ``details`` holds what each stage found (timings, class name, max_turns, the
-solution's and the baselines' returns, how episodes end).
-
-A program that hangs gets reason ``timeout`` (the designer reward turns that into -0.5 and a
-blacklist entry); anything else invalid gets its own code and is never played. The time the
-parent spends reading what the program returns (extracting it from the designer's text, the
-string ``solution()``, the actions its observations advertise: ``spadekit.envs.scan_limits``)
-is metered apart and never counted in ``total_timeout``: each such read is linear, capped and
-under its own deadline, and a value over a cap fails with reason ``oversized``, a read past its
-budget (or more than :data:`PARENT_BUDGET_S` of them in one validation) with ``parent_budget``;
-neither is a hang (no penalty, no blacklist), both are invalid. The codes of the episode
-stages:
-
-- ``nondeterministic``: the same seed and actions gave another trace on a new instance, played
-  alone (stage ``determinism``) or interleaved with other instances of the program in one worker,
-  as play runs them (stage ``lockstep``);
-- ``no_solution``: ``solution()`` is absent, or a prose one (``InvalidResult`` reason
-  ``not_replayable``, the reference's contract) while ``require_solution`` is on (the default:
-  a designed program must show it can be solved); with it off such programs get
-  ``details["solution"] = "absent"`` / ``"not_replayable"`` and the older absolute garbage check;
-- ``solution_fails``: ``solution()`` raised, returned no list of actions, more actions than the
-  turn cap, or its replay did not end terminated with reward >= 1.0, on one of the fixed seeds
-  (``ValidatorSettings.seeds``) or the ``solution_drawn_seeds`` drawn ones;
-- ``action_independent``: on the same seeds, the mean return (SPEC point 4: the last reward if
-  the episode terminated, else 0) of drawn garbage or of the random policy
-  (``spadekit.sandbox.probes``) is not ``action_margin`` (garbage) or ``random_margin`` (the
-  random policy: plausible moves, which in an honest game with partial credit earn some)
-  below the solution's: the program pays for something other than what the agent does.
-  The same holds for the best action the program advertises, replied every turn, measured on
-  fresh drawn seeds (``printed_mean_return``, ``printed_reply``). With each solved seed's
-  solution replayed on other seeds it makes the blind-reply baseline (``blind_mean_return``,
-  ``blind_reply``; a seed-independent answer is the watch's to judge in play, so that half
-  only feeds the chance return). ``details`` records ``solution_returns``,
-  ``garbage_mean_return``, ``random_mean_return``, ``chance_return`` (the best of the
-  baselines), ``action_margin`` and ``random_margin``;
-- ``trivially_won``: (only without a solution, ``require_solution`` off) garbage reached 1.0;
-- ``slow``: ``slow_steps`` calls slower than ``slow_step_s``, or lockstep turns on which the
-  worker spent more than ``turn_budget_s`` on all its instances' steps together.
-
-Validation cannot be recognised by a program: every validation draws a ``validation_seed`` (from
-the caller's seed, or at random) and from it every reset seed, every garbage action and the
-order of the probes (``spadekit.sandbox.probes``); ``details`` records the seed and what was
-drawn, so ``validate(program, seed=report.details["validation_seed"])`` repeats a validation
-exactly. The interface probe sends the fixed edge cases shuffled among drawn garbage and the
-actions the program itself advertises in its observations (and, for tool use, calls every tool
-it lists with missing and ill-typed arguments), so a crash reachable by a suggested action is
-found here. Then a drawn number of decoy instances play a little (``decoy_instances``), so no
-instance count tells where the scored checks begin, and the scored episodes (the solution
-replays, garbage and random-policy episodes on the same seeds, the determinism reference) run
-interleaved in one lockstep batch of at least ``lockstep_instances`` instances in one worker, in
-a drawn order, exactly as a training group is played. The turn cap is the program's
-``max_turns`` clamped to the configured cap (a value below 1, or not an int, counts as none:
-the configured cap applies, as the sandbox and the runner do). Every reset and step is timed.
-
-``play_seeds`` (``validate(..., play_seeds=...)``; none in self-play): the reset seeds a caller
-will play the program on, such as an evaluation's sample seeds. They are validated as drawn
-seeds are (the solution must win on each; garbage and random-policy episodes on each count in
-the margins), and on each of them garbage must not match the solution: a seed on which every
-garbage episode does as well as ``solution()`` fails ``action_independent`` (one lucky win is
-no reason; a program paying any reply on seeds the validator would otherwise never play is).
-The time budgets (``total_timeout``, ``turn_budget_s``) grow with the number of seeds checked.
+extract -> syntax -> load -> interface (+ ``tools``) -> determinism -> solution -> lockstep ->
+action_dependent -> ends. The result is a ``ValidationReport``: ``ok``, the ``stage`` reached, a
+stable ``reason`` code (``timeout``, ``nondeterministic``, ``no_solution``, ``solution_fails``,
+``action_independent``, ``trivially_won``, ``slow``, ``oversized``, ``parent_budget``...), a
+human ``message`` and per-stage ``details``. Validation cannot be recognised by a program: one
+drawn ``validation_seed`` fixes every reset seed, garbage action and probe order (and repeats a
+validation exactly), and the scored episodes run interleaved with decoys in one lockstep batch,
+as training plays. The parent's reads of what a program returns are metered apart, linear and
+capped. ``play_seeds`` adds seeds a caller will play on. Reason codes in detail:
+docs/design/sandbox.md.
 """
 
 from __future__ import annotations
@@ -95,9 +41,6 @@ __all__ = ["ANSWER", "BASELINE_EPISODES", "DEFAULT_SEEDS", "GAME_PROBES", "STAGE
 
 STAGES = ("extract", "syntax", "load", "interface", "tools", "determinism", "solution",
           "lockstep", "action_dependent", "ends")
-REASONS = ("nondeterministic", "no_solution", "solution_fails", "action_independent",
-           "trivially_won", "slow")
-"""The stable reason codes of the episode stages (see the module docstring)."""
 
 GAME_PROBES = GAME_EDGE_PROBES
 TOOL_PROBES = TOOL_EDGE_PROBES
@@ -144,22 +87,14 @@ class ValidatorSettings:
     - ``action_margin``: the solution's mean return must exceed the garbage's mean return, on
       the same seeds, by at least this much (0.5: "0.6 for any action" is refused);
     - ``random_margin``: ... and the random policy's (random advertised commands and numbers)
-      by at least this much (0.25: in an honest knapsack random valid packs earn about half the
-      optimum, so a margin of 0.5 refused the library's own game about half the time). The
-      baselines
-      are measured on the drawn seeds (``BASELINE_EPISODES`` of each per seed): the fixed
-      seeds are public, a program could play honest on them only (with no drawn seeds, on
-      the fixed ones). The fixed seeds get garbage episodes too, recorded only.
-    - ``blind_episodes``: drawn seeds of the blind-reply baseline: each action the program
-      advertises, replied every turn, and each solved seed's solution, replayed on other
-      seeds, in batches of ``lockstep_instances`` (with more than two candidates each gets
-      fewer seeds, at least 6); the leaders are measured again on ``blind_episodes`` fresh
-      seeds each, the best of each kind kept; the printed one's mean must be
-      ``random_margin`` below the solution's too. The better one is ``blind_mean_return``
-      (with ``blind_reply``), and ``chance_return`` (the best of it, the garbage's and the
-      random policy's means) is what a blind reply earns: self-play can read the agent's win
-      rate above it (``reward.above_chance``). A guess the program neither prints nor wins
-      with elsewhere is not measured.
+      by at least this much (0.25: random valid moves earn partial credit in an honest game).
+      The baselines play the drawn seeds (``BASELINE_EPISODES`` of each per seed; the fixed,
+      public seeds get garbage episodes too, recorded only).
+    - ``blind_episodes``: fresh drawn seeds on which the leading blind replies (an advertised
+      action replied every turn; a solved seed's solution replayed on other seeds) are
+      measured; the printed one's mean must be ``random_margin`` below the solution's too.
+      ``details`` gets ``blind_mean_return``/``blind_reply`` and ``chance_return`` (the best
+      of the blind, garbage and random-policy means: ``reward.above_chance`` reads it).
     - ``total_timeout``: budget in seconds for one program's whole validation.
     - ``garbage_episodes``: episodes of drawn garbage when there is no solution to pair them
       with (each on a drawn seed, until the program ends it or the turn cap); the first is
@@ -193,37 +128,34 @@ class ValidatorSettings:
     turn_budget_s: float = 2.0
 
     def __post_init__(self) -> None:
-        def whole(name: str, value: Any, low: int) -> None:
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        def number(value: Any, kinds: tuple) -> bool:
+            return isinstance(value, kinds) and not isinstance(value, bool)
+
+        for name, low in (("max_turns", 1), ("drawn_seeds", 0), ("garbage_episodes", 1),
+                          ("slow_steps", 1), ("solution_drawn_seeds", 0),
+                          ("lockstep_instances", 1), ("blind_episodes", 0),
+                          ("decoy_instances", 0)):
+            value = getattr(self, name)
+            if not number(value, (int,)) or value < low:
                 raise ConfigError(f"ValidatorSettings.{name} must be an int >= {low}, got "
                                   f"{value!r}")
-
-        whole("max_turns", self.max_turns, 1)
-        whole("drawn_seeds", self.drawn_seeds, 0)
-        whole("garbage_episodes", self.garbage_episodes, 1)
-        whole("slow_steps", self.slow_steps, 1)
-        whole("solution_drawn_seeds", self.solution_drawn_seeds, 0)
-        whole("lockstep_instances", self.lockstep_instances, 1)
-        whole("blind_episodes", self.blind_episodes, 0)
-        whole("decoy_instances", self.decoy_instances, 0)
         if not isinstance(self.require_solution, bool):
             raise ConfigError(f"ValidatorSettings.require_solution must be a bool, got "
                               f"{self.require_solution!r}")
-        if not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+        if not all(number(s, (int,)) for s in self.seeds):
             raise ConfigError(f"ValidatorSettings.seeds must be ints, got {self.seeds!r}")
         if not self.seeds:
             raise ConfigError("ValidatorSettings.seeds needs at least one seed")
         for name in ("total_timeout", "slow_step_s", "turn_budget_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if not number(value, (int, float)) or not value > 0:
                 raise ConfigError(f"ValidatorSettings.{name} must be a number > 0, got "
                                   f"{value!r}")
         for name in ("action_margin", "random_margin"):
-            margin = getattr(self, name)
-            if isinstance(margin, bool) or not isinstance(margin, (int, float)) or \
-                    not 0 <= margin <= 1:
+            value = getattr(self, name)
+            if not number(value, (int, float)) or not 0 <= value <= 1:
                 raise ConfigError(f"ValidatorSettings.{name} must be a number in [0, 1], "
-                                  f"got {margin!r}")
+                                  f"got {value!r}")
 
 
 def to_program(source: str | EnvProgram) -> EnvProgram:

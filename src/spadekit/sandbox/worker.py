@@ -1,38 +1,13 @@
 """The child side of the sandbox: one process that hosts one environment program.
 
-Run as a script (``python -I -S -B worker.py``), standard library only. Bootstrap, in order:
-
-1. Move the protocol onto private file descriptors: requests arrive as JSON lines on the original
-   stdin, replies leave on the original stdout. Afterwards fd 0 is /dev/null and fd 1 is the stderr
-   pipe, so ``print()`` in environment code can never corrupt the protocol.
-2. Read one configuration line from the parent (trusted), then apply the isolation layers it asks
-   for: rlimits, Landlock (filesystem, TCP, signal and abstract-socket scopes, by kernel ABI) and
-   the seccomp BPF program compiled by the parent. Report what was applied in a ``hello`` line.
-   (On the standard tier as root, ``worker_view.py`` may have started this process in a private
-   view of the host first; the config's ``view`` says so and the uid it must run as.)
-3. Serve requests: ``load`` (exec the program, find its one ``...Env`` class), ``create``,
-   ``reset``, ``step``, ``call`` (solution/tools/...), ``drop``. Every result is checked here and
-   checked again by the parent; every exception becomes a structured error reply, and the worker
-   stays alive (``SystemExit`` included).
-
-Every instance has its own random streams: the module ``random``'s global generator and, once
-the program has imported numpy, numpy's legacy global generator (``numpy.random.seed`` /
-``numpy.random.randint``) are swapped to the instance's own state around every op on it
-(create, reset, step, call). Each instance starts from one fixed state (``RANDOM_SEED``), so a
-program in the reference's style (``random.seed(seed)`` in ``reset``, module-level
-``random.randint`` in ``step``), or one that never seeds at all, plays every episode as if it
-ran alone, however many instances a worker hosts and however their steps interleave. The swap is
-skipped while the same instance is served again, and otherwise costs one dict update (the
-module's functions pointed at the instance's own generator; ``Streams`` has the details).
-
-Replies stay inside the parent's schema (``spadekit.sandbox.replies``): valid Unicode (a lone
-surrogate in an observation is an ``InvalidResult``), bounded depth and error sizes. A reply
-the parent refuses was therefore forged by the program, never sent by this code. The result
-checks and the reply encoding live in ``worker_replies.py`` (copied next to this script into
-the workers' runtime library), which the parent uses for its own checks too.
-
-The parent enforces wall-clock deadlines and kills this process (and its namespace/cgroup) on
-timeout; nothing here relies on signals or alarms, which environment code could swallow.
+Run as a script (``python -I -S -B worker.py``), standard library only. It moves the protocol
+onto private file descriptors (``print()`` in a program cannot corrupt it), reads one trusted
+config line, applies rlimits, Landlock and the parent's seccomp BPF, reports them in a ``hello``,
+then serves ``load``/``create``/``reset``/``step``/``call``/``drop``. Every result is checked
+here and again by the parent; every exception becomes an error reply and the worker stays alive.
+Every instance has its own ``random`` (and numpy legacy) stream from ``RANDOM_SEED``, so episodes
+play as if alone however they interleave. Replies stay inside the parent's schema
+(``worker_replies.py``). Deadlines are the parent's: nothing here relies on signals.
 """
 
 import ctypes

@@ -1,21 +1,13 @@
 """What a sandbox worker sends: program results checked, replies encoded, requests decoded.
 
-Used by the worker script (``worker.py``, which runs it inside the sandbox, so this module is
-standard library only and is copied into the workers' runtime library) and by the parent, which
-re-runs ``check_reset``/``check_step`` on every reply and shares ``valid_text`` with the reply
-schema (``spadekit.sandbox.replies``).
+Standard library only (copied into the workers' runtime library); the parent re-runs
+``check_reset``/``check_step`` on every reply and shares ``valid_text`` with ``replies``.
 
 - ``check_reset``/``check_step``: the Gymnasium result contract (types, finite reward in [0, 1],
   observation size, valid Unicode), as ``(value, None)`` or ``(None, error)``;
-- ``plain``/``sanitize``: ``info`` and method results kept inside the parent's schema (JSON
-  types, finite floats, valid text, at most ``RESULT_DEPTH`` levels);
-- ``encode_reply``: one reply object -> one JSON line, mending only what needs it;
+- ``plain``/``sanitize``: ``info`` and method results kept inside the parent's schema;
+- ``encode_reply``: one reply object -> one JSON line (the hot path uses C encoders only);
 - ``decode_request``: one request line from the parent -> its object.
-
-The hot path (a step with an ASCII observation and a small flat ``info``) calls no Python-level
-JSON machinery: one reusable C encoder and the decoder's C scanner do the work. Building a
-``JSONEncoder`` pipeline per reply (what ``JSONEncoder.encode`` does) and the regex passes of
-``JSONDecoder.decode`` cost more than all the checks together on that path.
 """
 
 import json

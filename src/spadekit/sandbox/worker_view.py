@@ -1,43 +1,14 @@
 """Stage one of a standard-tier worker started as root where the kernel allows a mount
 namespace: a minimal root of its own, then the worker proper under neutral paths.
 
-The standard tier has no namespaces from bubblewrap, and Landlock, which denies listing and
-reading what it does not allow, cannot deny path lookups: ``os.stat`` would still tell a program
-that any host path it can name exists, with its size, owner and modification time (the
-trainer's files, the run database, checkpoints, ~/.ssh, /etc/shadow), ``os.stat("/proc/PID")``
-every host pid and its owner, and ``os.getcwd()`` the host path of its scratch directory. Run as
-a script (``python -I -S -B worker_view.py``), standard library only, as root, before anything
-untrusted exists in the process, this reads one line from the parent (trusted):
-``{"scratch", "lib", "read", "uid", "python", "env"}`` (host paths of the worker's scratch
-directory and of the runtime library, the host paths the interpreter reads besides
-``SYSTEM_READ`` -- its prefix, its directory, the allowlisted packages --, the worker's uid, its
-interpreter and environment), then:
-
-1. enters a new mount namespace whose mounts never propagate back to the host;
-2. builds a new root on a small tmpfs: read-only binds of ``SYSTEM_READ`` (``/usr``, ``/lib``,
-   ``/lib64``, ``/bin``, ``/etc/ld.so.cache``, ``/etc/localtime``) and of the ``read`` paths, each
-   at its host path (a host symlink such as ``/lib -> usr/lib`` is recreated as the same
-   symlink, its target bound), ``/dev/null`` and an empty ``/dev/shm`` (read-only, so POSIX
-   shared memory fails as it does under Landlock) and nothing else of /dev; a procfs of its own on
-   /proc with ``hidepid=invisible,subset=pid``, in which the worker, which has a per-worker uid,
-   sees only itself (Linux >= 5.8 gives every procfs mount its own options; an older kernel
-   refuses them, so the host's /proc is never changed); a tmpfs on /tmp with the scratch
-   directory bound at ``/tmp/scratch`` (the working directory and ``HOME``) and the runtime
-   library read-only at ``/tmp/lib``; then the root itself and /tmp are made read-only;
-3. moves into it: ``pivot_root`` and a detach of the old root, so no host mount is left in the
-   namespace (``chroot`` where the kernel refuses the pivot, e.g. a root that is not a mount
-   point: the worker, unprivileged, cannot leave it). Every other host path does not exist for
-   the worker;
-4. drops to the worker's uid with no groups, and checks it did;
-5. executes the worker, ``/tmp/lib/spadekit/sandbox/worker.py``, which reads the next line (its
-   boot config, with the neutral paths) as usual. Nothing of this stage survives the exec.
-
-What the worker can still stat is what it can read anyway (Landlock's read rules): the system
-directories above, the interpreter's prefix, the allowlisted packages' copy.
-
-On any failure it writes a start error as the worker's hello and exits, so the parent refuses
-the worker. ``--probe`` does steps 1 to 3 in a throwaway namespace (its own process) and prints
-whether they work here (``spadekit.sandbox.isolation`` asks before it plans the tier).
+Run as a script (standard library only, as root, before anything untrusted exists), it reads one
+trusted line ``{"scratch", "lib", "read", "uid", "python", "env"}``, enters a new mount
+namespace, builds a root holding only read-only binds of ``SYSTEM_READ`` and the ``read`` paths,
+``/dev/null``, a private /proc (``hidepid=invisible``) and /tmp with scratch at ``/tmp/scratch``
+and the runtime library at ``/tmp/lib``, pivots into it, drops to the worker's uid with no groups
+(checked) and executes the worker. Every other host path does not exist for the worker. On any
+failure it writes a start error as the hello and exits. ``--probe`` tests the steps here. The
+steps in detail: docs/design/sandbox.md.
 """
 
 import ctypes
@@ -132,7 +103,7 @@ def _make_parents(root, path):
 
 
 def _build_root(libc, new, fds, links, binds):
-    """Steps 2 (module docstring) on the tmpfs at ``new``; ``fds`` holds an O_PATH fd for each
+    """Step 2 (docs/design/sandbox.md) on the tmpfs at ``new``; ``fds`` holds an O_PATH fd for each
     bind source, ``"scratch"``, ``"lib"`` and ``"null"``."""
     for sub in ("tmp", "proc", "dev", "dev/shm"):  # /dev/shm: empty, read-only like the root
         os.mkdir(os.path.join(new, sub), 0o755)
@@ -188,7 +159,7 @@ def _enter(libc, new):
 
 
 def private_view(libc, scratch, lib, read=()):
-    """Steps 1-3 (module docstring): ``scratch`` and ``lib`` (host paths) are bound at the
+    """Steps 1-3 (docs/design/sandbox.md): ``scratch`` and ``lib`` (host paths) are bound at the
     neutral paths, ``lib`` read-only, ``read`` (host paths) read-only where they are; returns
     how the root was entered."""
     links, binds = root_layout(read)

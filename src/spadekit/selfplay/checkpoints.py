@@ -1,25 +1,13 @@
-"""Which checkpoints a run keeps, how much disk they take, and which one a resume loads
-(issue 25: bounded disk, and a fallback to the last good checkpoint).
+"""Which checkpoints a run keeps, how much disk they take, and which one a resume loads.
 
-Every round that checkpoints (``checkpoint_every``) writes ``run_dir/checkpoints/step-N`` and
-commits a pointer to it with the round. In the same commit the loop forgets the pointers of the
-checkpoints ``checkpoint.keep_last`` and ``checkpoint.keep_every`` no longer keep
-(:func:`forget_unkept`: the newest ``keep_last`` recorded checkpoints plus every checkpoint of a
-round that is a multiple of ``keep_every``, rounds counted from 1; 0 keeps none of those), and
-right after the commit it deletes their folders (:func:`sweep`), so a crash in between leaves
-an orphan folder, never a pointer to a deleted checkpoint. A resume deletes the folders no
-pointer names (:func:`sweep_orphans`: a round that died while saving) but keeps every recorded
-checkpoint until the next commit, whatever ``keep_last`` says now, so it can still fall back.
-:func:`prune_checkpoints` does both steps at once, between rounds.
-
-:func:`checkpoint_budget` is what ``spadekit selfplay --dry-run`` prints: the most checkpoints a
-run keeps at once and, from an estimate of one checkpoint's size, its disk bound.
-
-:func:`load_latest_good` is the resume: the newest checkpoint that loads; when it does not,
-the previous one, after a warning (and a ``checkpoint_fallback`` event in the run database)
-that names the rounds whose weight updates are lost; the damaged ones are set aside
-(:func:`set_aside_damaged`: their pointers forgotten, their folders renamed
-``damaged-step-N``), so they never count among the kept checkpoints.
+A checkpointing round writes ``checkpoints/step-N`` and commits its pointer with the round; the
+same commit forgets the pointers ``checkpoint.keep_last``/``keep_every`` no longer keep
+(:func:`forget_unkept`), and their folders are deleted right after (:func:`sweep`), so a crash
+leaves at most an orphan folder, never a pointer to a deleted checkpoint (:func:`sweep_orphans`
+on resume; :func:`prune_checkpoints` does both between rounds). :func:`checkpoint_budget` is the
+disk bound ``--dry-run`` prints. :func:`load_latest_good` loads the newest checkpoint that
+loads, else falls back to the previous one with a warning and a ``checkpoint_fallback`` event;
+damaged ones are set aside as ``damaged-step-N`` (:func:`set_aside_damaged`).
 """
 
 from __future__ import annotations

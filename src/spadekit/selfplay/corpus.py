@@ -1,33 +1,14 @@
 """Grounding corpora for the environment designer (SPEC point 10).
 
 A :class:`Corpus` is an ordered list of :class:`Document` objects with uniform, seeded sampling.
-Every designer prompt is grounded on one sampled document, truncated to a word budget (6000 words
-for games, 4000 for tool use in the paper).
-
-Sources (:func:`load_corpus`):
-
-- ``None`` / ``"default"``: the default corpus (:func:`default_corpus`): docstrings of Python
-  standard-library modules, fixed when spadekit was released and shipped with it
-  (``data/default_corpus.jsonl.gz``, built by ``scripts/build_default_corpus.py``). The same
-  documents on every machine with the same spadekit, whatever else is installed; no download.
-- ``PATH.jsonl`` (also ``.jsonl.gz``/``.json`` lines): one JSON object per line with a ``text`` (or
-  ``orig_doc``) string; an ``id`` field is used when present.
-- ``PATH.parquet``: a ``text`` (or ``orig_doc``) column; needs ``pyarrow``.
-- a directory holding ``dataset_info.json``/``state.json``/``dataset_dict.json``: a Hugging Face
-  dataset saved with ``save_to_disk`` (needs ``datasets``; a ``DatasetDict`` uses its ``train``
-  split, else the first split by name).
-- any other directory: every ``.txt``/``.md`` file below it (one document each), plus any
-  ``.jsonl``/``.parquet`` files, in sorted path order.
-
-The corpus file format (:func:`write_corpus_file`, :func:`read_corpus_file`; the shipped default
-and a run's pinned copy, ``corpus_pin``): gzip JSON lines, line 1 a header (format, name,
-description, info, document count, :func:`corpus_digest`), then one ``{"id", "source", "text"}``
-per document; a file that does not read back to its digest is a ``CorpusError`` naming it.
-
-Sampling: :meth:`Corpus.sample` without an argument draws from the corpus's own stream, whose
-state is just ``(seed, position)``: draw ``k`` is ``random.Random(f"{seed}/{k}").randrange(len)``,
-so :meth:`Corpus.state` / :meth:`Corpus.set_state` resume a stream exactly, at no cost. With an
-explicit ``random.Random`` it draws from that generator instead.
+:func:`load_corpus` reads ``None``/``"default"`` (the shipped standard-library docstrings,
+``data/default_corpus.jsonl.gz``: the same on every machine, no download), ``.jsonl``/``.jsonl.gz``
+lines or ``.parquet`` with a ``text`` (or ``orig_doc``) field, a Hugging Face dataset saved with
+``save_to_disk``, or a directory of ``.txt``/``.md``/``.jsonl``/``.parquet`` files. The corpus
+file format (:func:`write_corpus_file`, :func:`read_corpus_file`) is gzip JSON lines with a
+header carrying :func:`corpus_digest`; a file that does not read back to it is a ``CorpusError``.
+:meth:`Corpus.sample` draws ``k`` as ``Random(f"{seed}/{k}")``: the state is ``(seed, position)``,
+so :meth:`Corpus.state`/:meth:`Corpus.set_state` resume a stream exactly.
 """
 
 from __future__ import annotations
@@ -188,9 +169,6 @@ class Corpus:
                               f"{self.name!r} holds {len(self)}: not the same corpus")
         self.seed = int(state.get("seed", self.seed))
         self.position = int(state["position"])
-
-    def reseed(self, seed: int) -> None:
-        self.seed, self.position = int(seed), 0
 
     # -- description ---------------------------------------------------------------------------
 

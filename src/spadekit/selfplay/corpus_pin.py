@@ -1,20 +1,12 @@
-"""A run's own copy of its default corpus, so that a resumed run grounds on the documents it
-began with, and says so when the default has changed since.
+"""A run's own copy of its default corpus, so a resumed run grounds on the documents it began
+with, and says so when the default has changed since.
 
-The default corpus is the file spadekit ships (``corpus.default_corpus``): the same documents on
-every machine with the same spadekit, but another release may ship others, and a resumed run
-that read them would draw other documents for the same stream positions. A new run grounded on
-the default therefore keeps its documents in ``run_dir/corpus.jsonl.gz``, and a resumed run reads
-them from there, whatever spadekit is installed by then. When they are not the current default's
-(another digest), :func:`run_corpus` logs a warning and records the fact in the returned corpus's
-``info["corpus_changed"]``, for the caller to put into the run's events.
-
-The file is in the corpus file format (``corpus.write_corpus_file``: a header with the digest,
-then one document a line) and a hard link to one cached copy per distinct corpus
-(``<cache>/corpora/``); where a link cannot be made (another file system) it is a copy. A file
-that does not read back to its digest is a ``CorpusError`` naming the file: the run stops rather
-than ground on other documents. A run made before pinning has no file and grounds on the current
-default. Corpora from a path are the user's own files and are not copied.
+A new run grounded on the default keeps its documents in ``run_dir/corpus.jsonl.gz`` (corpus
+file format; a hard link to one cached copy per corpus, a copy across file systems); a resume
+reads them from there. When they differ from the current default, :func:`run_corpus` warns and
+sets ``info["corpus_changed"]``. A file that does not read back to its digest is a
+``CorpusError``: the run stops rather than ground on other documents. A run made before pinning
+grounds on the current default; corpora from a path are not copied.
 """
 
 from __future__ import annotations

@@ -1,35 +1,14 @@
 """The designer phase of a self-play round: prompts -> programs -> validation -> hints -> pool.
 
-For each environment to design: pick a skill (round robin over the active skills), a grounding
-document, positive and negative memory seeds; one batched ``generate`` call writes all programs.
-Each output is extracted and validated in the sandbox; near-duplicates of remembered programs are
-turned away; valid programs get a hint (a second call of the same policy reading the code, or the
-designer's own ``HINT:`` line) that must not give the answer away: the leak check drops a hint
-that spells out part of the program's solution (``spadekit.selfplay.leaks``: commands, their
-arguments, constants the solution uses, a run of its commands, in any case, spacing or number
-form, or a cheap encoding of them) or whose copied-out words, numbers and decoded forms win on
-3/4 of ``LEAK_SEEDS`` seeds drawn per hint when played in the sandbox in play's shape
-(``spadekit.selfplay.leak_probe``); ``hints["leaks"]`` counts them, split into
-``leaks_literal`` and ``leaks_empirical``, and ``leak_details`` says what gave each away. Every
-designer sample (its prompt, sampled ids and behaviour logprobs) goes to the delay buffer, due
-``regen_interval`` rounds later; invalid ones carry their fixed reward (0, or -0.5 and a blacklist entry for a hang).
-The blacklist is read before validation: a blacklisted program (a hang in validation or a program
-retired during training, ``spadekit.selfplay.watch``) is not validated again and earns -0.5 again (reason
-``blacklisted``).
-
-Optional extras (``DesignerConfig``):
-
-* ``judge`` (``spadekit.selfplay.judge``): after the mechanical checks the policy reads each program and
-  may reject it for a fatal bug (reason ``judge_rejected``, the invalid reward); a reply without
-  a verdict or a failed call counts as accept. ``auto``: on for tool use, off for games.
-* ``repair_attempts`` (``spadekit.selfplay.repair``): a program that fails validation (sandbox stages or
-  the judge; not a near duplicate) gets up to N inference-only repair turns. The designer sample
-  stays the first attempt with its fixed invalid reward; repaired programs are pooled with
-  ``lineage["repaired"]`` and ``validation["repaired"]`` (also in the memory record); failed
-  repairs are kept in the rejected table with ``details["repair_attempt"]``.
-* ``hint_model``: hints come from a separate model (any policy spec, e.g. ``openai:NAME@URL``;
-  an openai one gets the designer policy's tokenizer) instead of the policy; the leak check is
-  the same. A failing hint model leaves the hints missing instead of stopping the round.
+For each environment: a skill (round robin), a grounding document, positive and negative memory
+seeds; one batched ``generate`` writes all programs. Each is extracted and validated in the
+sandbox; blacklisted programs earn -0.5 again without validation; near-duplicates of remembered
+programs are turned away; valid ones get a hint that must pass the leak check
+(``spadekit.selfplay.leaks`` literal, ``leak_probe`` empirical; counted in ``hints["leaks"]``).
+Every designer sample goes to the delay buffer, due ``regen_interval`` rounds later; invalid
+ones carry their fixed reward. Optional extras (``DesignerConfig``): ``judge``,
+``repair_attempts``, ``hint_model`` (a failing hint model leaves hints missing, never stops the
+round). Details: docs/design/selfplay.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
-"""What a designer writes, measured: valid, multi-turn and novel shares (issue 23).
+"""What a designer writes, measured: valid, multi-turn and novel shares.
 
-``sample_designs`` asks a policy for ``n`` environment programs with the loop's own designer
-prompt (``build_designer_messages`` in the run's prompt style, the run's token budget, format
-aid and chat template), each for a skill and a grounding document given by the caller (a
-benchmark passes skills and documents the warm start never saw), with the same-skill programs
-of ``references`` as the memory's references. Every output goes through the real validator in
-the sandbox, the one the loop uses (solution required, garbage and random-policy margins,
-lockstep determinism). A valid program is
-
-- **multi-turn** when every replay of its ``solution()`` took at least two turns and the game
-  does not give its answer away (``gives_answer_away``: on five seeds the first observation
-  names that seed's answer, the values after the solution's last command word, and not the
-  others'): a game that states its code and then asks for it is one-turn, however many turns
-  its own solution wastes;
-- **novel** when it is not a near-duplicate (the memory's own fingerprint and similarity,
-  ``memory.similarity_of``, and the run's ``dedup_threshold``) of any program in ``known``
-  (the warm-start pool, the run's memory and environments) nor of an earlier valid sample of
-  the same call: exactly what the loop's dedup gate lets into the pool.
-
-A valid kit program (issue 39, ``spadekit.selfplay.kit_identity``) also records its
-``composition`` (``number+probe+steep+budget``), whether it honours the requested skill (the
-skill its parts make, ``Combo.skill``, is the one asked for) and whether it is **kit-novel**: a
-composition that no program of ``known`` has, or own code (a hook override or a part it wrote)
-that no program of ``known`` has.
-
-``summarize`` turns the samples into the shares, the invalid reasons and tokens per program.
+``sample_designs`` asks a policy for ``n`` programs with the loop's own designer prompt, for
+skills and documents the caller gives, and validates each with the loop's validator. A valid
+program is **multi-turn** when every solution replay took two or more turns and the game does
+not give its answer away (``gives_answer_away``), and **novel** when it is no near-duplicate
+(``memory.similarity_of``, ``dedup_threshold``) of ``known`` nor of an earlier sample of the
+call. A kit program also records its ``composition``, whether it honours the requested skill and
+whether it is **kit-novel** (a composition or own code ``known`` lacks; ``kit_identity``).
+``summarize`` turns samples into shares, invalid reasons and tokens per program.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """``spadekit generate``: a frozen policy designs environment programs into a pool directory.
 
-The designer role (SPEC points 1-3) writes ``n`` programs, batched (one ``policy.generate`` call
-per batch of designer prompts). Skills go round robin over the setting's skills unless one is
-given; each prompt is grounded on one document sampled from the corpus, with the reference
-library's programs of the same skill as positive seeds. Every output is extracted and validated
-in the sandbox; valid programs get a privileged hint (a second call of the same policy by default,
-or the hint written next to the program with ``hint_mode="designer"``). A hint that spells out a
-solution action is rejected and regenerated once; if the retry fails too the program is kept
-without a hint and the reason recorded.
-
-The pool directory's format is :mod:`spadekit.runs.pool`'s (``load_pool``, ``write_pool``).
-
-Crash safety: records are appended and flushed (and fsynced) one at a time, a program file is
-written before its pool line, and the summary is replaced atomically. A partial last line left
-by a crash is moved to ``<file>.partial`` on the next run. Re-running into the same directory
-never duplicates: programs whose sha256 is already in ``pool.jsonl`` are skipped, and designer
-indices already recorded by the same job (same model, setting, skills, seed and sampling
-settings) are not generated again, so an interrupted run resumes where it stopped and a larger
-``n`` extends it. A different ``seed`` gives new outputs.
+The designer role writes ``n`` programs in batches (skills round robin unless one is given, each
+prompt grounded on a sampled corpus document with the library's same-skill programs as seeds);
+outputs are validated in the sandbox and valid ones get a hint (regenerated once if it leaks,
+else kept without one). The format is :mod:`spadekit.runs.pool`'s. Crash safety: records are
+appended, flushed and fsynced one at a time, a program file precedes its pool line, the summary
+is replaced atomically, a partial last line moves to ``<file>.partial``. Re-running into the
+same directory never duplicates (known sha256s and the same job's recorded indices are
+skipped), so an interrupted run resumes and a larger ``n`` extends it.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The policy as judge: an optional validation stage after the mechanical checks.
 
-A program that passed every sandbox stage is shown to a policy (the designer policy itself, as
-in the paper's tool-use setup) with the question whether it has a *fatal* bug: a defect that
-makes the environment unplayable or its reward meaningless. Difficulty is never a reason to
-reject. The reply ends with one parseable line::
-
-    VERDICT: ACCEPT
-    VERDICT: REJECT: <one-sentence reason>
-
-:func:`parse_judgement` reads the last such line (after dropping ``<think>`` blocks). A reply
-without a verdict, or a failed call, counts as accept: the judge can only turn away programs it
-explicitly rejects. Judge generations are inference only and never trained.
-
-``designer.judge``: ``auto`` (on for tool use, off for games), ``on`` or ``off``.
+A program that passed every sandbox stage is shown to a policy, asked whether it has a *fatal*
+bug (unplayable, or its reward meaningless; difficulty is never a reason). The reply ends with
+``VERDICT: ACCEPT`` or ``VERDICT: REJECT: <reason>``; :func:`parse_judgement` reads the last such
+line (after ``<think>`` blocks). No verdict, or a failed call, counts as accept. Judge
+generations are never trained. ``designer.judge``: ``auto`` (on for tool use), ``on``, ``off``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
-"""The kit grammar: what the designer may write under ``designer.grammar: kit`` (issue 39).
+"""The kit grammar: what the designer may write under ``designer.grammar: kit``.
 
-:func:`kit_grammar` is a Lark grammar (llguidance's dialect; vLLM's ``guidance`` structured
-output backend reads the same text) of the reply the kit warm start teaches: a ```python block
-with the import of ``KitEnv`` and the four parts used (the skill's part first when the
-composition has it, then slot order), one ``...Env(KitEnv)`` class with a one-line theme, the
-four parts with parameter values from :data:`VALUES`, an optional ``intro`` flavour override,
-and the ``HINT`` line. All 180 compositions are allowed, the held-out ones too. The designer
-still chooses the composition, the parameters, the items (a run of the prompt's theme words),
-the theme, the flavour and the hint; the grammar decides the form. Every value it allows lies
-in the kit's ranges and meets its cross-parameter rules (``tests/selfplay/test_kit_grammar.py``
-validates each), so what it accepts loads; whether it is a good game stays the validator's and
-the watch's call. It closes the door to the designer's own code beyond ``intro``: the loop's
-choice, recorded as ``designer.grammar`` in the run's config (docs/designer.md).
+:func:`kit_grammar` is a Lark grammar (llguidance's dialect, as vLLM's ``guidance`` backend
+reads it) of the reply the kit warm start teaches: a python block importing ``KitEnv`` and the
+four parts, one ``...Env(KitEnv)`` class with a theme, the parts with values from
+:data:`VALUES`, an optional ``intro`` override, and the ``HINT`` line. All compositions are
+allowed; every value it allows lies in the kit's ranges and meets its cross-parameter rules, so
+what it accepts loads. The designer still chooses composition, parameters, items, theme,
+flavour and hint (docs/designer.md).
 """
 
 from __future__ import annotations

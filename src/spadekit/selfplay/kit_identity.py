@@ -2,20 +2,12 @@
 the source without running it.
 
 ``kit_identity(code)`` returns a :class:`KitIdentity` for a program whose one ``...Env`` class
-subclasses a released ``KitEnv``, else None. The near-duplicate gate, the pool builder and the
-designer benchmarks tell kit programs apart by it (issue 39): programs with the same parts, the
-same parameters (as the part holds them: ``HiddenNumber()`` and ``HiddenNumber(low=1,
-high=100)`` are one setting) and the same own code are copies whatever their theme, names or
-texts; another composition is another game. Own code is a hook the kit calls (``intro``,
-``command``, ``look``, ``verdict``, ``reminder``, ``solution``; one that only returns
-``super()``'s is none), an ``answer_verb`` other than the default, and a part class the program
-writes (an empty subclass of a kit part is that part), compared by canonical tokens
-(``spadekit.selfplay.canonical``), so dead methods, comments and flavour text do not make a
-copy new. Slots may be plain or annotated assignments. Literal parameters are normalised by
-building the part from the imported kit version (pure standard-library code); others are
-compared as written (the gate then compares shingles within one composition). Never raises:
-unreadable or too deeply nested source has no identity. Open: a kit name rebound at module
-level (``HiddenNumber = HiddenCode``) is read by its written name.
+subclasses a released ``KitEnv``, else None; never raises. The near-duplicate gate, the pool
+builder and the designer benchmarks use it: the same parts, parameters (normalised by building
+the part: ``HiddenNumber()`` equals its explicit defaults) and own code (hooks the kit calls, a
+non-default ``answer_verb``, part classes it writes; compared by canonical tokens) are a copy
+whatever the theme; another composition is another game. Limitation: a kit name rebound at
+module level is read by its written name.
 """
 
 from __future__ import annotations

@@ -1,40 +1,13 @@
 """The empirical half of the hint leak check: a hint that lets garbage plus the hint win leaks.
 
-:func:`hint_candidates` turns a hint into the actions an agent could copy out of it without any
-reasoning: each quoted phrase, each number (digits or words), each letter-by-letter spelling
-(``x-y-z-z-y`` -> ``xyzzy``), each id-like chunk of letters and digits (``FIN-7``) and each word
-of at least three letters that is not a stop word (``spadekit.selfplay.leaks.STOP_WORDS``), as
-written and lower-cased. Decoded forms come first, so the candidate cap never cuts them: each
-evaluated piece of arithmetic (``six times seven`` -> ``42``, ``spadekit.selfplay.leaks.
-arithmetic``), digits said apart (``4 2`` -> ``42``), each hint word reversed (``yzzyx`` ->
-``xyzzy``), the initials of each run of three or more capitalised words (``Xenon Yak Zebra Zoo Yodel`` ->
-``xyzzy``) and, when the hint speaks of first letters or initials, of each clause's words and, when the hint asks for a reversal, each
-number with its digits reversed. With the verbs of the solution's commands (the first token of
-a multi-token ``\\boxed{}`` command) each value is also tried after each verb (``open 3``).
-Games wrap them as ``\\boxed{...}``, tool use as ``<answer>...</answer>``.
-
-:func:`empirical_leak` plays them in the real sandbox the way training plays a program (so a
-program cannot tell the probe from play by instance order): in one worker, groups of
-instances are created, all reset, then stepped in lockstep (``spadekit.sandbox.lockstep``);
-each group holds every seed of a few candidates plus a drawn number of decoy episodes (seeds
-and candidates drawn at random, results ignored), at least ``MIN_GROUP`` instances, in a
-shuffled order. A candidate that reaches full score (last reward >= 1.0 and terminated) on at
-least ``win_share`` (3/4) of the seeds is a leak; the design phase passes seeds drawn per hint,
-which the program cannot tell from play's (the fixed public seeds 0-2 are never needed). A hint
-is one text for all seeds, so a share below that is a lucky guess (say "3 doors" and door 3:
-12 wins of 16 at 1/3 a seed happens once in ~1,300 hints; a coin flip, once in ~26).
-With the validator's three seeds (the default) 3/4 means all three. Garbage that wins without
-the hint is the validator's ``not_trivially_won`` stage, not a hint leak.
-
-Bounded: at most ``MAX_CANDIDATES`` single candidates, ``MAX_SEQUENCES`` sequences of at most
-``max_turns`` actions and ``MAX_SEEDS`` seeds, under a wall-clock ``budget_s``; a sandbox
-failure (a hang, a crash, a contract breach) ends the probe with "no leak found" and never
-raises. An episode whose program raises (or breaks the contract) on its input counts as no win
-and its group is replayed without it (at most once per episode, under the budget).
-
-What no candidate covers: hints that need knowledge or reasoning to decode (riddles, "the
-classic Colossal Cave teleport word", "the Answer to the Ultimate Question"), ciphers other than
-the forms above, and answers the hint gives only in part. Those pass both checks.
+:func:`hint_candidates` turns a hint into the actions an agent could copy out of it without
+reasoning (quoted phrases, numbers, spellings, id-like chunks, content words; decoded forms
+first: arithmetic, digits said apart, reversals, initials), each also after each solution verb.
+:func:`empirical_leak` plays them in the real sandbox in play's lockstep shape, among decoys, on
+seeds drawn per hint: a candidate winning on at least ``win_share`` (3/4) of the seeds leaks.
+Bounded (``MAX_CANDIDATES``, ``MAX_SEQUENCES``, ``MAX_SEEDS``, ``budget_s``); a sandbox failure
+ends the probe with "no leak found", never raises. Not covered: riddles and world knowledge,
+other ciphers, partial answers. Details: docs/design/selfplay.md.
 """
 
 from __future__ import annotations

@@ -1,55 +1,14 @@
 """The hint leak check: does a privileged hint hand the agent the answer instead of an insight?
 
-SPEC point 2 asks for a hint of key insight or strategy, "never the exact answer or concrete
-ids/values". A hint that spells out the answer earns the designer hint regret for nothing, so the
-design phase (``spadekit.selfplay.design``) drops such a hint (``hints["leaks"]``). Two checks:
-
-**Literal** (:func:`leaked_fragments`): the hint is compared with what the program's own
-``solution()`` plays on the leak seeds (a :class:`SolutionTrace`, from
-``spadekit.selfplay.generate.solution_actions``). The needles, and the matcher each one gets:
-
-* *commands*: each ``\\boxed{...}`` content, each ``<answer>...</answer>`` content and each tool
-  call argument value of the solution's actions;
-* *arguments*: the tokens of a multi-token boxed command after its first one (the verb; a verb
-  alone is never a needle, the hint may name the commands);
-* *constants*: the string and number literals of the program's module constants and class
-  attributes (``ast``) that the solution's commands contain;
-* *sequences*: three or more consecutive commands of one seed's solution, spelled in order.
-
-Text is compared as tokens: lower-cased runs of letters and digits, so case, separators and
-spacing do not matter (``x-y-z-z-y``, ``X Y Z Z Y`` and ``x.y.z.z.y`` all spell ``xyzzy``) while
-token edges do (``mod 11`` is not in ``mod 111``). A needle matches when consecutive hint tokens
-join into it. Needles of at least ``min_chars`` (3) letters and digits get that matcher; a
-shorter one is checked as a whole token only when it holds a digit (``b7``). Numbers are matched
-as whole numeric tokens (``7`` is not in ``17`` or ``7.5``; ``4,321`` is 4321; ``forty-two`` is
-42; a number of three or more digits spelled digit by digit, ``4 3 2 1``, counts too). A short
-number (under three characters) that is an argument or a tool argument value is checked only
-when it recurs in the solution of every leak seed (a number of one seed's answer is a
-coincidence in a hint that serves every seed); a whole command that is a number (``\\boxed{7}``)
-is always checked. Exempt: needles that the first observation of every seed whose solution uses
-them already shows (the agent was told them, e.g. the command words or "3 doors"; a word shown
-on some seeds only is still the hint's gift on the others), words of a small stop list, ``done``.
-
-*Encoded forms* (each match is reported with its form, ``"xyzzy (reversed)"``): the needle
-reversed; the initial letters of consecutive hint words (acrostic); a Caesar shift of an
-alphabetic needle; these three need ``ENCODED_MIN`` (5) characters, one fewer when the hint holds
-a cue word (``backwards``, ``first letters``, ``shift``...). A needle of four or more characters
-split into 2-3 pieces of two or more characters (no stop words) at most ``SPLIT_GAP`` (3) words
-apart (``xyz followed by zy``). Numbers: digits said apart with spaces (``4 2``), a small sum
-(``a plus|minus|times b``, ``multiplied by``, ``divided by``; digits or number words; one
-operator) evaluated, and, when the hint asks for a reversal, a number with its digits reversed
-(``24 with its digits swapped``). Not caught: riddles and world knowledge ("the classic Colossal
-Cave teleport word", "the Answer to the Ultimate Question"), other ciphers, chained arithmetic.
-The traces come from seeds drawn per hint besides 0-2, read in play's shape (``generate.
-solution_actions``), so a program cannot show the check a different answer than play gets.
-
-**Empirical** (:func:`empirical_leak`, in ``spadekit.selfplay.leak_probe``): garbage plus the
-hint (and its decoded forms) must not win. See that module.
-
-Every scan here is linear in its input and capped (hint, action and command lengths, the number
-of actions, boxes, tool calls and needles; JSON nesting is walked without recursion) and runs
-under a wall-clock budget: a hostile hint or solution can neither raise out of the check nor
-stall it. An exhausted budget ends the scan with what was found so far.
+SPEC point 2 wants a hint of insight, "never the exact answer or concrete ids/values"; the design
+phase drops a leaking hint. **Literal** (:func:`leaked_fragments`): the hint is compared, as
+lower-cased letter/digit tokens, with needles from the solution's trace on seeds drawn per hint
+(commands, their arguments, module constants they use, runs of three commands), also in encoded
+forms (reversed, acrostic, Caesar shift, split, digits apart, small arithmetic); needles every
+using seed's first observation shows are exempt. **Empirical** (``leak_probe``): garbage plus
+the hint must not win. Every scan is linear, capped and under a wall-clock budget: a hostile
+hint or solution can neither raise out of the check nor stall it. Matching rules in detail:
+docs/design/selfplay.md.
 """
 
 from __future__ import annotations

@@ -1,54 +1,15 @@
 """Environment memory (SPEC point 9): the programs the designer is shown as references.
 
-Records live in the run database's ``memory`` table (``spadekit.runs.store``), so the memory survives a
-crash with the round that wrote it. Each record holds the program (code, hint, skill, domain), its
-statistics (win rate without and with the hint, hint regret, designer reward, number of plays),
-the step it was made at, its lineage (shas of the positive seeds it was designed from) and a short
-validation summary.
-
-Capacity: at most ``cap`` records (default 200, as in the reference). Inserting past the cap
-evicts the oldest records by insertion order (FIFO; updating a record's statistics does not move
-it).
-
-Seeds for the designer prompt (deterministic given ``rng``):
-
-* :meth:`EnvironmentMemory.positive_seeds` - records of the same skill whose no-hint win rate is
-  in [0.15, 0.85] (inclusive), ranked by regret (highest first; unknown regret last; ties: newer
-  first), cut to the top ``max(3n, 10)``, then ``n`` sampled without replacement. Only when no
-  record of the skill qualifies do records with an *unknown* win rate stand in: library seeds
-  (see :meth:`seed_from_library`) and programs not yet played, ``n`` sampled from those of the
-  skill. Fewer than ``n`` qualifying records give fewer seeds; nothing at all gives ``[]``.
-* :meth:`EnvironmentMemory.negative_seed` - one record with win rate > 0.9 ("too easy") or
-  < 0.1 ("too hard"), of the same skill when one exists, otherwise of any skill, or ``None``.
-
-A record's win rate is the plateau's (``win_rate_input``, ``reward.win_rate_input``): by
-default the mean return of its no-hint plays, so both bands judge the number the designer is
-rewarded on.
-
-The blacklist gate (:meth:`EnvironmentMemory.blacklist_reason`) uses the same shingles, but by
-containment (:func:`containment`, the share of the blacklisted program's shingles present in the
-new one): a program holding ``duplicate_threshold`` of a blacklisted one is refused with that
-one's reason, however much dead code was added to it.
-
-Near duplicates: :func:`fingerprint` parses the program with :mod:`ast`, drops docstrings (and,
-through ``ast.unparse``, comments and formatting), replaces every identifier *the program binds*
-(its classes, functions, arguments, variables, attributes it assigns, import aliases) by one
-placeholder and every string literal by another, keeping keywords, operators, numbers and the
-names it only uses (builtins, ``random.Random``, ``str.split``...). The canonical token stream is
-cut into 5-token shingles, and two programs are compared by the Jaccard similarity of their
-shingle sets. Renaming variables, reformatting, editing comments, docstrings or the texts shown to
-the player (re-theming) therefore leaves the similarity at 1.0; on the twelve library programs the
-highest similarity between two different programs is about 0.42, while changing one constant or
-adding a small helper keeps a copy above 0.95. The default threshold is 0.9 (``similarity >=
-threshold`` is a duplicate). Code that does not parse falls back to raw word/symbol tokens.
-
-Kit programs (issue 39) are compared with each other by what they are
-(:func:`spadekit.selfplay.kit_identity.kit_identity`): another composition of parts is never a
-copy, however many shingles two 10-line classes share; the same parts, parameters and own code
-is a copy (similarity 1.0) whatever the theme; the same composition otherwise is a copy when
-the shingle similarity reaches the threshold (a parameter written as ``59+1``, a constant
-moved to a name). A kit program against a whole program, or one the identity cannot read,
-uses shingles.
+Records live in the run database's ``memory`` table (they survive a crash with their round):
+program, statistics, step, lineage, validation summary; at most ``cap`` (200), FIFO eviction.
+:meth:`EnvironmentMemory.positive_seeds`: same-skill records with a no-hint win rate in
+[0.15, 0.85] ranked by regret, top ``max(3n, 10)``, ``n`` sampled (unplayed ones only when none
+qualifies); :meth:`EnvironmentMemory.negative_seed`: one too easy (> 0.9) or too hard (< 0.1).
+Near duplicates: :func:`fingerprint` canonicalises code (bound names, strings, docstrings,
+comments) into 5-token shingles compared by Jaccard similarity (default threshold 0.9); kit
+programs by :func:`~spadekit.selfplay.kit_identity.kit_identity`. The blacklist gate uses
+:func:`containment`, so dead code added to a blacklisted program does not help. Details:
+docs/design/selfplay.md.
 """
 
 from __future__ import annotations
@@ -278,14 +239,6 @@ class EnvironmentMemory:
             self._fingerprints.pop(sha, None)
             self._identities.pop(sha, None)
         return gone
-
-    def set_cap(self, cap: int) -> list[str]:
-        """Change the cap; returns the shas evicted to meet it (the newest ``cap`` stay)."""
-        if int(cap) < 1:
-            raise StoreError(f"memory cap must be at least 1, got {cap}")
-        self.cap = int(cap)
-        with self.store.transaction():
-            return self._evict()
 
     def update_stats(self, sha: str, *, win_rate: Any = _KEEP, win_rate_with_hint: Any = _KEEP,
                      regret: Any = _KEEP, designer_reward: Any = _KEEP, n_plays: Any = _KEEP,

@@ -1,22 +1,13 @@
-"""A pool of procedural games for CPU-scale warm starts (issue 23): composed, validated in the
-sandbox, deduplicated, with a held-out split.
+"""A pool of procedural games for CPU-scale warm starts: composed, validated in the sandbox,
+deduplicated, with a held-out split.
 
-``split_combos`` divides every combination of parts (``spadekit.envs.procedural``) into the ones a
-warm start may see and the held-out ones: every combination that uses one whole held-out part
-(default ``turns=gated``: an answer counts only after a look, a turn structure the warm start
-never shows; every skill still appears in training), plus a
-drawn share of the others. Novelty is then measurable: a designer that writes a held-out
-combination wrote something it never saw.
-
-``build_pool`` writes one candidate per combination (``per_combo`` of them, each on another
-grounding document and seed), validates each with the real validator, and keeps a valid one only
-when it is not a near-duplicate (the memory's fingerprint and threshold) of one already kept, so
-the kept pool's near-duplicate share is zero (kit programs are compared by what they are,
-``spadekit.selfplay.kit_identity``: same parts, parameters and own code is a copy);
-``raw_near_duplicate_share`` reports the share among the valid candidates before that filter.
-``style``: ``whole`` programs (``compose``) or ``kit`` programs (``compose_kit``, issue 39), of
-the same combinations and split. Everything is fixed by ``seed``: the same seed, corpus
-and parts give the same programs in the same order.
+``split_combos`` divides every combination of parts (``spadekit.envs.procedural``) into the
+ones a warm start may see and the held-out ones (every combination with a held-out part, default
+``turns=gated``, plus a drawn share), so novelty is measurable. ``build_pool`` writes
+``per_combo`` candidates per combination, validates each with the real validator and keeps a
+valid one only when it is no near-duplicate of one kept (kit programs by ``kit_identity``);
+``raw_near_duplicate_share`` is the share before that filter. ``style``: ``whole`` or ``kit``
+programs. Everything is fixed by ``seed``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Prompts of the designer role: environment programs (SPEC points 1, 9-11) and privileged hints.
 
 ``build_designer_messages`` asks for one complete environment program for a skill, grounded on a
-corpus document, with reference environments to differ from and one example to avoid. Its
-``style`` is ``full`` (the paper's: the whole contract, references as code) or ``compact`` (for
-small models on a CPU: the contract in a few lines, each reference as its class name and opening
-rules, and the document as its first 16 content words, so the prompt costs about 350 tokens instead of
-1,000 plus the document and the references' code) or ``kit`` (games only, issue 39: a game-kit
-program, ``spadekit.envs.gamekit``: the menu of parts, the skill, the theme words, and each memory
-reference as its kit class on one line; the skill is named with the kit part that makes it, the
-one choice the loop makes for the designer, as it picks the skill).
-``build_hint_messages`` is the second call (SPEC point 2): the same policy reads the code and
-writes a 1-3 sentence hint. ``parse_hint`` cleans a hint reply. The hint leak check (``hint_leaks``,
-``leaked_fragments``) lives in :mod:`spadekit.selfplay.leaks` and is re-exported here.
+corpus document, with references to differ from and one example to avoid; ``style`` is ``full``
+(the paper's), ``compact`` (small models on a CPU, about 350 tokens) or ``kit`` (games only: a
+game-kit program, the skill named with the kit part that makes it). ``build_hint_messages`` is
+the second call (SPEC point 2): the same policy reads the code and writes a 1-3 sentence hint;
+``parse_hint`` cleans a reply. The leak check lives in :mod:`spadekit.selfplay.leaks` and is
+re-exported here.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Repair turns: inference-only retries for a designer program that failed validation.
 
-The repair prompt is the designer's own conversation, its failed output as the assistant turn,
-and a user turn holding the validation report (stage, reason code, message, cut to
-``MAX_REPORT_CHARS``) that asks for a corrected, complete program. The reply is validated again
-like any designer output.
-
-Training (SPEC point 3): the designer trains on its FIRST attempt only. That attempt was invalid,
-so its delayed sample keeps the fixed invalid reward (0, or -0.5 for a hang) even when a repair
-succeeds; repair generations are never put in the delay buffer. A repaired program that passes
-enters the pool with ``lineage["repaired"] = {"attempts": n, "first_reason": ..., "first_stage":
-...}`` and the same mark in its validation summary (``validation["repaired"]``, stored in the
-environments and memory tables without a schema change).
+The repair prompt is the designer's conversation, its failed output, and a user turn with the
+validation report (cut to ``MAX_REPORT_CHARS``) asking for a corrected program; the reply is
+validated like any designer output. The designer trains on its FIRST attempt only, which keeps
+its fixed invalid reward; repair generations never enter the delay buffer. A repaired program
+enters the pool with ``lineage["repaired"]`` and ``validation["repaired"]``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The policy's own replies as a spot-check baseline (review of issue 22, finding 1b).
+"""The policy's own replies as a spot-check baseline.
 
 Drawn garbage, however model-like, is a grammar; a program can pay for what the policy writes
 and garbage does not (a sentence before the box, a phrase the hint asks for). So the watch also

@@ -15,6 +15,7 @@ episodes. ``ProbeResult`` is one scripted episode as the sandbox or the rollout 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import fmean
 from typing import Any
 
 from spadekit.common.errors import SandboxError
@@ -54,10 +55,6 @@ class ProbeResult:
     """Whether the program terminated the episode at its last step."""
 
     @property
-    def mean_step_s(self) -> float | None:
-        return sum(self.step_s) / len(self.step_s) if self.step_s else None
-
-    @property
     def ended(self) -> bool:
         """Whether the program ended the episode (terminated or truncated) at its last step."""
         return bool(self.ends and self.ends[-1])
@@ -90,10 +87,6 @@ def probe_result(tr: Any) -> ProbeResult:
                        terminated=bool(tr.turns and tr.turns[-1].terminated))
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 def spot_check_verdicts(garbage: list[ProbeResult], replay: ProbeResult | None,
                         admitted: dict[str, Any] | None, solution: list[ProbeResult] = (),
                         margin: float = 0.5, replies: list[ProbeResult] = ()
@@ -121,8 +114,8 @@ def spot_check_verdicts(garbage: list[ProbeResult], replay: ProbeResult | None,
             continue
         seeds = {r.seed for r in group}
         paired = [r for r in solution if r.seed in seeds]
-        garbage_mean = _mean([r.episode_return for r in group])
-        reference = _mean([r.episode_return for r in paired]) if paired else WIN
+        garbage_mean = fmean([r.episode_return for r in group])
+        reference = fmean([r.episode_return for r in paired]) if paired else WIN
         if reference - garbage_mean < need:
             worst = max(group, key=lambda r: r.episode_return)
             return "garbage_wins", {"garbage_mean_return": garbage_mean,

@@ -1,29 +1,13 @@
-"""The warm-started model a run starts from, built once and cached (issue 23).
+"""The warm-started model a run starts from, built once and cached.
 
-With ``warmstart.pool`` set (``cpu-tiny`` sets ``procedural``), a run does not start from
-``model`` itself but from ``model`` after ``spadekit warmstart`` on that pool with the run's own
-prompts: the designer has learnt to write valid programs before self-play begins. The result is
-cached like the bundled model's conversion (``spadekit.policy.bundled``)::
-
-    $SPADEKIT_CACHE | $XDG_CACHE_HOME/spadekit | ~/.cache/spadekit
-      warmstart/
-        <key>/              the finished warm start: model/ (save_pretrained), warmstart.json,
-                            pool/ (the programs it learnt from), .spadekit-complete.json
-        .<key>.lock         held (flock) while building
-        .<key>.tmp-XXXX/    a build in progress (resumable SFT state inside)
-
-``key`` hashes everything the examples and the training depend on: the base model spec, the
-``warmstart`` section, the setting, the turn cap, the designer's prompt and output settings, the
-chat template, the agent's format aids, the corpus and :data:`CACHE_FORMAT`. Changing any of
-them builds a new warm start; a second run with the same settings loads the cached one in
-seconds. A build killed half-way leaves its temporary folder; the next build (holding the lock)
-removes it and starts afresh.
-
-``warmstart.pool``: ``procedural`` (the procedural pool's training split: its combinations
-without the held-out part, themed on the corpus documents of the training half of
-:func:`spadekit.selfplay.procedural_pool.split_documents`, every program validated; kit
-programs under ``designer.prompt_style: kit``), ``library``,
-or a pool directory.
+With ``warmstart.pool`` set (``procedural``, ``library`` or a pool directory), a run starts from
+``model`` after ``spadekit warmstart`` on that pool with the run's own prompts. The result lives
+under ``<cache>/warmstart/<key>/`` (``model/``, ``warmstart.json``, ``pool/``, a completion
+marker written last), built under a lock in a temporary folder and renamed into place; a
+killed build is removed and restarted by the next. ``key`` (:func:`cache_key`) hashes everything
+the examples and training depend on: model spec, ``warmstart`` section, setting, turn cap,
+designer prompt and output settings, chat template, format aids, corpus, :data:`CACHE_FORMAT`
+and the source of :data:`KEY_SOURCES`.
 """
 
 from __future__ import annotations

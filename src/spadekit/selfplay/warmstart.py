@@ -1,25 +1,12 @@
-"""``spadekit warmstart``: supervised fine-tuning of both roles on a pool before self-play
-(issue 23).
+"""``spadekit warmstart``: supervised fine-tuning of both roles on a pool before self-play.
 
-Two kinds of example come from each program of a pool directory (``spadekit generate``,
-``spadekit procedural``, an imported reference pool, or ``library``):
-
-- designer: the prompt the self-play loop builds for that program's skill (the same
-  ``build_designer_messages`` with the run's turn cap and document budget, a grounding document
-  of the corpus (the program's own when the pool recorded it), and up to
-  ``designer.positive_seeds`` other programs of the same skill as the memory's references when
-  ``use_memory`` is on), rendered by the model's chat template with the designer's response
-  prefix; the completion is the program in a ```python block and its ``HINT:`` line, then the
-  end-of-turn token, exactly the format the loop's extractor reads;
-- agent: the program's own ``solution()`` played through the real sandbox by the real rollout
-  engine (the run's system prompt, format aids and turn cap), one episode per drawn seed, so the
-  tokens are the ones self-play would produce; the loss is on the agent's replies only.
-
-Programs are split by a drawn share into training and held-out programs (both kinds of a program
-go to the same side), and ``spadekit.train.sft`` trains and exports ``OUT/model``;
-``spadekit selfplay --model hf:OUT/model`` starts from it. ``OUT/warmstart.json`` records the
-pool, the split and the losses; ``OUT/programs`` is a pool of the programs used (what a run
-seeds its memory with, and what a designer's novelty is measured against).
+Each program of a pool gives a designer example (the loop's own designer prompt for its skill,
+its grounding document and memory references, rendered with the chat template; the completion is
+the program and its ``HINT:`` line as the loop's extractor reads them) and agent examples (its
+``solution()`` played through the real sandbox and rollout engine on drawn seeds; loss on the
+agent's replies only). Programs are split into training and held-out by a drawn share (both
+kinds on one side); ``spadekit.train.sft`` trains and exports ``OUT/model``. ``OUT/warmstart.json``
+records pool, split and losses; ``OUT/programs`` is the pool used.
 """
 
 from __future__ import annotations
@@ -37,7 +24,7 @@ from spadekit.envs.program import EnvProgram
 from spadekit.train.sft import SFTConfig, SFTExample, SFTRun
 
 __all__ = ["WarmstartResult", "agent_examples", "designer_completion", "designer_examples",
-           "load_programs", "run_warmstart"]
+           "run_warmstart"]
 
 
 def designer_completion(program: EnvProgram) -> str:
@@ -197,17 +184,6 @@ def agent_examples(policy: Any, config: Any, pool: Any, programs: Sequence[EnvPr
     return out
 
 
-def load_programs(source: str) -> list[EnvProgram]:
-    """The programs of a pool directory, or ``library`` (the bundled reference environments)."""
-    if source == "library":
-        from spadekit.envs import library
-
-        return [library.program(e) for e in library.list_library()]
-    from spadekit.runs.pool import load_pool
-
-    return load_pool(source)
-
-
 @dataclass
 class WarmstartResult:
     model_dir: Path
@@ -223,14 +199,12 @@ def run_warmstart(config: Any, source: str, out: str | Path, sft: SFTConfig, *,
     """Build the examples of ``source`` for ``config``'s loop, train, export ``out/model``."""
     from spadekit.policy.registry import load_policy
     from spadekit.runs.pool import write_pool
+    from spadekit.runs.sources import load_programs
     from spadekit.sandbox import SandboxPool
     from spadekit.selfplay.corpus import load_corpus
 
     out = Path(out)
-    programs = [p for p in load_programs(source)
-                if (p.domain or config.setting) == config.setting]
-    if not programs:
-        raise ValueError(f"{source}: no {config.setting} programs to warm-start from")
+    programs = load_programs(source, config.setting)  # ConfigError when none
     rng = random.Random(sft.seed)
     if max_programs is not None and len(programs) > max_programs:
         programs = rng.sample(programs, max_programs)

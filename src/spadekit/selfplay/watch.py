@@ -1,50 +1,14 @@
 """Trust after admission: the checks that retire a pooled program during training.
 
-Validation admits a program once; a program can still behave only while it is being watched.
-During self-play every pooled program is watched again, and one that misbehaves is retired
-(blacklisted with a reason, removed from the pool and the memory, never validated again) and its
-pending designer sample gets the fixed reward ``RETIRE_PENALTY`` (-0.5, the SPEC's hang penalty):
-
-* ``play_timeout``: a step (or reset) of an agent's play or a spot check timed out (a hang);
-* ``slow_in_play``: its mean step time in a round's plays exceeds ``step_time_limit_s``, or
-  ``slow_step_factor`` times its median call time in validation (and ``slow_step_min_s``), or
-  the time its worker spends on one rollout turn (all its episodes there together,
-  ``TurnRecord.worker_turn_s``) averages more than ``turn_time_limit_s`` over the round;
-* ``garbage_wins``: on the spot checks' seeds, garbage actions' mean return is not at least
-  ``action_margin`` below the mean return of the program's own solution on the same seeds (1.0,
-  full score, stands in where no solution is known): a program that pays 0.99 for any action
-  teaches nothing;
-* ``solution_fails_in_play``: the program's own solution, replayed in play on those seeds, no
-  longer reaches full score (or fails);
-* ``constant_answer``: on every one of at least ``FOREIGN_MIN`` seeds, the solution computed for
-  ANOTHER seed wins too: the winning play does not depend on the seed, so an agent memorises
-  one answer and learns nothing (``constant_answer_verdict``);
-* ``nondeterministic_in_play``: replaying validation's reference episode (the same seed and
-  garbage actions) gave different rewards or another ending than validation recorded.
-
-The spot checks run INSIDE the round's rollout batch (``spot_check_specs``): for each pooled
-designed environment, ``spot_checks`` garbage episodes, as many solution episodes on the same
-seeds and the reference-episode replay are scripted episodes (``EpisodeSpec.scripted``) that the
-loop shuffles among the real plays. They start in the same session and step in the same worker
-and the same lockstep as the agent's plays, so a program cannot tell them apart by batch shape
-or instance count; they produce no tokens, no training sample and no recorded play. The
-solution's actions for those seeds are computed beforehand in a separate sandbox (never by a
-``solution()`` call in the training worker, itself a tell). Garbage is
-``spadekit.sandbox.probes.garbage_actions`` (the validator's, with model-like replies repeating
-the program's hint; never mutations of the solution, which may still win an honest game), from
-fresh seeds each round. On the same seeds, as many episodes replay replies the agent wrote to
-OTHER programs in earlier rounds (``spadekit.selfplay.replies``, read from the run database):
-real text of the policy, judged as garbage on their own, so a program that pays for how the
-policy writes rather than for the task is retired (before a round is stored, drawn model-like
-replies that repeat the hint's words stand in).
-
-A caller that plays a round without the in-batch spot checks (no scripted episode of a pooled
-designed environment among the trajectories given to ``after_play``) gets them run here, in
-their own sandboxes (``run_probes``), with the same verdicts.
-
-What validation recorded is read from the environment's validation details: the reference
-episode (``details["reference_episode"]``: seed, actions, rewards, terminated, truncated) and the
-call latencies (``details["step_ms"]["p50"]``).
+Every pooled program is watched again during self-play; one that misbehaves is retired
+(blacklisted with a reason, removed from pool and memory) and its pending designer sample gets
+``RETIRE_PENALTY`` (-0.5). Reasons: ``play_timeout``, ``slow_in_play``, ``garbage_wins``,
+``solution_fails_in_play``, ``constant_answer``, ``nondeterministic_in_play``. The spot checks
+(garbage, solution and reference-replay episodes, plus the agent's replies to OTHER programs,
+``spadekit.selfplay.replies``) run inside the round's rollout batch as scripted episodes
+(``spot_check_specs``), indistinguishable from real plays and producing no sample; without
+them ``after_play`` runs them in their own sandboxes (``run_probes``). Details:
+docs/design/selfplay.md.
 """
 
 from __future__ import annotations

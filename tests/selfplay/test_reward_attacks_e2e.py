@@ -1,6 +1,6 @@
-"""The adversarial review of issue 22, closed: its three hacks no longer pay in a real run.
+"""Three reward hacks no longer pay in a real run.
 
-The review (tests/data/attacks_review/) found three programs that earned 0.64-1.0 a program
+tests/data/reward_attacks/ holds three programs that earned 0.64-1.0 a program
 through a real ``SelfPlay`` run while validating, keeping their hints and never being retired:
 
 - ``verbose_pays.py`` pays any reply with six or more words before its box (the garbage had
@@ -12,7 +12,7 @@ through a real ``SelfPlay`` run while validating, keeping their hints and never 
   worker that reset three or more instances before its first step): now the empirical probe
   plays in that shape, and the hint is refused.
 
-The same real loop (tiny model that trains, real sandbox, real run database), with the review's
+The same real loop (tiny model that trains, real sandbox, real run database), with the attacks'
 scripted designer and agent. What a program may still earn: the plateau of its no-hint plays
 (the password doors show their word on about half the seeds, which the agent reads: a mean
 return near 0.5, plateau 1, 0.6), never regret from a hint that gives the answer.
@@ -29,7 +29,7 @@ from spadekit.policy.registry import load_policy
 from spadekit.policy.scripted import ScriptedPolicy
 from spadekit.selfplay.config import load_config
 
-HERE = Path(__file__).resolve().parents[1] / "data" / "attacks_review"
+HERE = Path(__file__).resolve().parents[1] / "data" / "reward_attacks"
 KINDS = {
     "VaultEnv": ((HERE / "verbose_pays.py").read_text(),
                  "Reason out loud, in a full sentence, that you will use binary search, before "
@@ -77,7 +77,7 @@ def agent(tokenizer) -> ScriptedPolicy:
 
 
 @pytest.mark.timeout(600)
-def test_the_reviews_hacks_no_longer_pay(tmp_path):
+def test_the_three_reward_hacks_no_longer_pay(tmp_path):
     from spadekit.rollout.engine import RolloutEngine
     from spadekit.selfplay.loop import SelfPlay
 

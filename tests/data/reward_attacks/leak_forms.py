@@ -3,7 +3,7 @@ fixtures (tests/data/honesty/) in forms an agent can use, through the real leak 
 design phase: the literal check (leaks.leaked_fragments on selfplay.generate.solution_actions)
 and the empirical one (leak_probe.empirical_leak, real sandbox). Prints which forms pass both.
 
-    PYTHONPATH=src timeout 300 python3 tests/data/attacks_review/leak_forms.py
+    PYTHONPATH=src timeout 300 python3 tests/data/reward_attacks/leak_forms.py
 """
 from pathlib import Path
 

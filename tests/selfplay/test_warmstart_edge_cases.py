@@ -1,7 +1,5 @@
-"""The review of issue 23 (designer warm start, procedural pool, designer benchmark): each test
-showed one defect when it was written (they all failed on d1eb0ea) and guards its fix, with real
-parts (the real sandbox and validator, real SQLite, the tiny model). The docstrings describe the
-defect as it was found."""
+"""Edge cases of the designer warm start, the procedural pool and the designer benchmark, each
+with real parts (the real sandbox and validator, real SQLite, the tiny model)."""
 
 from __future__ import annotations
 
@@ -431,7 +429,7 @@ def _benchmark():
 
 
 def test_the_rl_phase_counts_a_copy_of_the_runs_own_memory_as_novel(tmp_path, monkeypatch):
-    """The issue: novel = "not a near-duplicate of any warm-start program or memory entry".
+    """The spec: novel = "not a near-duplicate of any warm-start program or memory entry".
     After self-play the benchmark measures the trained checkpoint against the warm-start
     programs only (``--programs``), not the run's memory: re-writing a program the run already
     pooled counts as novel in ``novel_share`` (the headline after RL)."""
@@ -470,7 +468,7 @@ def test_the_rl_phase_counts_a_copy_of_the_runs_own_memory_as_novel(tmp_path, mo
 
 def test_the_per_round_table_has_a_novel_share(tmp_path):
     """The benchmark's docstring promises per round "valid share, novel share (valid designs
-    that passed the loop's dedup gate)", and the issue wants the novel share to rise over the
+    that passed the loop's dedup gate)", and the novel share is meant to rise over the
     rounds; but ``_rounds`` reads only numeric metrics, and the loop's ``valid``/``valid_share``
     already exclude near-duplicates (reason ``near_duplicate``, counted only in the
     ``invalid_reasons`` dict of the round event). So a round of 4 designs, 3 sandbox-valid of

@@ -5,7 +5,7 @@ is validated, pooled and played again. The retired program is tests/data/hacks/b
 (honest alone, pays anything in a lockstep batch: what the watch retires). The padding is one
 unused function: the behaviour is byte-for-byte the same.
 
-    PYTHONPATH=src timeout 120 python3 tests/data/attacks_review/blacklist_padding.py
+    PYTHONPATH=src timeout 120 python3 tests/data/reward_attacks/blacklist_padding.py
 """
 import tempfile
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The review of issue 22 broke the hint leak check three ways (tests/data/attacks_review/):
+"""Three ways around the hint leak check (tests/data/reward_attacks/):
 a password that differs only on the public seeds 0-2, a password that opens only where a worker
 reset a group before its first step (play's shape), and hints that give the answer encoded.
 Each is caught here on real programs in the real sandbox, through the design phase where it
@@ -26,9 +26,9 @@ from spadekit.selfplay.leaks import (STOP_WORDS, SolutionTrace, arithmetic, init
                                      leaked_fragments, spelled_digits, tokens)
 
 TESTS = Path(__file__).resolve().parents[1] / "data"
-REVIEW = TESTS / "attacks_review"
-PUBLIC_SEED = (REVIEW / "public_seed_password.py").read_text()
-PROBE_ORDER = (REVIEW / "probe_order_password.py").read_text()
+ATTACKS = TESTS / "reward_attacks"
+PUBLIC_SEED = (ATTACKS / "public_seed_password.py").read_text()
+PROBE_ORDER = (ATTACKS / "probe_order_password.py").read_text()
 PASSWORD = (TESTS / "honesty" / "password.py").read_text().replace("NAME", "K1") \
     .replace("SECRET_WORD", "xyzzy")
 ANSWER = (TESTS / "honesty" / "answer42.py").read_text().replace("NAME", "K2") \
@@ -76,7 +76,7 @@ def mute(text: str) -> str:
     return text[:text.index("    def solution(self):")].rstrip() + "\n"
 
 
-# -- finding 1: public seeds ------------------------------------------------------------------
+# -- attack 1: public seeds ------------------------------------------------------------------
 
 
 def test_public_seed_password_is_caught_on_drawn_seeds(pool):
@@ -101,7 +101,7 @@ def test_a_word_every_using_seed_shows_is_still_exempt():
     assert leaked_fragments(PLAIN, trace) == ["xyzzy"]
 
 
-# -- finding 2: probe order -------------------------------------------------------------------
+# -- attack 2: probe order -------------------------------------------------------------------
 
 
 def test_probe_order_password_is_caught_in_plays_shape(pool):
@@ -150,7 +150,7 @@ def test_both_password_programs_lose_their_hint_in_the_design_phase(tmp_path, po
     assert {tuple(d["evidence"]) for d in out.leak_details} == {("xyzzy",), ("\\boxed{xyzzy}",)}
 
 
-# -- finding 3: encoded hints -----------------------------------------------------------------
+# -- attack 3: encoded hints -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", sorted(ENCODED))
