@@ -128,44 +128,6 @@ def test_batched_greedy_equals_one_by_one(policy):
     assert len({tuple(b.token_ids) for b in batched}) >= 3
 
 
-def test_a_hook_that_says_stop_ends_its_row_at_once_and_the_batch_goes_on(policy):
-    """``on_token`` answering False (a streaming client gone): that row ends with the token
-    just heard, ``finish_reason == "abort"``, no further call; the other rows (greedy and
-    seeded sampling) are what they are without the hook. A hook answering None or True
-    changes nothing."""
-    import dataclasses
-
-    requests = [req(CHATS[0], temperature=0, max_new_tokens=30),
-                req(CHATS[1], temperature=1.0, seed=7, max_new_tokens=30),
-                req(CHATS[2], temperature=0, max_new_tokens=30)]
-    plain = policy.generate(requests)
-    assert all(len(g.token_ids) > 3 for g in plain)  # so stopping at 3 is visible
-    heard: list[int] = []
-
-    def stop_at_three(tok, lp):
-        heard.append(tok)
-        return len(heard) < 3
-
-    for row in range(len(requests)):
-        heard.clear()
-        hooked = [dataclasses.replace(r, on_token=stop_at_three) if k == row else r
-                  for k, r in enumerate(requests)]
-        mixed = policy.generate(hooked)
-        assert mixed[row].finish_reason == "abort" and mixed[row].token_ids == heard
-        assert heard == plain[row].token_ids[:3]
-        assert len(mixed[row].logprobs) == 3
-        for k, (g, p) in enumerate(zip(mixed, plain)):
-            if k != row:
-                assert (g.token_ids, g.finish_reason) == (p.token_ids, p.finish_reason), k
-    for answer in (None, True):
-        calls: list[int] = []
-        quiet = [dataclasses.replace(r, on_token=lambda tok, lp: calls.append(tok) or answer)
-                 for r in requests]
-        out = policy.generate(quiet)
-        assert [g.token_ids for g in out] == [g.token_ids for g in plain]
-        assert len(calls) == sum(len(g.token_ids) for g in plain)
-
-
 def test_max_batch_size_chunking_matches_one_batch(policy):
     requests = [req(c, temperature=0, max_new_tokens=12) for c in CHATS * 2]
     one = policy.generate(requests)

@@ -133,7 +133,7 @@ def one_update(hf, learning_rate: float = 3e-4):
 
 def test_the_bundled_model_is_named_through_vllm(engine, hf):
     assert engine.name == "vllm:smollm2-135m"
-    assert engine.capabilities == frozenset({"token_ids", "logprobs", "stream"})
+    assert engine.capabilities == frozenset({"token_ids", "logprobs"})
     assert engine.logprobs_mode == "processed_logits+normaliser"
     assert engine.tokenizer.get_vocab() == hf.tokenizer.get_vocab()
     assert engine.weights.route.startswith("in-process")
@@ -295,38 +295,6 @@ def test_a_batch_of_seeded_prompts_longer_than_one_step_generates(engine):
     assert [g.token_ids for g in again] == [g.token_ids for g in first[:3]]
 
 
-def test_a_streamed_batch_reaches_its_hooks_token_by_token_and_equals_the_plain_one(engine):
-    """``on_token``: every token reaches its hook in
-    the engine step that sampled it, not at the end, with the logprob the answer holds; the
-    answer equals ``LLM.generate``'s for the same seeded requests (here at top_p 0.9, where the
-    logprob needs the recorded normaliser)."""
-    import dataclasses
-    import time
-
-    plain_reqs = requests(engine, 0.8, 0.9, tokens=48)
-    plain = engine.generate(plain_reqs)
-    heard: list[list[tuple[int, float, float]]] = [[] for _ in plain_reqs]
-
-    def hook(i):
-        return lambda tok, lp: heard[i].append((tok, lp, time.monotonic()))
-
-    t0 = time.monotonic()
-    streamed = engine.generate([dataclasses.replace(r, on_token=hook(i))
-                                for i, r in enumerate(plain_reqs)])
-    t1 = time.monotonic()
-    for i, (a, b) in enumerate(zip(plain, streamed)):
-        assert b.token_ids == a.token_ids and b.text == a.text
-        assert b.logprobs == pytest.approx(a.logprobs, abs=1e-6)
-        assert [tok for tok, _lp, _t in heard[i]] == b.token_ids
-        assert [lp for _tok, lp, _t in heard[i]] == pytest.approx(b.logprobs, abs=1e-6)
-    longest = max(range(len(plain)), key=lambda i: len(plain[i].token_ids))
-    assert len(plain[longest].token_ids) >= 16
-    first = heard[longest][0][2]
-    assert first - t0 < 0.5 * (t1 - t0)  # the first token long before the last
-    again = engine.generate(plain_reqs)  # the engine is left as it was: no request behind
-    assert [g.token_ids for g in again] == [g.token_ids for g in plain]
-
-
 def test_another_thread_generates_what_the_calling_thread_does(engine):
     """The session set torch's thread count before the engine was built (``bundled_hf``:
     ``configure_cpu_threads``); vLLM's CPU attention then failed in any thread but the one that
@@ -357,28 +325,10 @@ def _engine_idle(engine) -> bool:
     return not engine._thread.call(engine.llm.llm_engine.has_unfinished_requests)
 
 
-def test_a_hook_that_says_stop_aborts_its_request_and_the_rest_of_the_batch_goes_on(engine):
-    import dataclasses
-
-    reqs = requests(engine, 0.0, tokens=40)
-    plain = engine.generate(reqs)
-    heard: list[int] = []
-
-    def stop_at_three(tok, lp):
-        heard.append(tok)
-        return len(heard) < 3
-
-    mixed = engine.generate([dataclasses.replace(reqs[0], on_token=stop_at_three), *reqs[1:]])
-    assert mixed[0].finish_reason == "abort" and mixed[0].token_ids == heard
-    assert len(heard) == 3 and heard == plain[0].token_ids[:3]
-    assert [g.token_ids for g in mixed[1:]] == [g.token_ids for g in plain[1:]]
-    assert _engine_idle(engine)
-
-
 def test_an_interrupted_caller_stops_the_engine_before_the_interrupt_goes_on(engine):
     """Ctrl-C while ``generate`` waits on the engine thread: the batch is aborted at the next
-    step and the caller returns only then (no hook fires afterwards, nothing is left in the
-    engine, a weight push could not race it); the next generation is unaffected."""
+    step and the caller returns only then (nothing is left in the engine, a weight push could
+    not race it), long before the batch would have ended; the next generation is unaffected."""
     import dataclasses
     import signal
     import threading
@@ -386,10 +336,8 @@ def test_an_interrupted_caller_stops_the_engine_before_the_interrupt_goes_on(eng
 
     short = requests(engine, 0.0, tokens=8)
     before = engine.generate(short)
-    heard: list[int] = []
     long = [dataclasses.replace(r, params=SamplingParams(temperature=1.0, max_new_tokens=3000,
-                                                         seed=5),
-                                on_token=lambda tok, lp: heard.append(tok)) for r in short]
+                                                         seed=5)) for r in short]
     # to the main thread itself: a process-wide signal may go to any thread of the session's
     # many, and then the main thread's wait is not interrupted
     timer = threading.Timer(2.0, signal.pthread_kill, (threading.main_thread().ident,
@@ -409,13 +357,10 @@ def test_an_interrupted_caller_stops_the_engine_before_the_interrupt_goes_on(eng
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
     elapsed = time.monotonic() - t0
-    assert raised, (f"generate returned after {elapsed:.1f} s with {len(heard)} tokens heard; "
-                    f"the SIGINT handler before this test: {previous!r}; blocked here: {blocked}")
-    count = len(heard)
-    assert 0 < count < 3 * 3000 and elapsed < 20, (count, elapsed)
-    time.sleep(0.5)
-    assert len(heard) == count  # nothing after the caller got its interrupt
-    assert _engine_idle(engine)
+    assert raised, (f"generate returned after {elapsed:.1f} s; the SIGINT handler before "
+                    f"this test: {previous!r}; blocked here: {blocked}")
+    assert 2.0 <= elapsed < 20, elapsed
+    assert _engine_idle(engine)  # nothing left working after the caller got its interrupt
     assert [g.token_ids for g in engine.generate(short)] == [g.token_ids for g in before]
 
 

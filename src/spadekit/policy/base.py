@@ -19,7 +19,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from spadekit.common.errors import SpadekitError
 
@@ -107,15 +107,6 @@ class GenerationRequest:
     chat_template_kwargs: dict[str, Any] | None = None
     """Extra chat-template options for this request (messages requests only), e.g.
     ``{"enable_thinking": False}``; the config's ``chat_template`` section per role."""
-    on_token: Callable[[int, float], bool | None] | None = field(default=None, compare=False,
-                                                         repr=False)
-    """Called with each sampled token and its logprob as it is produced, by policies whose
-    ``capabilities`` hold ``"stream"`` (the ``hf`` sampler, the ``vllm`` engine); others ignore
-    it. For streaming (``spadekit serve``); it must return quickly and not raise. Returning
-    ``False`` asks the policy to stop the request at once: its generation ends with that token
-    and its ``finish_reason`` is ``"abort"`` (the ``hf`` sampler drops the row from the running
-    batch, vLLM aborts the request); the other requests of the batch go on, greedy and seeded
-    ones with the tokens they would have had anyway."""
 
     def __post_init__(self) -> None:
         if (self.prompt_ids is None) == (self.messages is None):

@@ -24,7 +24,7 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<
 class HFPolicy(TemplatePolicy):
     """A transformers model and tokenizer as a ``Policy``."""
 
-    capabilities = frozenset({"token_ids", "logprobs", "train", "stream"})
+    capabilities = frozenset({"token_ids", "logprobs", "train"})
 
     def __init__(self, model: Any, tokenizer: Any, name: str = "hf", max_batch_size: int = 64,
                  seed: int = 0, max_batch_cells: int | None = DEFAULT_BATCH_CELLS) -> None:
@@ -151,7 +151,6 @@ class HFPolicy(TemplatePolicy):
         greedy = [p.temperature == 0 for p in params]
         gens = [torch.Generator().manual_seed(p.seed) if p.seed is not None else self._rng
                 for p in params]
-        watchers = [r.on_token for r in requests]
         from spadekit.policy.grammar import constraint
 
         grammars = [constraint(self, p.grammar, self.stop_ids) for p in params]
@@ -188,11 +187,7 @@ class HFPolicy(TemplatePolicy):
                         chosen.append(tok)
                         new_ids[i].append(tok)
                         new_lp[i].append(float(row[tok]))
-                        # a watcher that answers False (its client is gone) ends the row now
-                        if watchers[i] is not None and watchers[i](tok, new_lp[i][-1]) is False:
-                            finish[i] = "abort"
-                        else:
-                            finish[i] = self._finished(new_ids[i], params[i])
+                        finish[i] = self._finished(new_ids[i], params[i])
                     keep = [k for k, i in enumerate(rows) if not finish[i]]
                     if not keep:
                         break

@@ -6,9 +6,8 @@ Guarantees: the logprob of each sampled token is the trainer's ``log_softmax(log
 before top-p at every temperature and top_p (in process: vLLM's processed logits minus the
 normaliser recorded by ``vllm_logprobs``; across processes exact at top_p = 1 only, and
 ``logprobs_exact`` says so); seeded requests give the same tokens whatever the batch or calling
-thread (the engine lives on its own thread, ``vllm_thread``); a request's ``on_token`` hook gets
-each token in the step that sampled it, and returning ``False`` aborts that request; Ctrl-C
-aborts the batch before it returns; a lost engine process raises ``EngineLost`` from then on.
+thread (the engine lives on its own thread, ``vllm_thread``); Ctrl-C aborts the batch before
+it returns; a lost engine process raises ``EngineLost`` from then on.
 ``load_weights`` takes Hugging Face names (``vllm_weights``). CPU defaults: docs/scaling.md.
 """
 
@@ -49,7 +48,7 @@ def _import_vllm() -> Any:
 class VLLMPolicy(TemplatePolicy):
     """An in-process ``vllm.LLM`` as a ``Policy`` (token_ids, logprobs; no in-process training)."""
 
-    capabilities = frozenset({"token_ids", "logprobs", "stream"})
+    capabilities = frozenset({"token_ids", "logprobs"})
 
     def __init__(self, model: str | None = None, *, llm: Any = None, tokenizer: Any = None,
                  name: str | None = None, logprobs_mode: str | None = None,
@@ -184,17 +183,15 @@ class VLLMPolicy(TemplatePolicy):
         inputs = [{"prompt_token_ids": p} for p in prompts]  # a vllm TokensPrompt
         keys = [uuid.uuid4().hex if self.logprobs_mode == EXACT else None for _ in requests]
         params = [self.sampling_params(r.params, k) for r, k in zip(requests, keys)]
-        watchers = [r.on_token for r in requests]
         cancel = threading.Event()
         with self._lock:
             self._alive()
             try:
                 if self._thread is None:
-                    outputs, stopped = self._stepped(inputs, params, watchers, keys, cancel)
+                    outputs = self._stepped(inputs, params, cancel)
                 else:  # an interrupted caller stops the engine's work before it goes on
-                    outputs, stopped = self._thread.call(
-                        self._stepped, inputs, params, watchers, keys, cancel,
-                        on_interrupt=cancel.set)
+                    outputs = self._thread.call(self._stepped, inputs, params, cancel,
+                                                on_interrupt=cancel.set)
             except BaseException as exc:
                 if self.logprobs_mode == EXACT:
                     vllm_logprobs.forget([k for k in keys if k])
@@ -209,95 +206,46 @@ class VLLMPolicy(TemplatePolicy):
         if len(outputs) != len(requests):
             raise PolicyError(f"{self.name}: vLLM returned {len(outputs)} outputs for "
                               f"{len(requests)} prompts")
-        out = []
-        for i, (p, o, r, k) in enumerate(zip(prompts, outputs, requests, keys)):
-            if i in stopped:  # its hook asked to stop (a streamed client went away)
-                if k is not None:
-                    vllm_logprobs.forget([k])
-                ids, lps = stopped[i]
-                out.append(Generation(prompt_ids=p, token_ids=ids, logprobs=lps,
-                                      text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                                      finish_reason="abort"))
-            else:
-                out.append(self._generation(p, o, r.params, k))
-        return out
+        return [self._generation(p, o, r.params, k)
+                for p, o, r, k in zip(prompts, outputs, requests, keys)]
 
-    def _stepped(self, inputs: list[dict], params: list[Any], watchers: list[Any],
-                 keys: list[str | None], cancel: threading.Event
-                 ) -> tuple[list[Any], dict[int, tuple[list[int], list[float]]]]:
+    def _stepped(self, inputs: list[dict], params: list[Any], cancel: threading.Event
+                 ) -> list[Any]:
         """The batch through the engine's step loop (what ``LLM.generate`` runs, with a way
-        out): requests with a hook get cumulative outputs and each new token is handed to the
-        hook in the step that sampled it (module docstring); a hook that returns ``False``
-        has its request aborted (its tokens so far are kept in ``stopped``); ``cancel`` set
-        (the caller was interrupted) aborts the whole batch at the next step. The final
-        outputs in order (None where stopped), and ``{index: (token_ids, logprobs)}`` of the
-        stopped requests."""
+        out): ``cancel`` set (the caller was interrupted) aborts the whole batch at the next
+        step. The final outputs, in order."""
         from vllm.sampling_params import RequestOutputKind
 
         engine = self.llm.llm_engine
         base = f"spadekit-{uuid.uuid4().hex}-"
         ids = [base + str(i) for i in range(len(inputs))]
         index = {rid: i for i, rid in enumerate(ids)}
-        heard: list[tuple[list[int], list[float]]] = [([], []) for _ in inputs]
         final: dict[int, Any] = {}
-        stopped: dict[int, tuple[list[int], list[float]]] = {}
         added: list[str] = []
         try:
-            for rid, item, sp, watch in zip(ids, inputs, params, watchers):
-                sp.output_kind = (RequestOutputKind.FINAL_ONLY if watch is None
-                                  else RequestOutputKind.CUMULATIVE)
+            for rid, item, sp in zip(ids, inputs, params):
+                sp.output_kind = RequestOutputKind.FINAL_ONLY
                 engine.add_request(rid, item, sp)
                 added.append(rid)
-            while len(final) + len(stopped) < len(inputs):
+            while len(final) < len(inputs):
                 if cancel.is_set():
                     raise _Cancelled("the caller was interrupted")
                 if not engine.has_unfinished_requests():
                     raise PolicyError(f"{self.name}: the engine stopped with "
-                                      f"{len(inputs) - len(final) - len(stopped)} of its "
-                                      "requests unfinished")
+                                      f"{len(inputs) - len(final)} of its requests unfinished")
                 for out in engine.step():
                     i = index.get(out.request_id, -1)
-                    if i < 0 or i in stopped or cancel.is_set():
-                        continue
-                    if not self._emit(watchers[i], out.outputs[0], heard[i], keys[i]):
-                        stopped[i] = heard[i]
-                        engine.abort_request([ids[i]])
-                    elif out.finished:
+                    if i >= 0 and out.finished:
                         final[i] = out
         except BaseException:
-            live = [rid for k, rid in enumerate(added) if k not in final and k not in stopped]
+            live = [rid for k, rid in enumerate(added) if k not in final]
             if live and self.lost is None:
                 try:
                     engine.abort_request(live)
                 except Exception:  # the engine is gone: nothing left to abort
                     pass
             raise
-        return [final.get(i) for i in range(len(inputs))], stopped
-
-    def _emit(self, watch: Any, seq: Any, heard: tuple[list[int], list[float]],
-              key: str | None) -> bool:
-        """Hands ``watch`` the tokens of ``seq`` it has not had yet, each with its logprob as
-        ``_generation`` will return it (kept in ``heard``); False when the hook asks to stop."""
-        if watch is None:
-            return True
-        ids = [int(t) for t in seq.token_ids]
-        sent_ids, sent_lps = heard
-        if len(ids) <= len(sent_ids):
-            return True
-        _check_logprob_positions(seq.logprobs, ids, self.name)
-        for k in range(len(sent_ids), len(ids)):
-            lp = _sampled_logprob(seq.logprobs[k], ids[k], k, self.name)
-            if key is not None:
-                norm = vllm_logprobs.peek(key, k)
-                if norm is None:
-                    raise PolicyError(f"{self.name}: no normaliser recorded for position {k} "
-                                      "(the logits processor did not see it)")
-                lp -= norm
-            sent_ids.append(ids[k])
-            sent_lps.append(lp)
-            if watch(ids[k], lp) is False:
-                return False
-        return True
+        return [final[i] for i in range(len(inputs))]
 
     def _generation(self, prompt: list[int], output: Any, params: SamplingParams,
                     key: str | None = None) -> Generation:
@@ -451,26 +399,18 @@ def _engine_model_dir(llm: Any) -> str | None:
 def _sampled_logprobs(logprobs: Any, ids: list[int], name: str) -> list[float]:
     """The sampled tokens' logprobs from vLLM's per-position ``{token_id: Logprob}`` maps (a
     list, or vLLM's ``FlatLogprobs``, which indexes the same way)."""
-    _check_logprob_positions(logprobs, ids, name)
-    return [_sampled_logprob(logprobs[k], tok, k, name) for k, tok in enumerate(ids)]
-
-
-def _check_logprob_positions(logprobs: Any, ids: list[int], name: str) -> None:
-    """A logprob map for every sampled token, or the typed error."""
     if logprobs is None:
         raise PolicyError(f"{name}: vLLM returned no logprobs although logprobs=0 was asked")
     if len(logprobs) != len(ids):
         raise PolicyError(f"{name}: vLLM returned {len(logprobs)} logprob positions for "
                           f"{len(ids)} tokens")
-
-
-def _sampled_logprob(entry: Any, tok: int, position: int, name: str) -> float:
-    """The sampled token ``tok``'s logprob from one position's ``{token_id: Logprob}`` map."""
-    if tok not in entry:
-        raise PolicyError(f"{name}: no logprob for the sampled token {tok} at position "
-                          f"{position}")
-    lp = entry[tok]
-    return float(getattr(lp, "logprob", lp))
+    out = []
+    for k, tok in enumerate(ids):
+        if tok not in logprobs[k]:
+            raise PolicyError(f"{name}: no logprob for the sampled token {tok} at position {k}")
+        lp = logprobs[k][tok]
+        out.append(float(getattr(lp, "logprob", lp)))
+    return out
 
 
 def _tokenizer(tokenizer: Any, llm: Any) -> Any:

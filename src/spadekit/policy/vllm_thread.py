@@ -43,7 +43,7 @@ class EngineThread:
         When the caller is interrupted while it waits (``KeyboardInterrupt``, a signal
         handler's ``SystemExit``), ``on_interrupt`` is called (it asks ``fn`` to stop) and the
         caller still waits for ``fn`` to end before the interrupt goes on: the engine is never
-        left working for nobody (hooks firing, a weight push racing it), and the interpreter
+        left working for nobody (a weight push racing it), and the interpreter
         never exits under a thread inside the engine's native code (that aborts the process:
         "terminate called without an active exception")."""
         if threading.current_thread() is self._thread:
