@@ -203,9 +203,6 @@ class VLLMPolicy(TemplatePolicy):
                     raise
                 raise PolicyError(f"{self.name}: generation failed: {type(exc).__name__}: "
                                   f"{exc}") from exc
-        if len(outputs) != len(requests):
-            raise PolicyError(f"{self.name}: vLLM returned {len(outputs)} outputs for "
-                              f"{len(requests)} prompts")
         return [self._generation(p, o, r.params, k)
                 for p, o, r, k in zip(prompts, outputs, requests, keys)]
 
