@@ -149,7 +149,7 @@ def test_engine_is_built_with_processed_logprobs(fake_vllm):
                           "dtype": "float32", "gpu_memory_utilization": 0.5,
                           "structured_outputs_config": {"backend": "guidance"}}
     assert isinstance(policy, Policy) and policy.name == "vllm:org/model"
-    assert policy.capabilities == frozenset({"token_ids", "logprobs", "stream"})
+    assert policy.capabilities == frozenset({"token_ids", "logprobs"})
     assert "train" not in policy.capabilities
     assert policy.logprobs_exact(SamplingParams(temperature=0.7))
     assert not policy.logprobs_exact(SamplingParams(temperature=0.7, top_p=0.9))

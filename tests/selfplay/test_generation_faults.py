@@ -7,7 +7,7 @@ same address while round 1 runs. Each ends in a typed ``EngineLost`` naming the 
 bounded time, with round 0 committed and nothing of round 1; a resume against a server at that
 address completes the run. The runs are ``benchmarks/chaos.py``'s (real sandboxes and database).
 Client level: pushes to a stand-in that answers vLLM's routes as vLLM does, then freezes, breaks
-off, answers anything at all, or is another server instance. Last (``extra("vllm")``): vLLM's
+off, answers anything at all, or is another server instance. And (``extra("vllm")``) vLLM's
 EngineCore in its own process killed or frozen in the middle of a generation.
 """
 
@@ -56,179 +56,6 @@ TIMEOUT = 60
 """``SPADEKIT_OPENAI_TIMEOUT`` of the runs: a CPU server on a loaded machine needs seconds."""
 LIMIT = 420
 """Seconds a run may take to give up once its server is lost (never a hang)."""
-
-
-# -- a real server, a real run ------------------------------------------------------------------
-
-WATCHDOG = """
-import os, signal, subprocess, sys, time
-server = subprocess.Popen(sys.argv[2:])
-while server.poll() is None:
-    if os.getppid() != int(sys.argv[1]):  # pytest is gone, without its teardown
-        os.killpg(0, signal.SIGKILL)
-    time.sleep(1)
-sys.exit(server.returncode)
-"""
-
-
-class Served:
-    """``spadekit serve --model smollm2-135m --allow-weight-updates`` (key file 0600) at one
-    loopback port, in its own process group (the CLI, vLLM, its engine) under a watchdog that
-    kills the group when pytest dies; the module's tests hand it on from one to the next."""
-
-    def __init__(self, work: Path) -> None:
-        self.work, self.proc, self.starts = work, None, 0
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.key_file = work / "key"
-        self.key_file.write_text(KEY + "\n")
-        self.key_file.chmod(0o600)
-
-    def up(self) -> bool:
-        self.signal(signal.SIGCONT)
-        try:
-            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            with opener.open(urllib.request.Request(
-                    self.url[:-3] + "/version", headers={"Authorization": f"Bearer {KEY}"}),
-                    timeout=5):
-                return True
-        except OSError:
-            return False
-
-    def start(self) -> None:
-        """A new server at the port (a previous one is killed first); returns once it answers."""
-        self.kill()
-        log = self.work / f"server-{self.starts}.log"
-        self.starts += 1
-        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-               "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
-        env.pop("SPADEKIT_API_KEY", None)
-        argv = [sys.executable, "-m", "spadekit", "serve", "--model", "smollm2-135m",
-                "--allow-weight-updates", "--api-key-file", str(self.key_file),
-                "--port", str(self.port),
-                "--vllm-args", f"--max-model-len 2048 --kv-cache-memory-bytes {1 << 30}"]
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *argv],
-                                         stdout=out, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
-        deadline = time.monotonic() + 600
-        while not self.up():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                pytest.fail("spadekit serve did not start:\n"
-                            + log.read_text(errors="replace")[-3000:])
-            time.sleep(1)
-
-    def signal(self, sig: int) -> None:
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def kill(self) -> None:
-        """The whole group killed; returns once nothing listens at the port."""
-        if self.proc is None:
-            return
-        self.signal(signal.SIGKILL)
-        self.proc.wait()
-        self.proc = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-            except OSError:
-                return
-            time.sleep(0.5)
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    server = Served(tmp_path_factory.mktemp("vllm-serve"))
-    yield server
-    server.kill()
-    shutil.rmtree(server.work, ignore_errors=True)  # pushed weights: 0.5 GB a file
-
-
-def _episodes_of(run: Path, step: int) -> int:
-    with sqlite3.connect(run / "run.sqlite") as db:
-        return db.execute("SELECT count(*) FROM episodes WHERE step >= ?", (step,)).fetchone()[0]
-
-
-def _round_0_then(run: Path, served: Served, fault: str, k: int) -> dict:
-    """A run of ``ROUNDS`` rounds generating through ``served`` (``rollout.max_staleness=k``);
-    once round 0 is committed the run is paused, ``fault`` is done to the server, and the run
-    goes on; how it ended."""
-    extra = [*chaos.BUNDLED, "envs_per_round=1", "num_generations=2",
-             f"generation_model=openai:smollm2-135m@{served.url}", f"rollout.max_staleness={k}"]
-    proc = chaos.start(run, ROUNDS, extra=extra)
-    try:
-        line = proc.stdout.readline()
-        assert json.loads(line or "{}").get("done") == 0, proc.stderr.read()[-3000:]
-        proc.send_signal(signal.SIGSTOP)  # round 1 has begun; nothing goes on while we act
-        if fault == "frozen":  # the processes live, hold the port, and never answer
-            served.signal(signal.SIGSTOP)
-        elif fault == "killed":
-            served.kill()
-        else:  # restarted: back at the same address, without the pushed weights
-            served.start()
-        t = time.monotonic()
-        proc.send_signal(signal.SIGCONT)
-        try:
-            out, err = proc.communicate(timeout=LIMIT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            raise AssertionError(f"the run hung after the server fault: {err[-3000:]}")
-        elapsed = time.monotonic() - t
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return {"rc": proc.returncode, "err": err, "out": out, "elapsed": elapsed, "extra": extra}
-
-
-@pytest.mark.extra("vllm")
-@pytest.mark.parametrize("fault,k", [("frozen", 0), ("killed", 0), ("restarted", 1)])
-def test_a_generation_server_lost_mid_round_is_engine_lost_and_the_round_rolls_back(
-        tmp_path, served, monkeypatch, fault, k):
-    """Killed: the generations fail and the push after the update is refused, saying the server
-    was lost. Frozen: a request waits for the timeout (``SPADEKIT_OPENAI_TIMEOUT``), not ten
-    minutes per weight call. Restarted at the same address: its generations would come from
-    the checkpoint's weights, not the pushed ones, silently, and round 1 would commit; its new
-    process start time (``/metrics``) refuses it the same way. With ``rollout.max_staleness=1``
-    the update of round 0's batch runs beside the lost generation: the round still ends in
-    ``EngineLost``, and the resume trains that batch. One server start per kill."""
-    monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", str(TIMEOUT))
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the run's requests and pushes carry it
-    monkeypatch.setenv("SPADEKIT_VLLM_PUSH_DIR", str(served.work / "pushes"))
-    if not served.up():
-        served.start()
-    run = tmp_path / "run"
-    result = _round_0_then(run, served, fault, k)
-    err = result["err"]
-    assert result["rc"] not in (0, -signal.SIGKILL), (result["out"], err[-3000:])
-    assert "EngineLost" in err and served.url in err, err[-3000:]
-    if fault == "restarted":
-        assert "restarted" in err, err[-3000:]
-    assert result["elapsed"] < LIMIT
-    assert chaos.completed(run) == 1  # round 0 intact
-    assert _episodes_of(run, 1) == 0  # nothing of round 1
-    if not served.up():  # killed: a new server where the lost one was; frozen: it goes on
-        served.start()
-    again = chaos.run_through(run, ROUNDS, extra=result["extra"])
-    assert again["rc"] == 0, again["stderr"]
-    assert chaos.completed(run) == ROUNDS
-    if k:  # every round's ledger balances; round 1 (redone) trained round 0's batch once
-        with sqlite3.connect(run / "run.sqlite") as db:
-            rows = db.execute("SELECT step, generated, trained, discarded, in_flight "
-                              "FROM token_ledger").fetchall()
-            trained = db.execute("SELECT value FROM metrics WHERE name = "
-                                 "'async/samples_trained' ORDER BY step").fetchall()
-        assert rows and all(g == t + d + f for _, g, t, d, f in rows)
-        assert trained[0][0] == 0 and trained[1][0] > 0
 
 
 # -- the client against a stand-in server -------------------------------------------------------
@@ -537,3 +364,176 @@ def test_a_vllm_engine_process_lost_mid_generation_is_engine_lost_not_a_hang(mod
         assert got["returned"], (step, result)  # not still waiting after 90 s
         assert got["error"] == "EngineLost" and "vllm:" in got["message"], (step, result)
     assert result["again"]["s"] < 5 and result["push"]["s"] < 5
+
+
+# -- a real server, a real run ------------------------------------------------------------------
+
+WATCHDOG = """
+import os, signal, subprocess, sys, time
+server = subprocess.Popen(sys.argv[2:])
+while server.poll() is None:
+    if os.getppid() != int(sys.argv[1]):  # pytest is gone, without its teardown
+        os.killpg(0, signal.SIGKILL)
+    time.sleep(1)
+sys.exit(server.returncode)
+"""
+
+
+class Served:
+    """``spadekit serve --model smollm2-135m --allow-weight-updates`` (key file 0600) at one
+    loopback port, in its own process group (the CLI, vLLM, its engine) under a watchdog that
+    kills the group when pytest dies; the module's tests hand it on from one to the next."""
+
+    def __init__(self, work: Path) -> None:
+        self.work, self.proc, self.starts = work, None, 0
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self.key_file = work / "key"
+        self.key_file.write_text(KEY + "\n")
+        self.key_file.chmod(0o600)
+
+    def up(self) -> bool:
+        self.signal(signal.SIGCONT)
+        try:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(urllib.request.Request(
+                    self.url[:-3] + "/version", headers={"Authorization": f"Bearer {KEY}"}),
+                    timeout=5):
+                return True
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        """A new server at the port (a previous one is killed first); returns once it answers."""
+        self.kill()
+        log = self.work / f"server-{self.starts}.log"
+        self.starts += 1
+        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+               "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+        env.pop("SPADEKIT_API_KEY", None)
+        argv = [sys.executable, "-m", "spadekit", "serve", "--model", "smollm2-135m",
+                "--allow-weight-updates", "--api-key-file", str(self.key_file),
+                "--port", str(self.port),
+                "--vllm-args", f"--max-model-len 2048 --kv-cache-memory-bytes {1 << 30}"]
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), *argv],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        deadline = time.monotonic() + 600
+        while not self.up():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                pytest.fail("spadekit serve did not start:\n"
+                            + log.read_text(errors="replace")[-3000:])
+            time.sleep(1)
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self) -> None:
+        """The whole group killed; returns once nothing listens at the port."""
+        if self.proc is None:
+            return
+        self.signal(signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            except OSError:
+                return
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    server = Served(tmp_path_factory.mktemp("vllm-serve"))
+    yield server
+    server.kill()
+    shutil.rmtree(server.work, ignore_errors=True)  # pushed weights: 0.5 GB a file
+
+
+def _episodes_of(run: Path, step: int) -> int:
+    with sqlite3.connect(run / "run.sqlite") as db:
+        return db.execute("SELECT count(*) FROM episodes WHERE step >= ?", (step,)).fetchone()[0]
+
+
+def _round_0_then(run: Path, served: Served, fault: str, k: int) -> dict:
+    """A run of ``ROUNDS`` rounds generating through ``served`` (``rollout.max_staleness=k``);
+    once round 0 is committed the run is paused, ``fault`` is done to the server, and the run
+    goes on; how it ended."""
+    extra = [*chaos.BUNDLED, "envs_per_round=1", "num_generations=2",
+             f"generation_model=openai:smollm2-135m@{served.url}", f"rollout.max_staleness={k}"]
+    proc = chaos.start(run, ROUNDS, extra=extra)
+    try:
+        line = proc.stdout.readline()
+        assert json.loads(line or "{}").get("done") == 0, proc.stderr.read()[-3000:]
+        proc.send_signal(signal.SIGSTOP)  # round 1 has begun; nothing goes on while we act
+        if fault == "frozen":  # the processes live, hold the port, and never answer
+            served.signal(signal.SIGSTOP)
+        elif fault == "killed":
+            served.kill()
+        else:  # restarted: back at the same address, without the pushed weights
+            served.start()
+        t = time.monotonic()
+        proc.send_signal(signal.SIGCONT)
+        try:
+            out, err = proc.communicate(timeout=LIMIT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"the run hung after the server fault: {err[-3000:]}")
+        elapsed = time.monotonic() - t
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return {"rc": proc.returncode, "err": err, "out": out, "elapsed": elapsed, "extra": extra}
+
+
+@pytest.mark.extra("vllm")
+@pytest.mark.parametrize("fault,k", [("frozen", 0), ("killed", 0), ("restarted", 1)])
+def test_a_generation_server_lost_mid_round_is_engine_lost_and_the_round_rolls_back(
+        tmp_path, served, monkeypatch, fault, k):
+    """Killed: the generations fail and the push after the update is refused, saying the server
+    was lost. Frozen: a request waits for the timeout (``SPADEKIT_OPENAI_TIMEOUT``), not ten
+    minutes per weight call. Restarted at the same address: its generations would come from
+    the checkpoint's weights, not the pushed ones, silently, and round 1 would commit; its new
+    process start time (``/metrics``) refuses it the same way. With ``rollout.max_staleness=1``
+    the update of round 0's batch runs beside the lost generation: the round still ends in
+    ``EngineLost``, and the resume trains that batch. One server start per kill."""
+    monkeypatch.setenv("SPADEKIT_OPENAI_TIMEOUT", str(TIMEOUT))
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)  # the run's requests and pushes carry it
+    monkeypatch.setenv("SPADEKIT_VLLM_PUSH_DIR", str(served.work / "pushes"))
+    if not served.up():
+        served.start()
+    run = tmp_path / "run"
+    result = _round_0_then(run, served, fault, k)
+    err = result["err"]
+    assert result["rc"] not in (0, -signal.SIGKILL), (result["out"], err[-3000:])
+    assert "EngineLost" in err and served.url in err, err[-3000:]
+    if fault == "restarted":
+        assert "restarted" in err, err[-3000:]
+    assert result["elapsed"] < LIMIT
+    assert chaos.completed(run) == 1  # round 0 intact
+    assert _episodes_of(run, 1) == 0  # nothing of round 1
+    if not served.up():  # killed: a new server where the lost one was; frozen: it goes on
+        served.start()
+    again = chaos.run_through(run, ROUNDS, extra=result["extra"])
+    assert again["rc"] == 0, again["stderr"]
+    assert chaos.completed(run) == ROUNDS
+    if k:  # every round's ledger balances; round 1 (redone) trained round 0's batch once
+        with sqlite3.connect(run / "run.sqlite") as db:
+            rows = db.execute("SELECT step, generated, trained, discarded, in_flight "
+                              "FROM token_ledger").fetchall()
+            trained = db.execute("SELECT value FROM metrics WHERE name = "
+                                 "'async/samples_trained' ORDER BY step").fetchall()
+        assert rows and all(g == t + d + f for _, g, t, d, f in rows)
+        assert trained[0][0] == 0 and trained[1][0] > 0

@@ -27,13 +27,6 @@ def take(key: str) -> dict[int, float]:
         return _records.pop(key, {})
 
 
-def peek(key: str, position: int) -> float | None:
-    """The normaliser recorded so far for ``key`` at ``position`` (kept; None when not yet
-    recorded): what a streamed token's logprob needs before the request ends."""
-    with _lock:
-        return _records.get(key, {}).get(position)
-
-
 def forget(keys: list[str]) -> None:
     with _lock:
         for k in keys:
