@@ -22,7 +22,7 @@ from typing import Annotated, Any, Callable, Iterator
 
 from pydantic import Field, StrictFloat
 
-from spadekit.common.config_fields import Bool, Count, Int, Number, PosInt, Str, Strings, section
+from spadekit.common.config_fields import Bool, Count, Int, NonNegative, PosInt, Str, Strings, section
 from spadekit.policy.chat import ChatRenderer
 from spadekit.envs.program import EnvProgram
 from spadekit.common.errors import SandboxError
@@ -57,7 +57,8 @@ class RolloutConfig:
     """Per assistant turn."""
     max_context_tokens: PosInt = 4096
     """Whole conversation; an episode that would exceed it ends truncated."""
-    temperature: Number = 1.0
+    temperature: NonNegative = 1.0
+    """0: greedy (self-play needs at least ``policy.base.MIN_TEMPERATURE``)."""
     top_p: Annotated[StrictFloat, Field(gt=0, le=1)] = 1.0
     stop: Strings = ()
     system_prompt: Str | None = None
