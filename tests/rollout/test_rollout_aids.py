@@ -109,11 +109,17 @@ def test_environment_gets_prefix_plus_reply_exactly(prefix, reply):
 @pytest.mark.parametrize("kwargs", [{"response_prefix": {"chess": "x"}},
                                     {"response_prefix": {"games": 3}},
                                     {"response_prefix": "\\boxed{"},
-                                    {"demonstrations": "games"},
-                                    {"demonstrations": ("games", "poker")}])
+                                    {"demonstrations": ("games", "poker")},
+                                    {"demonstrations": "poker"}])
 def test_bad_aids_are_config_errors(kwargs):
     with pytest.raises(ConfigError):
         RolloutConfig(**kwargs)
+
+
+def test_one_setting_given_as_a_string_is_a_list_of_one():
+    """A bare string names one setting (never read as its letters)."""
+    assert RolloutConfig(demonstrations="games").demonstrations == ("games",)
+    assert RolloutConfig(action_grammar="games").action_grammar == ("games",)
 
 
 def test_designer_prefix_is_prompt_and_joins_the_text():
@@ -185,7 +191,7 @@ def test_the_action_grammar_is_for_games_only():
     with pytest.raises(ConfigError, match="action_grammar"):
         RolloutConfig(action_grammar=("tooluse",))
     with pytest.raises(ConfigError, match="action_grammar"):
-        RolloutConfig(action_grammar="games")
+        RolloutConfig(action_grammar="tooluse")
     config = RolloutConfig(action_grammar=("games",))
     assert action_grammar_for(config, "tooluse") is None
     assert action_grammar_for(RolloutConfig(), "games") is None

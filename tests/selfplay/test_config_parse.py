@@ -17,7 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spadekit.common.errors import ConfigError
+from spadekit.rollout.engine import RolloutConfig
+from spadekit.runs.tracking import LoggingConfig
+from spadekit.sandbox.config import SandboxConfig
+from spadekit.sandbox.validate import ValidatorSettings
+from spadekit.selfplay.checkpoints import CheckpointConfig
 from spadekit.selfplay.config import SelfPlayConfig, load_config
+from spadekit.selfplay.warm_cache import WarmstartConfig
+from spadekit.selfplay.watch import WatchConfig
 
 CROSS_CHECKED = {
     "designer.temperature": "must equal rollout.temperature",
@@ -29,6 +36,8 @@ CROSS_CHECKED = {
     "reward.plateau_high": "at least reward.plateau_low",
     "eval.every": "needs eval.suites",
     "env_max_turns": "a kit grammar needs a turn cap of 2 (cpu-tiny has none; kept simple)",
+    "rollout.temperature": "at least MIN_TEMPERATURE, and equal to designer.temperature",
+    "rollout.max_staleness": "1 or more needs generation_model and checkpoint_every=1",
 }
 """Knobs whose valid values also depend on another knob (their own tests cover them)."""
 
@@ -75,7 +84,9 @@ KNOBS = numeric_knobs()
 
 def test_the_walk_finds_the_declared_knobs():
     assert {"reward.regret_scale", "rounds", "train.learning_rate", "validation.action_margin",
-            "designer.max_new_tokens"} <= set(KNOBS)
+            "designer.max_new_tokens", "rollout.max_new_tokens", "rollout.top_p",
+            "sandbox.step_timeout", "sandbox.memory_mb", "checkpoint.keep_last",
+            "warmstart.held_out_share", "watch.action_margin", "watch.spot_checks"} <= set(KNOBS)
     assert KNOBS["reward.regret_scale"] == (float, 0, None, False, True)
 
 
@@ -87,7 +98,8 @@ def valid(draw) -> tuple[str, Any]:
         value = draw(st.integers(low if low is not None else -1000,
                                  high if high is not None else 1000))
         if path.startswith(("rounds", "envs_per_round", "regen_interval", "memory_size",
-                            "designer.", "train.", "sandbox.", "eval.")) and value > 64:
+                            "designer.", "train.", "sandbox.", "eval.", "rollout.",
+                            "warmstart.", "watch.", "checkpoint.")) and value > 64:
             value = 64  # keeps the config cheap to hold; the range is the point
         return path, value
     value = draw(st.floats(low if low is not None else -1e6, high if high is not None else 1e6,
@@ -143,7 +155,8 @@ def test_a_value_of_the_wrong_type_names_the_knob(path, value):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.sampled_from(["reward", "train", "designer", "rollout", "validation", ""]),
+@given(st.sampled_from(["reward", "train", "designer", "rollout", "validation", "sandbox",
+                        "logging", "checkpoint", "warmstart", "watch", ""]),
        st.from_regex(r"[a-z]{3,12}", fullmatch=True))
 def test_an_unknown_key_is_named(section, name):
     path = f"{section}.zz_{name}" if section else f"zz_{name}"
@@ -158,3 +171,53 @@ def test_the_message_of_a_bad_regret_scale():
         load_config("cpu-tiny", overrides=["reward.regret_scale=inf"])
     assert math.isclose(load_config("cpu-tiny", overrides=["reward.regret_scale=2e-1"])
                         .reward.regret_scale, 0.2)
+
+
+SECTIONS = {"rollout": RolloutConfig, "sandbox": SandboxConfig, "logging": LoggingConfig,
+            "checkpoint": CheckpointConfig, "warmstart": WarmstartConfig, "watch": WatchConfig,
+            "ValidatorSettings": ValidatorSettings}
+SECTION_KNOBS = {f"{name}.{knob}": bounds for name, cls in SECTIONS.items()
+                 for knob, bounds in numeric_knobs(cls).items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(sorted(p for p, b in SECTION_KNOBS.items()
+                              if b[1] is not None or b[2] is not None)), st.data())
+def test_a_section_built_alone_names_its_knob_and_range(path, data):
+    """A section built in code (not through ``load_config``) checks the same declarations and
+    names the knob where the section sits in a config."""
+    name, knob = path.split(".")
+    kind, low, high, low_in, high_in = SECTION_KNOBS[path]
+    side = data.draw(st.sampled_from([s for s, b in (("low", low), ("high", high))
+                                      if b is not None]))
+    gap = data.draw(st.integers(1, 100) if kind is int else st.floats(1e-3, 100))
+    value, must = ((low - gap, f"must be {'>=' if low_in else '>'} {low:g}") if side == "low"
+                   else (high + gap, f"must be {'<=' if high_in else '<'} {high:g}"))
+    with pytest.raises(ConfigError) as err:
+        SECTIONS[name](**{knob: value})
+    assert str(err.value).startswith(f"{path}: {must} (got "), str(err.value)
+    with pytest.raises(ConfigError, match=f"^{path}: must be "):
+        SECTIONS[name](**{knob: True})
+
+
+@pytest.mark.parametrize("knob, value, message", [
+    ("checkpoint.keep_last", 0, r"^checkpoint\.keep_last: must be >= 1 \(got 0\)$"),
+    ("rollout.max_staleness", -1, r"^rollout\.max_staleness: must be >= 0 \(got -1\)$"),
+    ("rollout.max_staleness", "1", r"^rollout\.max_staleness: must be an int \(got '1'\)$"),
+    ("sandbox.tier", "medium", r"^sandbox\.tier: must be one of 'auto', 'strong'"),
+    ("rollout.stop", [1], r"^rollout\.stop\[0\]: must be a string"),
+    ("logging.backends", ["nope"], r"^logging\.backends: unknown backend 'nope'"),
+    ("warmstart.combos", 0, r"^warmstart\.combos: must be >= 1 \(got 0\)$"),
+    ("watch.action_margin", 1.5, r"^watch\.action_margin: must be <= 1 \(got 1\.5\)$"),
+])
+def test_a_bad_section_value_through_the_config(knob, value, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("cpu-tiny", overrides=[f"{knob}={_text(value)}"])
+
+
+def test_validator_settings_name_their_knob():
+    with pytest.raises(ConfigError, match=r"^ValidatorSettings\.seeds: must be at least 1"):
+        ValidatorSettings(seeds=())
+    with pytest.raises(ConfigError, match=r"^ValidatorSettings\.seeds\[0\]: must be an int"):
+        ValidatorSettings(seeds=("0",))
+    assert RolloutConfig(stop="END").stop == ("END",)

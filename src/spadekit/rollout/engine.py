@@ -18,8 +18,11 @@ import contextlib
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Annotated, Any, Callable, Iterator
 
+from pydantic import Field, StrictFloat
+
+from spadekit.common.config_fields import Bool, Count, Int, NonNegative, PosInt, Str, Strings, section
 from spadekit.policy.chat import ChatRenderer
 from spadekit.envs.program import EnvProgram
 from spadekit.common.errors import SandboxError
@@ -45,56 +48,54 @@ TOOLUSE_SYSTEM = (
 END_OF_TURN_TEXTS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
 
 
-@dataclass(frozen=True)
+@section(knob="rollout")
 class RolloutConfig:
-    max_turns: int = 12
+    max_turns: PosInt = 12
     """Turn cap of episodes whose ``EpisodeSpec.max_turns`` is None. Self-play gives every
     episode ``SelfPlayConfig.turn_cap`` = ``min(env_max_turns, rollout.max_turns)``."""
-    max_new_tokens: int = 256
+    max_new_tokens: PosInt = 256
     """Per assistant turn."""
-    max_context_tokens: int = 4096
+    max_context_tokens: PosInt = 4096
     """Whole conversation; an episode that would exceed it ends truncated."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: tuple[str, ...] = ()
-    system_prompt: str | None = None
+    temperature: NonNegative = 1.0
+    """0: greedy (self-play needs at least ``policy.base.MIN_TEMPERATURE``)."""
+    top_p: Annotated[StrictFloat, Field(gt=0, le=1)] = 1.0
+    stop: Strings = ()
+    system_prompt: Str | None = None
     """None: the built-in prompt of the program's setting (games or tool use)."""
-    native_tools: bool = True
+    native_tools: Bool = True
     """Give tool schemas to the chat template (models with native tool calling render them)."""
-    seed: int | None = None
+    seed: Int | None = None
     """Derive each episode's and turn's sampling seed from this (reproducible rollouts)."""
-    load_workers: int = 8
+    load_workers: PosInt = 8
     """Programs loaded into sandboxes in parallel at the start of a run (steps need no threads:
     ``spadekit.sandbox.batch`` multiplexes every worker's pipe)."""
-    strip_thinking: bool = True
+    strip_thinking: Bool = True
     """Give the environment only the text after a turn's ``<think>...</think>`` block
     (:func:`spadekit.rollout.thinking.split_thinking`); the trajectory keeps the full text and
     every sampled token stays trainable."""
-    response_prefix: dict[str, str] = field(default_factory=dict)
+    response_prefix: dict[Str, Str] = field(default_factory=dict)
     """Format aid, per setting (``games``, ``tooluse``): text that opens every assistant turn,
     e.g. ``{games: "\\boxed{"}``. Its tokens are prompt tokens (never trained); the
     environment receives prefix + reply (``spadekit.rollout.aids``). Empty: none."""
-    demonstrations: tuple[str, ...] = ()
+    demonstrations: Strings = ()
     """Format aid: the settings whose episodes open with the built-in example turns of a toy
     task before the first observation (prompt tokens, never trained). Empty: none."""
-    action_grammar: tuple[str, ...] = ()
+    action_grammar: Strings = ()
     """Format aid: the settings (``games``) whose replies are decoded within the grammar of one
     ``\\boxed{...}`` action (``spadekit.rollout.aids.action_grammar_for``). Empty: none."""
 
-    max_staleness: int = 0
+    max_staleness: Count = 0
     """Asynchronous rollouts (read by the self-play loop, ``spadekit.selfplay.pipeline``): 0 is
-    the synchronous loop (generate, then train on it); k >= 1 generates round s while the
-    trainer updates on round s-1, and no batch is trained more than k policy versions after
-    the one that generated it (older ones are cancelled, counted). Needs a separate generation
-    engine (``generation_model``) and ``checkpoint_every: 1``. TRL's ``max_staleness``."""
+    the synchronous loop (generate, then train on it); 1 or more generates round s while the
+    trainer updates on round s-1, and no batch is trained more than ``max_staleness`` policy
+    versions after the one that generated it (older ones are cancelled, counted). Needs a
+    separate generation engine (``generation_model``) and ``checkpoint_every: 1``. TRL's
+    ``max_staleness``."""
 
     def __post_init__(self) -> None:
         from spadekit.rollout.aids import check_rollout_aids
         check_rollout_aids(self.response_prefix, self.demonstrations, self.action_grammar)
-        if isinstance(self.max_staleness, bool) or not isinstance(self.max_staleness, int) \
-                or self.max_staleness < 0:
-            raise ValueError(f"rollout.max_staleness must be an int >= 0, got "
-                             f"{self.max_staleness!r}")
 
 
 @dataclass

@@ -12,10 +12,11 @@ Only rank 0 tracks. Details: docs/tracking.md.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable
 
+from spadekit.common.config_fields import Str, section
 from spadekit.common.errors import ConfigError
 from spadekit.runs.tracking_base import (BUILTIN, ENV_COLUMNS, Backend, Tracker, TrackerMissing,
                                          TrackingStart)
@@ -40,17 +41,17 @@ for _backend in BUILTIN:
     register_backend(_backend)
 
 
-@dataclass(frozen=True)
+@section(knob="logging")
 class LoggingConfig:
     """Experiment tracking (``docs/tracking.md``)."""
 
-    backends: list[str] = field(default_factory=list)
+    backends: list[Str] = field(default_factory=list)
     """Trackers each round is also sent to: ``wandb``, ``trackio`` (optional extras:
     ``pip install -e ".[wandb]"``). Empty: none. CLI: ``--log wandb --log trackio``. On
     ``--resume`` a non-empty list given on the command line replaces the stored one."""
-    project: str = "spadekit"
+    project: Str = "spadekit"
     """The tracker's project the run is logged under."""
-    name: str | None = None
+    name: Str | None = None
     """The tracked run's display name; None: the run directory's name."""
 
     def __post_init__(self) -> None:

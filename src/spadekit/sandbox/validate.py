@@ -22,10 +22,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from spadekit.envs.extract import ExtractionError, extract_program
 from spadekit.envs.program import EnvProgram
+from spadekit.common.config_fields import Bool, Count, Int, PosInt, Positive, Unit, section
 from spadekit.common.errors import ConfigError, SandboxError
 from spadekit.sandbox.probes import (ANSWER, GAME_EDGE_PROBES, TOOL_EDGE_PROBES, advertised_actions,
                              garbage_action, garbage_actions, merge_advertised, mutate,
@@ -69,7 +72,7 @@ class ValidationReport:
         return out
 
 
-@dataclass(frozen=True)
+@section(knob="ValidatorSettings")
 class ValidatorSettings:
     """How programs are checked.
 
@@ -111,51 +114,21 @@ class ValidatorSettings:
       fewer) refuse the program (reason ``slow``): play waits for the worker's whole turn.
     """
 
-    max_turns: int = 12
-    seeds: tuple[int, ...] = DEFAULT_SEEDS
-    total_timeout: float = 60.0
-    drawn_seeds: int = 1
-    garbage_episodes: int = 2
-    slow_step_s: float = 0.5
-    slow_steps: int = 3
-    solution_drawn_seeds: int = 3
-    require_solution: bool = True
-    action_margin: float = 0.5
-    random_margin: float = 0.25
-    blind_episodes: int = 16
-    lockstep_instances: int = 8
-    decoy_instances: int = 6
-    turn_budget_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        def number(value: Any, kinds: tuple) -> bool:
-            return isinstance(value, kinds) and not isinstance(value, bool)
-
-        for name, low in (("max_turns", 1), ("drawn_seeds", 0), ("garbage_episodes", 1),
-                          ("slow_steps", 1), ("solution_drawn_seeds", 0),
-                          ("lockstep_instances", 1), ("blind_episodes", 0),
-                          ("decoy_instances", 0)):
-            value = getattr(self, name)
-            if not number(value, (int,)) or value < low:
-                raise ConfigError(f"ValidatorSettings.{name} must be an int >= {low}, got "
-                                  f"{value!r}")
-        if not isinstance(self.require_solution, bool):
-            raise ConfigError(f"ValidatorSettings.require_solution must be a bool, got "
-                              f"{self.require_solution!r}")
-        if not all(number(s, (int,)) for s in self.seeds):
-            raise ConfigError(f"ValidatorSettings.seeds must be ints, got {self.seeds!r}")
-        if not self.seeds:
-            raise ConfigError("ValidatorSettings.seeds needs at least one seed")
-        for name in ("total_timeout", "slow_step_s", "turn_budget_s"):
-            value = getattr(self, name)
-            if not number(value, (int, float)) or not value > 0:
-                raise ConfigError(f"ValidatorSettings.{name} must be a number > 0, got "
-                                  f"{value!r}")
-        for name in ("action_margin", "random_margin"):
-            value = getattr(self, name)
-            if not number(value, (int, float)) or not 0 <= value <= 1:
-                raise ConfigError(f"ValidatorSettings.{name} must be a number in [0, 1], "
-                                  f"got {value!r}")
+    max_turns: PosInt = 12
+    seeds: Annotated[tuple[Int, ...], Field(min_length=1)] = DEFAULT_SEEDS
+    total_timeout: Positive = 60.0
+    drawn_seeds: Count = 1
+    garbage_episodes: PosInt = 2
+    slow_step_s: Positive = 0.5
+    slow_steps: PosInt = 3
+    solution_drawn_seeds: Count = 3
+    require_solution: Bool = True
+    action_margin: Unit = 0.5
+    random_margin: Unit = 0.25
+    blind_episodes: Count = 16
+    lockstep_instances: PosInt = 8
+    decoy_instances: Count = 6
+    turn_budget_s: Positive = 2.0
 
 
 def to_program(source: str | EnvProgram) -> EnvProgram:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from spadekit.common.errors import ConfigError, SpadekitError
+from spadekit.common.config_fields import Count, PosInt, section
+from spadekit.common.errors import SpadekitError
 
 __all__ = ["CheckpointConfig", "CheckpointWriteError", "checkpoint_budget", "disk_use",
            "forget_unkept", "kept_steps", "load_latest_good", "max_kept", "parameters_from_name",
@@ -37,23 +37,16 @@ class CheckpointWriteError(SpadekitError):
     reason = "checkpoint_write"
 
 
-@dataclass(frozen=True)
+@section(knob="checkpoint")
 class CheckpointConfig:
     """How many checkpoints a run keeps (``checkpoint:`` in a config)."""
 
-    keep_last: int = 2
+    keep_last: PosInt = 2
     """The newest checkpoints kept (at least 1; 2 keeps a previous good one for the fallback
     when the newest is damaged)."""
-    keep_every: int = 0
+    keep_every: Count = 0
     """Also keep the checkpoint of every round that is a multiple of this (rounds counted
     from 1); 0: none beyond ``keep_last``."""
-
-    def __post_init__(self) -> None:
-        for name, low in (("keep_last", 1), ("keep_every", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"checkpoint.{name} must be an integer >= {low}, "
-                                  f"got {value!r}")
 
 
 def kept_steps(steps: list[int], config: CheckpointConfig) -> set[int]:

@@ -1,19 +1,18 @@
-"""Asynchronous rollouts (``rollout.max_staleness = k >= 1``): round s generates while the
+"""Asynchronous rollouts (``rollout.max_staleness >= 1``): round s generates while the
 trainer updates on round s-1 (:func:`async_round`, called by ``SelfPlay._round``).
 
-Guarantees (``docs/async.md`` has the design and the metrics): a batch is trained only while
-its staleness is at most ``k`` (else cancelled: ``StaleWork``, ledger ``discarded``); weights
-are pushed only between rounds, so every play of a round comes from one policy version; the
-token ledger balances in every committed round (:class:`Pipeline`, else ``LedgerError``); the
-queue, ledger and versions commit with the round and its checkpoint, so a killed process
+Guarantees (``docs/async.md`` has the design and the metrics): a batch is trained only while its
+staleness is at most ``max_staleness`` (else cancelled: ``StaleWork``, ledger ``discarded``);
+weights are pushed only between rounds, so every play of a round comes from one policy version;
+the token ledger balances in every committed round (:class:`Pipeline`, else ``LedgerError``);
+the queue, ledger and versions commit with the round and its checkpoint, so a killed process
 resumes with the batch in training trained again exactly once; a resume that falls back to an
-older checkpoint rolls the versions and ledger back with it (:meth:`Pipeline.fall_back`).
-With ``k = 0`` the synchronous round keeps the ledger (everything generated is trained).
+older checkpoint rolls the versions and ledger back with it (:meth:`Pipeline.fall_back`). With
+``max_staleness = 0`` the synchronous round keeps the ledger (everything generated is trained).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -75,7 +74,7 @@ class Pipeline:
     """The versions, the ledger and the queue of a run (one per ``SelfPlay``)."""
 
     def __init__(self, store: Any, max_staleness: int):
-        self.store, self.k = store, max_staleness
+        self.store, self.max_staleness = store, max_staleness
         self.versions = Versions()
         self.ledger = TokenLedger()
         self.lock = threading.Lock()
@@ -184,7 +183,7 @@ class Pipeline:
         ones are cancelled: ledger ``discarded``, a ``cancelled`` event each); staleness
         metrics for the trained ones."""
         batches = self.queued()
-        fresh, stale = partition(batches, self.versions.trainer, self.k)
+        fresh, stale = partition(batches, self.versions.trainer, self.max_staleness)
         parts = [staleness_parts(b, self.versions.trainer) for b in fresh]
         for batch in fresh:
             self.ledger.add("trained", batch.version, batch.tokens)
@@ -206,7 +205,8 @@ class Pipeline:
     # -- the synchronous loop's ledger -----------------------------------------------------
 
     def trained_now(self, samples: list[Sample], stats: dict[str, Any]) -> None:
-        """k = 0: the round's samples are generated and trained at the trainer's version."""
+        """``max_staleness = 0``: the round's samples are generated and trained at the trainer's
+        version."""
         tokens = sum(sample_tokens(s) for s in samples)
         self.ledger.add("generated", self.versions.generator, tokens)
         self.ledger.add("trained", self.versions.generator, tokens)
@@ -283,19 +283,22 @@ def async_round(loop: Any, r: Any) -> dict[str, Any]:
 def check_async_setup(loop: Any, policy: Any, designer_policy: Any) -> None:
     """What ``max_staleness >= 1`` needs of a run (``loop``: its ``RunParts``), beyond the
     config's own checks; called once the model and the generation engine are loaded and before
-    the run directory is written, so a refused run leaves nothing behind. ``designer_policy`` is the one the caller passed
-    (None: the designer samples from the frozen designer, the engine, or ``policy``)."""
-    k = loop.config.rollout.max_staleness
-    if not k:
+    the run directory is written, so a refused run leaves nothing behind. ``designer_policy``
+    is the one the caller passed (None: the designer samples from the frozen designer, the
+    engine, or ``policy``)."""
+    max_staleness = loop.config.rollout.max_staleness
+    if not max_staleness:
         return
     if loop.gen_policy is None:
-        raise ConfigError(f"rollout.max_staleness={k}: generation_model resolved to none (auto "
-                          "without vLLM installed): set generation_model to an engine "
-                          "(hf:PATH, tiny, vllm:PATH, openai:...) or rollout.max_staleness=0")
+        raise ConfigError(f"rollout.max_staleness={max_staleness}: generation_model resolved "
+                          "to none (auto without vLLM installed): set generation_model to an "
+                          "engine (hf:PATH, tiny, vllm:PATH, openai:...) or rollout.max_staleness=0")
     if loop.dist.world_size > 1:
-        raise ConfigError(f"rollout.max_staleness={k} runs in one process; under a launcher "
-                          f"({loop.dist.world_size} processes) use rollout.max_staleness=0")
+        raise ConfigError(f"rollout.max_staleness={max_staleness} runs in one process; under a "
+                          f"launcher ({loop.dist.world_size} processes) use "
+                          "rollout.max_staleness=0")
     designer = designer_policy or loop.frozen_designer or loop.gen_policy or policy
     if loop.curriculum is None and designer is policy:
-        raise ConfigError(f"rollout.max_staleness={k}: the designer would sample from the "
-                          "model the trainer is updating; it must use the generation engine")
+        raise ConfigError(f"rollout.max_staleness={max_staleness}: the designer would sample "
+                          "from the model the trainer is updating; it must use the generation "
+                          "engine")

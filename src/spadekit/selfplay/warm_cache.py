@@ -17,13 +17,14 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Annotated, Any, Callable, Iterator
 
+from pydantic import Field, StrictFloat
+
+from spadekit.common.config_fields import Bool, Count, Int, PosInt, Positive, Str, section
 from spadekit.common.errors import ConfigError
 
 __all__ = ["CACHE_FORMAT", "WarmstartConfig", "applies", "build_procedural_pool", "cache_key",
@@ -35,63 +36,41 @@ CACHE_FORMAT = 1
 MARKER = ".spadekit-complete.json"
 
 
-@dataclass(frozen=True)
+@section(knob="warmstart")
 class WarmstartConfig:
-    pool: str | None = None
+    pool: Str | None = None
     """What the run's model is warm-started on before self-play: ``procedural``, ``library``
     or a pool directory; None: the run starts from ``model`` itself (the paper)."""
-    model: str = "smollm2-135m"
+    model: Str = "smollm2-135m"
     """The model these settings are for: a run whose ``model`` is another one starts from
     its model unchanged (the recipe's sizes were measured on the bundled SmolLM2-135M);
     ``any``: any model."""
-    base: str | None = None
+    base: Str | None = None
     """Set by the run (never by hand): the model the warm start was built from, recorded
     with ``model`` replaced by the cached warm start's path, so that a resume finds the warm
     start again or rebuilds it where the cache was cleared."""
-    programs: int = 48
+    programs: PosInt = 48
     """At most this many programs of the pool (a seeded draw)."""
-    combos: int | None = None
+    combos: PosInt | None = None
     """The procedural pool's compositions: at most this many of the training split's (a
     seeded draw that uses every part of the split), so that the warm start leaves
     compositions a designer can find that are new to it; None: all of them."""
-    per_combo: int = 1
+    per_combo: PosInt = 1
     """Procedural programs written per composition (each on another document and seed)."""
-    epochs: int = 4
-    learning_rate: float = 5.0e-4
-    lora_r: int = 32
-    lora_layers: int | None = 15
+    epochs: PosInt = 4
+    learning_rate: Positive = 5.0e-4
+    lora_r: PosInt = 32
+    lora_layers: PosInt | None = 15
     """LoRA on the last this many decoder layers (``spadekit.train.sft``); None: all."""
-    agent_seeds: int = 0
+    agent_seeds: Count = 0
     """Solution episodes per program as agent examples (0: the designer role only)."""
-    held_out_share: float = 0.1
-    seed: int = 0
-    seed_memory: bool = True
+    held_out_share: Annotated[StrictFloat, Field(ge=0, lt=1)] = 0.1
+    seed: Int = 0
+    seed_memory: Bool = True
     """A fresh run's memory starts with the warm start's programs: the designer's references
     are what it learnt from, and the dedup gate keeps copies of them out of the pool."""
 
     def __post_init__(self) -> None:
-        for name in ("programs", "epochs", "lora_r", "per_combo"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"warmstart.{name} must be an int >= 1, got {value!r}")
-        if isinstance(self.agent_seeds, bool) or not isinstance(self.agent_seeds, int) or \
-                self.agent_seeds < 0:
-            raise ConfigError(f"warmstart.agent_seeds must be an int >= 0, got "
-                              f"{self.agent_seeds!r}")
-        if self.combos is not None and (isinstance(self.combos, bool) or
-                                        not isinstance(self.combos, int) or self.combos < 1):
-            raise ConfigError(f"warmstart.combos must be null or an int >= 1, got "
-                              f"{self.combos!r}")
-        if self.lora_layers is not None and (isinstance(self.lora_layers, bool) or
-                                             not isinstance(self.lora_layers, int) or
-                                             self.lora_layers < 1):
-            raise ConfigError(f"warmstart.lora_layers must be null or an int >= 1, got "
-                              f"{self.lora_layers!r}")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ConfigError(f"warmstart.learning_rate must be > 0, got {self.learning_rate!r}")
-        if not 0.0 <= self.held_out_share < 1.0:
-            raise ConfigError(f"warmstart.held_out_share must lie in [0, 1), got "
-                              f"{self.held_out_share!r}")
         if self.pool is not None and not str(self.pool).strip():
             raise ConfigError("warmstart.pool must be procedural, library, a pool directory "
                               "or null")

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import inspect
 import random
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from spadekit.common.errors import ConfigError, SandboxError
+from pydantic import Field, StrictFloat
+
+from spadekit.common.config_fields import Count, Positive, section
+from spadekit.common.errors import SandboxError
 from spadekit.common.streams import RoundStreams
 from spadekit.envs.program import EnvProgram
 from spadekit.sandbox.probes import garbage_actions, model_reply, words_of
@@ -49,46 +51,33 @@ hint holds no answer, so these score like garbage)."""
 REPLY_EPISODES = 8
 """Episodes per program and round that replay the policy's replies to other programs (scripted,
 no generation: cheap), spread over the spot-check seeds."""
-@dataclass(frozen=True)
+@section(knob="watch")
 class WatchConfig:
     """How pooled programs are watched during self-play (``spadekit.selfplay.watch``)."""
 
-    spot_checks: int = 1
+    spot_checks: Count = 1
     """Garbage spot-check episodes per pooled designed environment per round, each on a fresh
     seed with fresh garbage, each paired with an episode of the program's solution on the same
     seed and (once the run has stored plays) one replaying the policy's replies to other
     programs, plus one replay of validation's reference episode (determinism), all inside the
     round's rollout batch; 0 turns spot checks off (hangs and slow steps in play are still
     watched)."""
-    step_time_limit_s: float = 1.0
+    step_time_limit_s: Positive = 1.0
     """A program whose mean step time in one round's plays exceeds this many seconds is retired
     (``slow_in_play``)."""
-    slow_step_factor: float = 20.0
+    slow_step_factor: Positive = 20.0
     """... or whose mean step time exceeds this multiple of its median call time in
     validation,"""
-    slow_step_min_s: float = 0.05
+    slow_step_min_s: Positive = 0.05
     """... provided it is also above this many seconds (a 0.1 ms step becoming 3 ms is noise)."""
-    turn_time_limit_s: float = 5.0
+    turn_time_limit_s: Positive = 5.0
     """... or whose worker spends more than this many seconds on one rollout turn, all its
     episodes of the turn together, on average over the round (a worker serves a program's plays
     one after another: 0.95 s a call holds every turn 7.6 s at 8 plays, though each call is
     under ``step_time_limit_s``)."""
-    action_margin: float = 0.5
+    action_margin: Annotated[StrictFloat, Field(gt=0, le=1)] = 0.5
     """``garbage_wins`` unless garbage's mean return on the spot checks' seeds is at least this
     much below the solution's mean return on the same seeds."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.spot_checks, bool) or not isinstance(self.spot_checks, int) \
-                or self.spot_checks < 0:
-            raise ConfigError(f"watch.spot_checks must be an int >= 0, got {self.spot_checks!r}")
-        for name in ("step_time_limit_s", "slow_step_factor", "slow_step_min_s",
-                     "turn_time_limit_s", "action_margin"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise ConfigError(f"watch.{name} must be a number > 0, got {value!r}")
-        if self.action_margin > 1:
-            raise ConfigError(f"watch.action_margin must be at most 1 (returns lie in [0, 1]), "
-                              f"got {self.action_margin!r}")
 
 
 def run_probes(envs: Any, probes: list[tuple[EnvProgram, int, list[str]]],
