@@ -343,7 +343,7 @@ class RunParts:
                 raise ResumeError(f"cannot resume {self.run_dir}: {exc}", step=last) from exc
             return
         state = (loaded.get("meta") or {}).get("pipeline")
-        if state is None and not pipe.k:
+        if state is None and not pipe.max_staleness:
             # a synchronous run's checkpoint from before the versions were kept with it:
             # nothing is queued; the versions only count updates, so they stay as committed
             pipe.load_state(self.store.get_state("pipeline"))
