@@ -113,13 +113,11 @@ def assert_exact_logprobs(hf, g, temperature):
 
 
 def test_full_capabilities(client):
-    from spadekit.policy import vllm_server
-
     assert isinstance(client, Policy)
     assert client.capabilities == frozenset({"token_ids", "logprobs"})
     assert client.features.token_prompts and client.features.extras
     assert "Training: possible" in client.explain_capabilities()
-    assert vllm_server.is_vllm(client) and client.cannot_restore_weights() is None
+    assert client.weights.cannot_restore() is None and client.cannot_restore_weights() is None
     assert client._server_instance()  # vLLM names its instance: a restart is seen (transport)
 
 

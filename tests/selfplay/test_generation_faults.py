@@ -102,10 +102,11 @@ class _Standin(BaseHTTPRequestHandler):
                     "logprobs": {"token_logprobs": [-0.5], "tokens": ["token_id:97"]}}]},
                 }.get(path)
         if path == "/metrics":
-            return 200, f"# TYPE process_start_time_seconds gauge\n" \
-                        f"process_start_time_seconds {type(self).instance}\n".encode()
-        return (404, b'{"detail": "Not Found"}') if body is None else (200, json.dumps(body)
-                                                                       .encode())
+            return 200, (f"# TYPE process_start_time_seconds gauge\n"
+                         f"process_start_time_seconds {type(self).instance}\n").encode()
+        if body is None:
+            return 404, b'{"detail": "Not Found"}'
+        return 200, json.dumps(body).encode()
 
     def _handle(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))

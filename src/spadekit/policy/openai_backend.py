@@ -140,7 +140,8 @@ class OpenAIPolicy(TemplatePolicy):
     def cannot_restore_weights(self) -> str | None:
         """None: a vLLM server can undo a push; otherwise why not."""
         self._alive()
-        return None if self._vllm_server() else f"{self.name}: {NEEDS_VLLM}"
+        why = None if self._is_vllm else self.weights.cannot_restore()
+        return None if why is None else f"{self.name}: {why}; {NEEDS_VLLM}"
 
     def restore_weights(self) -> None:
         """Undo the last push not confirmed since (its check failed)."""
@@ -152,19 +153,16 @@ class OpenAIPolicy(TemplatePolicy):
         self._vllm()
         self.weights.confirm()
 
-    def _vllm_server(self) -> bool:
-        """Whether the server is vLLM (it answers ``GET /version``); asked once."""
-        if self._is_vllm is None:
-            self._is_vllm = self.weights.cannot_restore() is None
-        return self._is_vllm
-
     def _vllm(self) -> None:
         self._alive()
         if self._follows:
             self._same_server()  # a push to a restarted server would mix two weight histories
-        if not self._vllm_server():
-            raise WeightSyncError(f"{self.name} at {self.base_url} is not a vLLM server: "
-                                  f"{NEEDS_VLLM}")
+        if not self._is_vllm:  # asked until a vLLM server answers (a timeout is not remembered)
+            why = self.weights.cannot_restore()
+            if why is not None:
+                raise WeightSyncError(f"{self.name} at {self.base_url} takes no weight push "
+                                      f"({why}): {NEEDS_VLLM}")
+            self._is_vllm = True
 
     # -- what the server allows ----------------------------------------------------------------
 

@@ -151,8 +151,9 @@ class ServerWeights:
             from spadekit.policy.vllm_weights import checkpoint_shapes
 
             body = self._call("GET", "/v1/models")
-            roots = [m.get("root") for m in (body or {}).get("data", [])
-                     if isinstance(m, dict)] if isinstance(body, dict) else []
+            data = body.get("data") if isinstance(body, dict) else None
+            roots = [m.get("root") for m in data if isinstance(m, dict)] \
+                if isinstance(data, list) else []
             local = [r for r in roots if isinstance(r, str) and os.path.isdir(r)]
             self._shapes = checkpoint_shapes(local[0]) if local else {}
         return self._shapes
