@@ -29,7 +29,8 @@ def test_the_plain_command_serves_with_the_trainer_s_logprobs(tmp_path):
     assert pairs["--logprobs-mode"] == "processed_logprobs"
     assert pairs["--served-model-name"] == str(tmp_path)
     assert argv[-2:] == ["--max-model-len", "4096"]
-    assert "--middleware" not in argv and "VLLM_SERVER_DEV_MODE" not in env
+    assert pairs["--middleware"] == "spadekit.policy.vllm_server.RequireKey"  # every route
+    assert "--worker-extension-cls" not in argv and "VLLM_SERVER_DEV_MODE" not in env
     assert "k-123" not in " ".join(argv) and env["VLLM_API_KEY"] == "k-123"
     import torch
 
@@ -46,6 +47,39 @@ def test_weight_updates_add_dev_mode_the_extension_and_the_key_middleware(tmp_pa
     assert pairs["--worker-extension-cls"] == "spadekit.policy.vllm_server.WorkerExtension"
     assert pairs["--logprobs-mode"] == "processed_logprobs" and pairs["--dtype"] == "bfloat16"
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_API_KEY"] == "k"
+
+
+def test_without_a_key_no_middleware_and_the_shell_s_dev_mode_never_reaches_the_server(
+        tmp_path, monkeypatch):
+    """vLLM's own key guards ``/v1`` only; ``RequireKey`` guards every route when there is a
+    key, and a ``VLLM_SERVER_DEV_MODE`` or stale ``VLLM_API_KEY`` left in the shell does not
+    pass to a server that did not ask for it."""
+    monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")
+    monkeypatch.setenv("VLLM_API_KEY", "stale")
+    argv, env = vllm_command(str(tmp_path), host="127.0.0.1", port=8000, key=None,
+                             weight_updates=False)
+    assert "--middleware" not in argv and "--worker-extension-cls" not in argv
+    assert "VLLM_SERVER_DEV_MODE" not in env and "VLLM_API_KEY" not in env
+
+
+@pytest.mark.parametrize("extra", ["--host 0.0.0.0", "--host=0.0.0.0", "--hos 0.0.0.0",
+                                   "--port 9000", "--api-key sekrit", "--middleware x.Y",
+                                   "--worker-extension-cls x.Y", "--uds /tmp/s"])
+def test_vllm_args_may_not_move_the_address_or_the_key(tmp_path, extra):
+    with pytest.raises(ValueError, match="may not set"):
+        vllm_command(str(tmp_path), host="127.0.0.1", port=8000, key=None,
+                     weight_updates=False, vllm_args=extra)
+    res = serve("--model", str(tmp_path), "--vllm-args", extra)
+    assert res.exit_code == 2 and "may not set" in " ".join(res.output.split())
+
+
+def test_weight_updates_serve_on_loopback_only(tmp_path):
+    key = tmp_path / "api.key"
+    key.write_text("sekrit-key-123\n")
+    key.chmod(0o600)
+    res = serve("--model", "m", "--host", "0.0.0.0", "--api-key-file", str(key),
+                "--allow-weight-updates")
+    assert res.exit_code == 2 and "loopback only" in " ".join(res.output.split())
 
 
 def test_the_bundled_model_resolves_to_its_local_directory():

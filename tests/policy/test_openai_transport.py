@@ -32,8 +32,8 @@ class Scripted:
     body)``; a body of None means: stay silent until closed. GETs are 404. ``bodies`` keeps what
     was posted."""
 
-    def __init__(self, script, metrics=None):
-        self.calls, self.bodies, self.metrics = 0, [], metrics
+    def __init__(self, script, metrics=None, gets=None):
+        self.calls, self.bodies, self.metrics, self.gets = 0, [], metrics, gets or {}
         self.release = threading.Event()
         outer = self
 
@@ -41,6 +41,8 @@ class Scripted:
             def do_GET(self):  # noqa: N802
                 if self.path == "/metrics" and outer.metrics:
                     return self._answer(200, outer.metrics().encode())
+                if self.path in outer.gets:
+                    return self._answer(200, outer.gets[self.path])
                 self._answer(404, {"error": "no such route"})
 
             def do_POST(self):  # noqa: N802
@@ -86,8 +88,8 @@ class Scripted:
 def scripted():
     made = []
 
-    def make(script, metrics=None):
-        made.append(Scripted(script, metrics))
+    def make(script, metrics=None, gets=None):
+        made.append(Scripted(script, metrics, gets))
         return made[-1]
 
     yield make
@@ -181,6 +183,18 @@ def test_a_server_that_is_not_vllm_refuses_weight_pushes(scripted):
     assert "--allow-weight-updates" in c.cannot_restore_weights()
     gen(c, prompt_ids=[1], max_new_tokens=2)  # generation without pushes still works
     assert c.lost is None
+
+
+def test_only_vllm_s_version_answer_makes_a_server_take_pushes(scripted):
+    """A server that answers 200 to everything (an HTML page) is not vLLM: a push is refused
+    before anything is sent; vLLM's ``{"version": ...}`` is."""
+    page = scripted(lambda *_: (200, CANNED), gets={"/version": b"<html>hello</html>"})
+    c = page.client()
+    with pytest.raises(WeightSyncError, match="not vLLM's"):
+        c.load_weights([])
+    assert page.bodies == [] and "not vLLM's" in c.cannot_restore_weights()
+    vllm = scripted(lambda *_: (200, CANNED), gets={"/version": {"version": "0.32.0"}})
+    assert vllm.client().cannot_restore_weights() is None
 
 
 def test_a_followed_server_that_restarts_or_stops_is_engine_lost(scripted):

@@ -112,6 +112,28 @@ def test_a_lora_sync_leaves_the_trained_model_bit_identical(dtype):
     assert all(torch.equal(merged[k], ref[k]) for k in merged)  # what peft's own merge gives
 
 
+def test_a_merge_that_fails_half_way_leaves_the_trained_model_bit_identical(monkeypatch):
+    """Out of memory in the 7th LoRA layer's merge: the layers merged before it are undone and
+    the model is exactly what it was; the error reaches the caller."""
+    policy = load_policy("tiny")
+    trainer = PolicyTrainer(policy, TrainConfig(use_peft=True, learning_rate=1e-2))
+    trainer.train_step(samples())
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    layers = [m for m in trainer.model.modules() if hasattr(m, "lora_A") and hasattr(m, "merge")]
+    assert len(layers) > 7
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError("simulated: no room for the merged weight")
+
+    monkeypatch.setattr(layers[6], "merge", out_of_memory)
+    with pytest.raises(MemoryError):
+        with trainer_weights(trainer):
+            pass
+    assert not any(getattr(m, "merged", False) for m in trainer.model.modules())
+    after = trainer.model.state_dict()
+    assert all(torch.equal(after[k], before[k]) for k in before)
+
+
 def test_load_weights_refuses_bad_names_and_shapes_atomically():
     gen = load_policy("tiny")
     before = {k: v.clone() for k, v in gen.model.state_dict().items()}

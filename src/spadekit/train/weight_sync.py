@@ -54,11 +54,12 @@ def trainer_weights(source: Any) -> Iterator[list[tuple[str, Any]]]:
     if not peft and any(".base_layer." in n for n in names):
         raise WeightSyncError("the model has LoRA layers but is not a peft model: pass the "
                               "trainer or its PeftModel")
-    kept = {n: p.detach().clone() for n, p in model.named_parameters()
+    # the unmerged weights, kept in host memory (never a second copy on the accelerator)
+    kept = {n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()
             if ".base_layer." in n} if peft else {}
-    if peft:
-        model.merge_adapter()
     try:
+        if peft:
+            model.merge_adapter()  # inside: a merge that fails half-way is undone below
         seen: set[tuple[int, tuple[int, ...]]] = set()
         items = []
         for name, tensor in model.state_dict().items():
