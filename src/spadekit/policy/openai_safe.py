@@ -1,22 +1,12 @@
 """Untrusted text sent to an OpenAI-compatible server as text, never as forged control tokens.
 
-``OpenAIPolicy`` sends token-id prompts where the server takes them; the ids are built by
-``render``, which already encodes special-token strings inside message content as ordinary
-text (``spadekit.policy.base.escape_content``). Two paths send text instead, and the server
-tokenizes that text with its special tokens live:
-
-- a server that takes no token-id prompts gets the prompt as text: :func:`text_of_ids` decodes
-  the ids so that only the real control ids come back as control strings, and every run of
-  ordinary ids is decoded and then broken with ``escape_content`` (a ``<|im_end|>`` that was
-  text stays text);
-- without a tokenizer (or without ``/v1/completions``) messages go to ``/v1/chat/completions``
-  and the server renders them: :func:`neutral_messages` breaks every special-token string in
-  their content (the tokenizer's own list when there is one; else the common families:
-  ``<|...|>`` as in ChatML, Qwen, Llama 3 and Phi, ``<s>``/``</s>``, Gemma's
-  ``<start_of_turn>``/``<end_of_turn>``, ``[INST]``/``[/INST]``).
-
-The break is the one ``escape_content`` uses (U+FDD0 after a token's first character), so the
-model reads the same ordinary characters with one noncharacter among them.
+Token-id prompts need nothing (``render`` already escapes special-token strings in content).
+Two paths send text, which the server tokenizes with its special tokens live:
+:func:`text_of_ids` decodes ids so that only real control ids come back as control strings (every
+run of ordinary ids is decoded, then broken with ``escape_content``); :func:`neutral_messages`
+breaks every special-token string in chat content (the tokenizer's own list, else the common
+families: ChatML/Qwen/Llama 3/Phi ``<|...|>``, ``<s>``, Gemma's turns, ``[INST]``). The break is
+``escape_content``'s (U+FDD0 after a token's first character).
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
 """``spadekit serve RUN``: a local, read-only web dashboard that follows a run while it trains.
 
-Routes (GET and HEAD only; any other method is 405):
-
-* ``/`` (``/index.html``): the dashboard page (:func:`spadekit.report.page.live_page`), which
-  polls ``/api/snapshot`` every few seconds;
-* ``/api/snapshot``: :func:`spadekit.report.data.snapshot` (cached until the database changes);
-* ``/api/env/<sha>``: :func:`~spadekit.report.data.env_detail` (8 to 64 hex characters);
-* ``/api/episode/<id>``: :func:`~spadekit.report.data.episode` (a decimal id);
-* ``/api/search?q=TEXT``: the shas of environments whose code or hint contains ``TEXT``;
-* ``/favicon.ico``: 204.
-
-Malformed parameters are 400, unknown routes and missing environments/episodes 404, everything
-as JSON ``{"error": ...}``; an unexpected exception is a 500 that names only the exception type
-(the traceback goes to the server's stderr). Messages never carry the run directory's absolute
-path. There are no file routes: nothing outside the run's database can be reached. Every
-response carries the page's Content-Security-Policy, ``X-Content-Type-Options: nosniff`` and
-``Cache-Control: no-store``. Bound to loopback (the default), requests must name a loopback
-``Host`` (a guard against DNS rebinding). Bound to any other address the server needs an API
-key (``api_key``; it refuses to start without one, ``ConfigError``), and then every request must
-carry it, as ``Authorization: Bearer KEY`` or HTTP Basic with the key as the password (a
-browser asks for it once: any user name, the key as the password); 401 otherwise.
-
-:func:`serve_run` blocks (``ready(server)`` is called once it listens; ``server.shutdown()``
-from another thread stops it); :func:`make_server` returns the server without serving.
+Routes (GET and HEAD only, else 405): ``/`` (the page, polling ``/api/snapshot``),
+``/api/snapshot``, ``/api/env/<sha>``, ``/api/episode/<id>``, ``/api/search?q=TEXT``,
+``/favicon.ico``. Malformed parameters are 400, unknown routes and missing items 404, an
+unexpected exception a 500 naming only its type; errors are JSON ``{"error": ...}`` and never
+carry the run directory's path. Nothing outside the run's database can be reached. Every response
+carries the page's Content-Security-Policy, ``nosniff`` and ``no-store``. On loopback (the
+default) requests must name a loopback ``Host`` (DNS rebinding); on any other address an API key
+is required (``ConfigError`` without one) as Bearer or Basic password, else 401.
+:func:`serve_run` blocks; :func:`make_server` returns the server without serving.
 """
 
 from __future__ import annotations

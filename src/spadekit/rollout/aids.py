@@ -1,25 +1,15 @@
 """Format aids: help a small model write the reply format, without training on the help.
 
-A small instruct model rarely writes ``\\boxed{...}`` or a tool call from the system prompt alone
-(SmolLM2-135M: 0 of 16 replies to a knapsack observation held a box), so its returns are all 0
-and GRPO has no signal. Two aids make the format easy, as small-model RL recipes do:
+* a **response prefix** (``RolloutConfig.response_prefix``): text at the start of every
+  assistant turn (``\\boxed{`` for games); prompt tokens, never trained; the environment and the
+  trajectory's message get prefix + reply, so a re-render matches the ids;
+* **format demonstrations** (``RolloutConfig.demonstrations``): two example turns of a toy task
+  before the first observation, prompt tokens too;
+* an **action grammar** (``RolloutConfig.action_grammar``, games): each reply is decoded within
+  one ``\\boxed{...}`` action of at most :data:`ACTION_WORDS` short words.
 
-* a **response prefix** (``RolloutConfig.response_prefix``, per setting): text put at the start
-  of every assistant turn, e.g. ``\\boxed{`` for games. Its tokens are prompt tokens (loss mask
-  0, never trained); the environment receives prefix + the sampled reply, and the trajectory's
-  assistant message holds the same text, so a re-render of the conversation matches the ids;
-* **format demonstrations** (``RolloutConfig.demonstrations``, the settings that get them): two
-  example turns of a toy task, shown as earlier turns of the conversation before the first
-  observation. They are prompt tokens too;
-* an **action grammar** (``RolloutConfig.action_grammar``, games only): each reply is decoded
-  within the grammar of one ``\\boxed{...}`` action of at most :data:`ACTION_WORDS` short
-  words (its rest after a ``\\boxed{`` prefix), so a reply always closes its box and ends
-  (``action_grammar_for``; the sampler's ``SamplingParams.grammar``). What the action says
-  stays the model's.
-
-The designer has its own prefix (``DesignerConfig.response_prefix``, e.g. one that opens the
-code block and the class); ``designer_requests`` and ``with_prefix`` apply it. Every aid is off
-in the paper presets and on in ``cpu-tiny`` where it was measured to help.
+The designer's prefix is ``DesignerConfig.response_prefix`` (``designer_requests``,
+``with_prefix``). Every aid is off in the paper presets. Why: docs/design/rollout.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Supervised fine-tuning with a completion-only loss: the warm start before self-play.
 
-An ``SFTExample`` is one token sequence and a loss mask (1 on the tokens the model must learn to
-write: a designer's program and hint, an agent's replies; 0 on prompts and observations). An
-``SFTRun`` trains the policy's own model in place on such examples:
-
-- each epoch visits the training examples in an order drawn from ``seed`` and the epoch, packed
-  into micro-batches of at most ``max_tokens_per_microbatch`` padded tokens;
-- every ``grad_accum`` micro-batches make one AdamW step; the loss of a step is the mean token
-  cross-entropy over all loss tokens of its micro-batches (token-level, so how the step was
-  split does not change it);
-- full weights, or LoRA (``use_peft``; its initial weights drawn from ``seed``) with the
-  adapter merged into the weights at export;
-- after every epoch the held-out examples' mean token loss is measured (no gradient);
-- every ``save_every`` steps, and at each epoch's end, the trainable weights, the optimizer, and
-  the position (epoch, step) are written to ``out/state`` atomically (a temporary folder, then a
-  rename), so a killed run resumed with the same examples repeats at most ``save_every`` steps
-  and continues with the same order and the same numbers; a state saved for other examples
-  (their hash is saved with it) is not resumed: training starts afresh, with a warning;
-- ``export()`` writes the trained model in ``save_pretrained`` form with its tokenizer to
-  ``out/model``: what ``--model hf:OUT/model`` (or ``vllm:OUT/model``) loads.
+An ``SFTExample`` is one token sequence and a loss mask (1 on what the model must learn to
+write). An ``SFTRun`` trains the policy's model in place: epochs in an order drawn from ``seed``,
+micro-batches of at most ``max_tokens_per_microbatch`` padded tokens, one AdamW step per
+``grad_accum`` micro-batches on the token-mean cross-entropy (so the split does not change it),
+full weights or LoRA (merged at export), a held-out loss every epoch. Every ``save_every`` steps
+and each epoch's end the state is written atomically to ``out/state``: a killed run resumed on
+the same examples continues with the same order and numbers (other examples: afresh, warned).
+``export()`` writes ``out/model`` in ``save_pretrained`` form, what ``--model hf:OUT/model`` loads.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """The parts a procedural game is built from: hidden state, information action, scoring rule and
 turn structure (the procedural pool).
 
-Every part is a small piece of ordinary Python source, written so that ANY hidden state combines
-with ANY information action, scoring rule and turn structure. A hidden state is a small helper
-class of its own (``HiddenCell``, ``HiddenOrder``, ...: one contiguous block whose header names
-the part, so a small designer that wrote ``hidden cell`` in its design line writes the cell's
-methods after it, not another state's), built in ``reset`` as ``self.hidden = HiddenX(self.rng)``
-and read through five members:
-
-- ``read(words) -> candidate | None``: parse the words after a command into a candidate answer;
-- ``close(candidate) -> float``: how close a candidate is, in [0, 1], 1.0 exactly right;
-- ``answer() -> str``: the right answer, written as the agent must write it;
-- ``fact(k) -> str``: fact number ``k`` (1-based) about the hidden state;
-- ``PARTS``: how many distinct facts there are (a class attribute).
-
-An information action defines ``_look(words) -> str`` from those; a scoring rule defines
-``_verdict(guess) -> (reward, text)`` (1.0 only for an exact answer); a turn structure is the
-``step`` method itself, its control flow over the two commands (look, answer), calling
-``_look``, ``self.hidden.read`` and ``_verdict``. ``spadekit.envs.procedural.compose`` puts the
-pieces into one program, each of the environment's parts under a comment naming it (``# probe
-look``). Each part carries enough code of its own that two programs differing in one part are
-told apart by the memory's near-duplicate check.
-
-Placeholders in the source (``{name}``) are filled from the program's surface (words drawn from a
-grounding document) and its drawn numbers; ``str.format`` is not used, so braces in the code stay
-as they are.
+Every part is ordinary Python source written so that ANY hidden state combines with ANY other
+part. A hidden state is a helper class (``HiddenCell``, ``HiddenOrder``, ...) built in ``reset``
+as ``self.hidden = HiddenX(self.rng)`` with ``read(words)``, ``close(candidate)`` in [0, 1],
+``answer()``, ``fact(k)`` and ``PARTS``; an information action defines ``_look(words)``; a
+scoring rule ``_verdict(guess) -> (reward, text)`` (1.0 only when exact); a turn structure is
+``step`` itself. ``compose`` puts them into one program, each part under a comment naming it.
+Placeholders (``{name}``) are filled from the surface and drawn numbers (not ``str.format``).
+Details: docs/design/envs.md.
 """
 
 from __future__ import annotations
