@@ -1,8 +1,8 @@
 """The sandbox run by an ordinary user (no root: user namespaces instead of per-worker uids).
 
 As root we cannot become an ordinary user in-process, so the test runs a small driver script
-as ``nobody`` under the system interpreter, with a copy of spadekit's sources, pyseccomp and
-psutil in a world-readable directory. The driver builds a pool, plays a few attacks, and prints
+as ``nobody`` under the system interpreter, with a copy of spadekit's sources, pyseccomp,
+psutil and pydantic in a world-readable directory. The driver builds a pool, plays a few attacks, and prints
 JSON; the test judges the host side effects. Skipped where the machine does not allow it.
 """
 
@@ -131,6 +131,16 @@ def _run_as_nobody(tmp_path: Path) -> None:
     shutil.copy(pyseccomp.__file__, lib / "pyseccomp.py")
     shutil.copytree(Path(psutil.__file__).parent, lib / "psutil",
                     ignore=shutil.ignore_patterns("__pycache__", "tests"))
+    import annotated_types
+    import pydantic
+    import pydantic_core
+    import typing_extensions
+    import typing_inspection
+
+    for module in (pydantic, pydantic_core, annotated_types, typing_inspection):  # the config
+        shutil.copytree(Path(module.__file__).parent, lib / module.__name__,
+                        ignore=shutil.ignore_patterns("__pycache__", "tests"))
+    shutil.copy(typing_extensions.__file__, lib / "typing_extensions.py")
     (tmp_path / "driver.py").write_text(DRIVER)
     victim = tmp_path / "victim.txt"
     victim.write_text("original")

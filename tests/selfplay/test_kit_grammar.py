@@ -160,7 +160,7 @@ def test_the_designer_grammar_follows_the_config_and_the_prompts_words():
 def test_the_config_refuses_a_grammar_it_cannot_hold():
     assert load_config("cpu-kit").designer.grammar == "kit"
     assert load_config("cpu-tiny").designer.grammar is None
-    with pytest.raises(ConfigError, match="designer.grammar must be one of"):
+    with pytest.raises(ConfigError, match="designer.grammar: must be one of"):
         load_config("cpu-kit", overrides=["designer.grammar=json"])
     with pytest.raises(ConfigError, match="prompt_style=kit"):
         load_config("cpu-kit", overrides=["designer.prompt_style=compact"])

@@ -489,8 +489,9 @@ def load_config(preset: str | None = "cpu-tiny", path: str | Path | None = None,
     if path:
         try:
             loaded = read_yaml(Path(path).read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        except (OSError, ConfigError) as exc:
+            raise ConfigError(f"cannot read config {path}: {getattr(exc, 'message', exc)}") \
+                from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path} must be a mapping")
         # a --config file layers its own keys on the chosen preset: its ``extends:`` is ignored
