@@ -168,7 +168,7 @@ class ServerWeights:
     def push(self, weights: Any, *, final: bool = True, version: int | None = None) -> int:
         """Stage ``weights``; at ``final`` check everything staged, write it to a private file
         and load it on every worker. How many tensors were loaded (0 for a staged chunk)."""
-        from spadekit.policy.vllm_weights import TIED_EMBED, TIED_HEAD, check_items, save_private
+        from spadekit.policy.vllm_weights import check_items, save_private, without_tied_head
 
         self._staged += as_items(weights)
         if not final:
@@ -177,8 +177,7 @@ class ServerWeights:
         if not items:
             return 0
         shapes = self._checkpoint()
-        if shapes and TIED_HEAD not in shapes and {TIED_HEAD, TIED_EMBED} <= {n for n, _ in items}:
-            items = [(n, t) for n, t in items if n != TIED_HEAD]  # tied: follows the embeddings
+        items = without_tied_head(items, shapes)
         check_items(items, shapes, self.name)
         self.confirm()  # the previous push was not undone: it stands
         root = os.environ.get(PUSH_DIR_ENV) or tempfile.gettempdir()

@@ -42,6 +42,16 @@ def checkpoint_shapes(model_dir: str | os.PathLike) -> dict[str, tuple[int, ...]
     return shapes
 
 
+def without_tied_head(items: list[tuple[str, Any]],
+                      shapes: dict[str, tuple[int, ...]]) -> list[tuple[str, Any]]:
+    """``items`` without ``lm_head.weight`` when the checkpoint ties it to the embeddings (it has
+    no head of its own) and the embeddings are sent too: a tied model's state_dict() names both."""
+    names = {n for n, _ in items}
+    if shapes and TIED_HEAD not in shapes and {TIED_HEAD, TIED_EMBED} <= names:
+        return [(n, t) for n, t in items if n != TIED_HEAD]
+    return items
+
+
 def check_items(items: list[tuple[str, Any]], shapes: dict[str, tuple[int, ...]],
                 what: str) -> None:
     """Refuse a push the engine cannot take whole (module docstring); ``shapes`` from
@@ -171,10 +181,7 @@ class EngineWeights:
         batch, self._staged = self._staged, []
         if not batch:
             return 0
-        names = {n for n, _ in batch}
-        if self.shapes and TIED_HEAD not in self.shapes and TIED_HEAD in names \
-                and TIED_EMBED in names:  # a tied model's state_dict(): the head follows
-            batch = [(n, t) for n, t in batch if n != TIED_HEAD]
+        batch = without_tied_head(batch, self.shapes)
         check_items(batch, self.shapes, self.name)
         try:
             self._rpc(batch)
