@@ -15,10 +15,10 @@
 # (`from vllm import LLM` fails with "operator torchvision::nms does not exist") and triton is
 # unused on CPU. vLLM's `vllm` console script does not work with the CPU build (no `vllm`
 # package metadata); start a server with `python -m vllm.entrypoints.openai.api_server`.
-# Usage: bash install.sh [pip extras, default "train,eval,rlve,dev"]
+# Usage: bash install.sh [pip extras, default "train,eval,rlve,dev,trl"]
 set -euo pipefail
 cd "$(dirname "$0")"
-extras="${1:-train,eval,rlve,dev}"
+extras="${1:-train,eval,rlve,dev,trl}"
 need=()
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || need+=(libseccomp2)

@@ -88,7 +88,7 @@ settings.load_profile("spadekit")
 # skipped, naming the extra and the install command, when a module the extra provides cannot be
 # found (importlib.util.find_spec: nothing is imported). ``--extras-only`` runs only such tests
 # (CI's second phase, after ``bash install.sh`` with the extras).
-DEFAULT_EXTRAS = ("train", "eval", "rlve", "dev")
+DEFAULT_EXTRAS = ("train", "eval", "rlve", "dev", "trl")
 """install.sh's default extras (``bash install.sh`` with no argument)."""
 
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
@@ -97,8 +97,8 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "eval": ("reasoning_gym", "math_verify", "bfcl_eval"),
     "rlve": ("Gym", "networkx", "sympy"),
     "dev": ("pytest_timeout", "xdist", "playwright", "hypothesis"),
+    "trl": ("trl", "datasets", "pyarrow"),
     # the others
-    "bench": ("trl",),
     "tensorboard": ("tensorboard",),
     "wandb": ("wandb",),
     "trackio": ("trackio",),

