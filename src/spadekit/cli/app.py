@@ -635,9 +635,12 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
 
 
 from spadekit.cli.eval import eval_app  # noqa: E402
+from spadekit.cli.pool import pool_app  # noqa: E402
 
 app.add_typer(eval_app, name="eval", help="Evaluate a model or checkpoint on benchmark suites; "
               "compare two result files.")
+app.add_typer(pool_app, name="pool", help="Export a run's environments (the SPADE reference's "
+              "released layout and a Hugging Face dataset); register them with Gymnasium.")
 
 
 def main() -> None:

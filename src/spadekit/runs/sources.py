@@ -3,6 +3,8 @@ evaluation suite, ``spadekit train-fixed`` and memory seeding (``memory_seed``):
 
 - ``library`` (or ``library:games`` / ``library:tooluse``): the hand-written reference programs;
 - a directory holding ``pool.jsonl`` (or the file itself): a generated pool (``load_pool``);
+- an exported release (``manifest.jsonl`` and ``games/``; ``spadekit pool export``): its
+  programs whose checksums match (``spadekit.runs.release.read_release``);
 - a run directory holding ``run.sqlite``: the run's designed programs that passed validation
   (pooled or retired; bootstrap copies excluded), in creation order;
 - any other directory: its ``*.py`` files that define an ``...Env`` class, sorted by name
@@ -29,8 +31,12 @@ def load_programs(spec: str | Path, setting: str | None = None) -> list[EnvProgr
         programs = _library(text.partition(":")[2] or None)
     else:
         path = Path(text).expanduser()
+        from spadekit.runs.release import is_release, read_release
+
         if (path / "run.sqlite").exists():
             programs = _run(path)
+        elif is_release(path):
+            programs = read_release(path)[0]
         elif path.is_file() or (path / "pool.jsonl").exists():
             from spadekit.runs.pool import PoolError, load_pool
 

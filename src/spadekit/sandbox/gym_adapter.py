@@ -124,7 +124,7 @@ class SandboxedTextEnv(gymnasium.Env):
     ``turn``, ``last_seed``, ``last_observation``.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, program: str | EnvProgram, *, pool: SandboxPool | None = None,
                  max_turns: int | None = None, max_length: int = 65536, hint: str | None = None,
