@@ -26,9 +26,13 @@ from spadekit.runs.release import ReleaseError, read_release, sha256_file
 from spadekit.runs.store import RunStore
 
 
+STREAM_KEY = "5ec2e7" * 5 + "ab"
+"""The fixture run's secret stream key: it must not leave with the pool."""
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    return build_run(tmp_path_factory.mktemp("export"))
+    return build_run(tmp_path_factory.mktemp("export"), stream_key=STREAM_KEY)
 
 
 def sql(run: Path, query: str, params=()) -> list:
@@ -191,7 +195,10 @@ def test_the_dataset_loads_offline_with_datasets_and_matches_the_manifest(run, t
     card = (out / "README.md").read_text()
     from spadekit import __version__
     assert card.startswith("---\nlicense: apache-2.0\n") and f"spadekit {__version__}" in card
-    assert "```yaml\nsetting: games" in card  # the run's config
+    assert "```yaml\nsetting: games" in card  # the run's config ...
+    assert STREAM_KEY in (run / "config.yaml").read_text()
+    assert "stream_key: withheld" in card  # ... without its secret
+    assert all(STREAM_KEY.encode() not in data for data in files(out).values())
     for skill in {r["skill"] for r in records}:
         n = sum(r["skill"] == skill for r in records)
         assert f"| {skill} | {n} | 0 | {n} |" in card

@@ -4,9 +4,10 @@ and a Hugging Face dataset, in one directory.
 :func:`export_entries` reads what leaves: from a run, the designed programs that passed
 validation and entered the pool (status ``pooled``, or ``retired`` at the end of their interval;
 bootstrap copies of the library never), with their statistics measured from the run's ``plays``
-(:data:`~spadekit.runs.release.STAT_KEYS`; the designer reward from the memory); programs taken
-out for cause (``blacklisted``: hung, gamed, slow) only with ``include_removed``, each naming its
-``removed_reason``. From a pool directory: its programs, with the statistics they carry.
+(:data:`~spadekit.runs.release.STAT_KEYS`; the designer reward from the memory) and the run's
+config (its secret stream key withheld); programs taken out for cause (``blacklisted``: hung,
+gamed, slow) only with ``include_removed``, each naming its ``removed_reason``. From a pool
+directory: its programs, with the statistics they carry.
 :func:`export_pool` writes the release (``spadekit.runs.release``) plus ``data/train-*.parquet``
 and a dataset card ``README.md`` (``spadekit.runs.pool_card``), so ``datasets.load_dataset(DIR)``
 reads it offline. The same input exports the same bytes. Details: docs/pools.md.
@@ -74,9 +75,29 @@ def _run_entries(path: Path, include_removed: bool) -> tuple[list[dict], dict]:
         rounds = len(store.completed_rounds())
     finally:
         store.close()
-    config = path / "config.yaml"
     return entries, {"kind": "run", "name": path.name, "rounds": rounds,
-                     "config": config.read_text(encoding="utf-8") if config.is_file() else None}
+                     "config": _public_config(path / "config.yaml")}
+
+
+_SECRET_KEYS = ("stream_key",)
+"""Config keys that stay with the run (the random streams' key: a program that knew it could
+compute the seeds it is played on)."""
+
+
+def _public_config(path: Path) -> str | None:
+    """The run's config as YAML with its secrets withheld (None when absent or unreadable)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    for key in _SECRET_KEYS:
+        if key in config:
+            config[key] = "withheld"
+    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
 
 
 def _pool_entries(path: Path) -> tuple[list[dict], dict]:
