@@ -315,3 +315,22 @@ def test_any_manifest_records_are_read_or_skipped_never_crash(release, tmp_path_
     rewrite(copy, records)
     programs, _checks, summary = read_release(copy)
     assert len(programs) + len(summary["skipped"]) == len(records)
+
+
+def test_an_oversized_or_non_regular_game_file_is_skipped_before_it_is_read(release, tmp_path):
+    copy = tmp_path / "r"
+    shutil.copytree(release, copy)
+    records = manifest(copy)
+    with open(copy / "games" / "huge.py", "wb") as fh:
+        fh.truncate(5 * 1024 * 1024)
+    os.mkfifo(copy / "games" / "fifo.py")
+    rewrite_all = [dict(records[0], game_file="games/huge.py"),
+                   dict(records[0], game_file="games/fifo.py"), *records[1:]]
+    (copy / "games" / "fifo.py").unlink()  # listed for signing as a regular file first ...
+    rewrite(copy, rewrite_all)
+    os.mkfifo(copy / "games" / "fifo.py")  # ... then swapped for a FIFO that would block a read
+    programs, _checks, summary = read_release(copy)
+    assert len(programs) == len(records) - 1
+    whys = [s["why"] for s in summary["skipped"]]
+    assert any("larger than" in w for w in whys) and any("not a regular file" in w or
+                                                         "not listed" in w for w in whys)

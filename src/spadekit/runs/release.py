@@ -24,8 +24,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 from spadekit.common.errors import ConfigError
 from spadekit.common.jsonl import read_jsonl
-from spadekit.common.safe_json import load_file
+from spadekit.common.safe_json import MAX_DOCUMENT_BYTES, load_file
 from spadekit.envs.program import EnvProgram
+from spadekit.envs.refimport import MAX_GAME_FILE_BYTES
 
 __all__ = ["CHECKSUMS", "FORMAT", "MANIFEST", "MANIFEST_KEYS", "ReleaseError", "STAT_KEYS",
            "VALIDATION_MANIFEST", "game_file_name", "gym_id", "is_release", "read_release", "sha256_file",
@@ -42,6 +43,7 @@ STAT_KEYS = ("win_rate", "win_rate_with_hint", "regret", "designer_reward", "n_p
 MANIFEST_KEYS = ("id", "sha256", "game_file", "class_name", "skill", "domain", "hint", "status",
                  "removed_reason", "source", "created_step", "retired_step", "rollout_id",
                  "parents", "lineage", *STAT_KEYS, "actor_win_rate", "valid", "meta")
+MAX_CHECKSUMS_BYTES = 64 * 1024 * 1024
 _OWN_KEYS = ("lineage", "validation", "generation", "reference_stats")
 """Program meta keys the manifest carries elsewhere (its own fields, the validation manifest)."""
 _CHECKSUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
@@ -192,9 +194,11 @@ def _checksums(root: Path) -> dict[str, str]:
     """Relative path -> expected SHA-256 from ``checksums.sha256`` (ReleaseError when absent or
     malformed: a release without checksums cannot be trusted)."""
     path = root / CHECKSUMS
-    if not path.is_file():
+    if not path.is_file() or path.is_symlink():
         raise ReleaseError(f"{root}: no {CHECKSUMS}: not a release directory (or an incomplete "
                            "copy of one)")
+    if path.stat().st_size > MAX_CHECKSUMS_BYTES:
+        raise ReleaseError(f"{path} is larger than {MAX_CHECKSUMS_BYTES} bytes")
     out = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -217,6 +221,9 @@ def _verified(root: Path, rel: str, sums: Mapping[str, str]) -> Path:
     resolved = path.resolve()
     if root.resolve() not in resolved.parents or path.is_symlink() or not path.is_file():
         raise ReleaseError(f"{rel} is not a regular file inside the release")
+    limit = MAX_GAME_FILE_BYTES if rel.startswith(f"{GAMES}/") else MAX_DOCUMENT_BYTES
+    if path.stat().st_size > limit:
+        raise ReleaseError(f"{rel} is larger than {limit} bytes")
     if sha256_file(path) != sums[rel]:
         raise ReleaseError(f"{rel} does not match its checksum (changed or corrupt)")
     return path
