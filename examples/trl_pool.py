@@ -7,7 +7,9 @@ directory, a run directory, ``library:games``, a directory of ``.py`` programs. 
 spadekit's sandbox; TRL's ``GRPOTrainer`` plays it through its ``environment_factory`` (the
 ``act`` tool; the environment's own reward; the hint withheld). ``--model bundled`` is the
 bundled SmolLM2-135M-Instruct, ``tiny`` spadekit's 70k-parameter test model. Ends with one JSON
-line: steps done, the mean environment reward of each step, seconds, whether the weights changed.
+line: steps done, the mean environment reward of each step, seconds, whether GRPO changed the
+weights. A model that never calls tools earns 0 everywhere, so GRPO would learn nothing: first
+``--teach-steps`` supervised steps show it one ``act`` call per environment (``teach_act_format``).
 Needs the ``trl`` extra (``bash install.sh`` installs it).
 """
 
@@ -51,18 +53,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-completion-length", type=int, default=48)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--teach-steps", type=int, default=None,
+                        help="supervised steps on the act call before GRPO (default: 3 for "
+                             "bundled, 40 for tiny; 0: none)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
-    from spadekit.integrations.trl import PoolEnvironments
+    from spadekit.integrations.trl import PoolEnvironments, teach_act_format
 
     started = time.monotonic()
     torch.manual_seed(args.seed)
     model, tokenizer = load_model(args.model)
-    before = [p.detach().clone() for p in model.parameters()]
     out = args.out or tempfile.mkdtemp(prefix="trl_pool_")
     config = GRPOConfig(
         output_dir=out, max_steps=args.steps, per_device_train_batch_size=args.generations,
@@ -70,7 +74,14 @@ def main(argv: list[str] | None = None) -> int:
         max_tool_calling_iterations=args.max_turns, use_cpu=True, use_vllm=False,
         learning_rate=1e-5 if args.model == "bundled" else 1e-3, logging_steps=1,
         save_strategy="no", report_to=[], seed=args.seed, bf16=False, disable_tqdm=True)
+    bundled = args.model == "bundled"
+    teach_steps = args.teach_steps if args.teach_steps is not None else (3 if bundled else 40)
     with PoolEnvironments(args.pool, max_turns=args.max_turns, seeds_per_env=2) as envs:
+        teach_loss = None
+        if teach_steps > 0:
+            teach_loss = teach_act_format(model, tokenizer, envs, steps=teach_steps,
+                                          lr=5e-5 if bundled else 3e-3)
+        before = [p.detach().clone() for p in model.parameters()]
         trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
                               train_dataset=envs.dataset(), environment_factory=envs.factory)
         trainer.train()
@@ -81,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                                            for row in logs],
                "tool_calls_per_completion": [round(row.get("tools/call_frequency", 0.0), 4)
                                              for row in logs],
+               "teach_steps": teach_steps,
+               "teach_loss": None if teach_loss is None else round(teach_loss, 4),
                "seconds": round(time.monotonic() - started, 1), "weights_changed": changed,
                "out": out}
     print(json.dumps(summary))

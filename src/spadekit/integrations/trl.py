@@ -9,11 +9,13 @@ its next ``reset`` and by :meth:`PoolEnvironments.close`); the one tool is ``act
 0, as spadekit's rollout scores it; a sandbox failure scores 0.0, the floor of the [0, 1] rewards
 the sandbox enforces, so crashing never beats playing); no program failure raises into TRL; the
 hint never appears in a row, prompt, tool schema or observation. :func:`tool_chat_template` gives
-a ChatML tokenizer TRL's Qwen2.5 tool-calling template. Built on trl 1.16.0 (the ``trl`` extra).
+a ChatML tokenizer TRL's Qwen2.5 tool-calling template; :func:`teach_act_format` shows a model
+the ``act`` call first. Built on trl 1.16.0 (the ``trl`` extra).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,8 @@ from spadekit.sandbox import SandboxConfig, SandboxPool
 from spadekit.sandbox.gym_adapter import SandboxedTextEnv
 from spadekit.sandbox.play import episode_return
 
-__all__ = ["FAILED_EPISODE_REWARD", "PoolEnvironments", "PoolEnv", "tool_chat_template"]
+__all__ = ["FAILED_EPISODE_REWARD", "PoolEnv", "PoolEnvironments", "check_tool_template",
+           "teach_act_format", "tool_chat_template"]
 
 FAILED_EPISODE_REWARD = 0.0
 """What an episode that failed in the sandbox scores: the lowest reward a program can give."""
@@ -197,6 +200,8 @@ class PoolEnv:
             self._env = SandboxedTextEnv(program, pool=self._owner.pool,
                                          max_turns=self._owner.max_turns, on_error="truncate")
             observation, _info = self._env.reset(seed=None if seed is None else int(seed))
+            if program.domain == "tooluse":
+                observation += _tool_listing(self._env.tools())
         except SandboxError as exc:
             return self._fail(exc)
         return self._shown(observation)
@@ -293,6 +298,13 @@ class PoolEnv:
             env.close()
 
 
+def _tool_listing(schemas: list[dict]) -> str:
+    """The program's own tools, for a tool-use task's first observation."""
+    lines = "\n".join(json.dumps(schema, sort_keys=True) for schema in schemas)
+    return ("\n\nThe environment's tools (call them inside act's action as <tool_call>{\"name\": "
+            f"..., \"arguments\": {{...}}}}</tool_call>):\n{lines}")
+
+
 def tool_chat_template(tokenizer: Any) -> Any:
     """``tokenizer`` with TRL's Qwen2.5 tool-calling ChatML template, when it has none that TRL
     can drive tools with; returned for chaining (changed in place).
@@ -342,3 +354,58 @@ def _tool_ready(tokenizer: Any, supports, add_schema) -> bool:
     except ValueError:
         return False
     return True
+
+
+def teach_act_format(model: Any, tokenizer: Any, envs: PoolEnvironments, *, steps: int = 4,
+                     lr: float = 5e-5, max_programs: int = 8) -> float:
+    """A few supervised steps on one ``act`` call per environment, so that a model that never
+    calls tools starts to (without a call every reward is 0 and GRPO has nothing to learn from).
+
+    Each example is an environment's first prompt (seed ``envs.seeds[0]``, hint withheld as
+    always) followed by the call that plays the first action of the program's own
+    ``solution()``, rendered by ``tokenizer``'s chat template. Returns the last mean loss.
+    """
+    import torch
+
+    examples = []
+    env = envs.new_env()
+    for env_id, program in list(envs.programs.items())[:max_programs]:
+        observation = env.reset(env_id=env_id, seed=envs.seeds[0])
+        try:
+            actions = env._env.solution() if env._env is not None else []
+        except SandboxError:
+            actions = []
+        if not actions:
+            continue
+        action = actions[0] if program.domain == "tooluse" else (
+            extract_boxed(actions[0]) or actions[0])
+        messages = envs.prompt(program)
+        messages[-1]["content"] += observation
+        call = {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "act", "arguments": {"action": action}}}]}
+        prompt = tokenizer.apply_chat_template(messages, tools=[env.act], tokenize=False,
+                                               add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(messages + [call], tools=[env.act], tokenize=False)
+        if full.startswith(prompt):
+            examples.append((tokenizer(prompt, add_special_tokens=False).input_ids,
+                             tokenizer(full[len(prompt):], add_special_tokens=False).input_ids))
+    env._release()
+    if not examples:
+        raise ConfigError("no program of this pool gave a solution() to demonstrate the act call")
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    loss_value = float("nan")
+    for _ in range(steps):
+        optimizer.zero_grad()
+        total = 0.0
+        for prompt_ids, target_ids in examples:
+            ids = torch.tensor([prompt_ids + target_ids], device=device)
+            labels = ids.clone()
+            labels[:, : len(prompt_ids)] = -100
+            loss = model(input_ids=ids, labels=labels).loss / len(examples)
+            loss.backward()
+            total += float(loss)
+        optimizer.step()
+        loss_value = total
+    return loss_value
