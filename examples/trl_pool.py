@@ -50,12 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--out", default=None, help="trainer output directory (default: a temp dir)")
     parser.add_argument("--generations", type=int, default=2)
-    parser.add_argument("--max-completion-length", type=int, default=48)
+    parser.add_argument("--max-completion-length", type=int, default=None,
+                        help="tokens per completion (default: 48 for bundled, 160 for tiny, "
+                             "whose tokens are bytes)")
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--teach-steps", type=int, default=None,
-                        help="supervised steps on the act call before GRPO (default: 3 for "
-                             "bundled, 40 for tiny; 0: none)")
+                        help="supervised steps on the act call before GRPO (default: 2 for "
+                             "bundled, 200 for tiny; 0: none)")
+    parser.add_argument("--teach-programs", type=int, default=4,
+                        help="environments shown in those steps (one act call each)")
     args = parser.parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -66,21 +70,23 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     torch.manual_seed(args.seed)
+    bundled = args.model == "bundled"
     model, tokenizer = load_model(args.model)
+    completion_length = args.max_completion_length or (48 if bundled else 160)
+    teach_steps = args.teach_steps if args.teach_steps is not None else (2 if bundled else 200)
     out = args.out or tempfile.mkdtemp(prefix="trl_pool_")
     config = GRPOConfig(
         output_dir=out, max_steps=args.steps, per_device_train_batch_size=args.generations,
-        num_generations=args.generations, max_completion_length=args.max_completion_length,
+        num_generations=args.generations, max_completion_length=completion_length,
         max_tool_calling_iterations=args.max_turns, use_cpu=True, use_vllm=False,
-        learning_rate=1e-5 if args.model == "bundled" else 1e-3, logging_steps=1,
-        save_strategy="no", report_to=[], seed=args.seed, bf16=False, disable_tqdm=True)
-    bundled = args.model == "bundled"
-    teach_steps = args.teach_steps if args.teach_steps is not None else (3 if bundled else 40)
+        learning_rate=1e-5 if bundled else 1e-3, logging_steps=1, save_strategy="no",
+        report_to=[], seed=args.seed, bf16=False, disable_tqdm=True)
     with PoolEnvironments(args.pool, max_turns=args.max_turns, seeds_per_env=2) as envs:
         teach_loss = None
         if teach_steps > 0:
             teach_loss = teach_act_format(model, tokenizer, envs, steps=teach_steps,
-                                          lr=5e-5 if bundled else 3e-3)
+                                          lr=1e-4 if bundled else 3e-3,
+                                          max_programs=args.teach_programs)
         before = [p.detach().clone() for p in model.parameters()]
         trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
                               train_dataset=envs.dataset(), environment_factory=envs.factory)
@@ -89,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     changed = any(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters()))
     summary = {"steps": trainer.state.global_step, "model": args.model,
                "mean_env_reward": [round(row.get("rewards/PoolEnv/mean", row["reward"]), 4)
-                                           for row in logs],
+                                   for row in logs],
                "tool_calls_per_completion": [round(row.get("tools/call_frequency", 0.0), 4)
                                              for row in logs],
                "teach_steps": teach_steps,

@@ -51,6 +51,9 @@ class PickEnv:
         reward = {{"a": 1.0, "b": 0.25}}.get(choice, 0.0)
         self.done = choice in ("a", "b")
         return f"You picked {{choice!r}}.", reward, self.done, False, {{}}
+
+    def solution(self):
+        return ["\\\\boxed{{b}}"]  # the partial-credit answer: GRPO has to find a
 '''
 
 LADDER = '''
@@ -138,6 +141,34 @@ def test_boxed_action_is_sent_once(ladder):
     env, _first, replies = _play(ladder, ["\\boxed{up}", "stop"])
     assert replies[0] == "height 1"
     assert env.get_reward() == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("setting", ["games", "tooluse"])
+def test_library_solutions_through_act_earn_the_programs_return(setting):
+    """Every library program's own solution(), played through act, scores what the program
+    gives it when played directly in a sandbox (the last reward, episode terminated)."""
+    from spadekit.integrations.trl import PoolEnvironments
+    from spadekit.sandbox.gym_adapter import SandboxedTextEnv
+
+    with PoolEnvironments(f"library:{setting}", max_turns=25, warm=0) as envs:
+        env = envs.factory()
+        for env_id, program in envs.programs.items():
+            direct = SandboxedTextEnv(program, pool=envs.pool, max_turns=25)
+            direct.reset(seed=3)
+            actions, rewards, terminated = direct.solution(), [], False
+            for action in actions:
+                _obs, reward, terminated, truncated, _info = direct.step(action)
+                rewards.append(reward)
+                if terminated or truncated:
+                    break
+            direct.close()
+            first = env.reset(env_id=env_id, seed=3)
+            assert program.hint not in first
+            if setting == "tooluse":
+                assert "The environment's tools" in first
+            for action in actions:
+                env.act(action)
+            assert terminated and env.get_reward() == rewards[-1] > 0, program.source
 
 
 # -- (e) the cheapest policies -------------------------------------------------------------
@@ -361,12 +392,14 @@ def test_example_script_runs_on_the_tiny_model(pick_pool, tmp_path):
     started = time.monotonic()
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "trl_pool.py"), str(pick_pool), "--model", "tiny",
-         "--steps", "1", "--out", str(tmp_path / "run")],
+         "--steps", "2", "--out", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["steps"] == 1 and summary["model"] == "tiny"
-    assert len(summary["mean_env_reward"]) == 1 and summary["mean_env_reward"][0] >= 0.0
-    assert isinstance(summary["weights_changed"], bool)
+    assert summary["steps"] == 2 and summary["model"] == "tiny"
+    assert summary["teach_loss"] < 0.1 and sum(summary["tool_calls_per_completion"]) > 0
+    assert len(summary["mean_env_reward"]) == 2
+    assert all(0.0 <= r <= 1.0 for r in summary["mean_env_reward"])
+    assert summary["weights_changed"] is True
     assert time.monotonic() - started < 90

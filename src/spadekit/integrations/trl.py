@@ -405,7 +405,7 @@ def teach_act_format(model: Any, tokenizer: Any, envs: PoolEnvironments, *, step
             labels[:, : len(prompt_ids)] = -100
             loss = model(input_ids=ids, labels=labels).loss / len(examples)
             loss.backward()
-            total += float(loss)
+            total += float(loss.detach())
         optimizer.step()
         loss_value = total
     return loss_value
