@@ -207,6 +207,47 @@ def test_act_never_raises_into_trl(ladder):
         assert isinstance(env.act(weird), str)
 
 
+BROKEN = """
+class BrokenEnv:
+    def reset(self, seed=None, options=None):
+        raise ValueError("cannot start")
+
+    def step(self, action):
+        return "x", 1.0, True, False, {}
+"""
+
+
+def test_a_program_that_cannot_start_scores_zero_without_raising(tmp_path):
+    from spadekit.integrations.trl import PoolEnvironments
+
+    with PoolEnvironments(_pool(tmp_path, BROKEN), warm=0) as envs:
+        env = envs.factory()
+        row = envs.dataset()[0]
+        text = env.reset(**row)
+        assert "failed" in text and env.failure["type"] == "EnvRaised"
+        assert "failed" in env.act("win") and env.get_reward() == 0.0
+
+
+def test_any_action_text_is_answered_and_scored_in_range(tmp_path):
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    from spadekit.integrations.trl import PoolEnvironments
+
+    with PoolEnvironments(_pool(tmp_path, LADDER), max_turns=3, warm=0) as envs:
+        env = envs.factory()
+        env_id = next(iter(envs.programs))
+
+        @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(st.lists(st.text(max_size=300), min_size=1, max_size=4))
+        def play(actions):
+            env.reset(env_id=env_id, seed=0)
+            for action in actions:
+                assert isinstance(env.act(action), str)
+            assert 0.0 <= env.get_reward() <= 1.0
+
+        play()
+
+
 # -- (c) programs never run in the trainer's process ------------------------------------------
 
 
@@ -377,6 +418,7 @@ def test_grpo_steps_with_pool_environments_change_weights(pick_pool, tmp_path):
         trainer.train()
         instances = list(envs._instances)
     logs = [r for r in trainer.state.log_history if "reward" in r]
+    assert [tool.__name__ for tool in trainer.tools] == ["act"]
     assert trainer.state.global_step == 3 and len(logs) == 3
     assert sum(r["tools/call_frequency"] for r in logs) > 0, logs
     assert any(r["rewards/PoolEnv/std"] > 0 for r in logs), logs
