@@ -45,10 +45,12 @@ def load_model(name: str):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("pool", help="a pool or run directory, library:games, a dir of .py programs")
+    parser.add_argument("pool", help="an exported pool, a pool or run directory, library:games, "
+                                     "or a directory of .py programs")
     parser.add_argument("--model", choices=("bundled", "tiny"), default="bundled")
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--out", default=None, help="trainer output directory (default: a temp dir)")
+    parser.add_argument("--out", default=None,
+                        help="trainer output directory (default: a temp dir)")
     parser.add_argument("--generations", type=int, default=2)
     parser.add_argument("--max-completion-length", type=int, default=None,
                         help="tokens per completion (default: 48 for bundled, 160 for tiny, "

@@ -226,6 +226,12 @@ def test_a_program_that_cannot_start_scores_zero_without_raising(tmp_path):
         text = env.reset(**row)
         assert "failed" in text and env.failure["type"] == "EnvRaised"
         assert "failed" in env.act("win") and env.get_reward() == 0.0
+        from spadekit.common.errors import ConfigError
+        from spadekit.integrations.trl import teach_act_format
+        from spadekit.policy.tiny import tiny_model, tiny_tokenizer
+
+        with pytest.raises(ConfigError, match="solution"):
+            teach_act_format(tiny_model(), tiny_tokenizer(), envs)
 
 
 def test_any_action_text_is_answered_and_scored_in_range(tmp_path):

@@ -63,7 +63,9 @@ def _withheld(text: str, hint: str | None) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} characters cut]"
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... {len(text) - limit} characters cut]"
 
 
 class PoolEnvironments:
@@ -73,12 +75,14 @@ class PoolEnvironments:
         source: a run directory, a pool directory or ``pool.jsonl``, ``library[:games|:tooluse]``,
             or a directory of ``.py`` programs.
         setting: keep only ``games`` or ``tooluse`` programs (None: all).
-        max_turns: the turn cap of each episode (the program's own cap applies when smaller).
+        max_turns: each episode's turn cap (given to the program and enforced; TRL's
+            ``max_tool_calling_iterations`` bounds the calls of one completion on its own).
         seeds_per_env: dataset rows per environment (seeds ``first_seed`` .. ``+ seeds_per_env``).
         first_seed: the first seed.
         sandbox_config: the sandbox's ``SandboxConfig`` (None: defaults).
         warm: sandbox workers booted ahead of demand.
-        max_action_chars: longer actions are cut to this many characters before the program sees them.
+        max_action_chars: longer actions are cut to this many characters before the program
+            sees them.
         max_observation_chars: longer observations are cut before the model sees them.
     """
 
