@@ -30,6 +30,8 @@ from spadekit.sandbox.play import episode_return
 __all__ = ["FAILED_EPISODE_REWARD", "PoolEnv", "PoolEnvironments", "check_tool_template",
            "teach_act_format", "tool_chat_template"]
 
+DEMO_SEED_OFFSET = 1_000_003
+"""``teach_act_format`` demonstrates on seed ``last dataset seed + this``: never a trained one."""
 FAILED_EPISODE_REWARD = 0.0
 """What an episode that failed in the sandbox scores: the lowest reward a program can give."""
 
@@ -365,16 +367,17 @@ def teach_act_format(model: Any, tokenizer: Any, envs: PoolEnvironments, *, step
     """A few supervised steps on one ``act`` call per environment, so that a model that never
     calls tools starts to (without a call every reward is 0 and GRPO has nothing to learn from).
 
-    Each example is an environment's first prompt (seed ``envs.seeds[0]``, hint withheld as
-    always) followed by the call that plays the first action of the program's own
-    ``solution()``, rendered by ``tokenizer``'s chat template. Returns the last mean loss.
+    Each example is an environment's first prompt on a seed the dataset never uses (so no
+    trained episode's answer is shown; hint withheld as always) followed by the call that plays
+    the first action of the program's own ``solution()`` there, rendered by ``tokenizer``'s chat
+    template. Returns the last mean loss.
     """
     import torch
 
     examples = []
     env = envs.new_env()
     for env_id, program in list(envs.programs.items())[:max_programs]:
-        observation = env.reset(env_id=env_id, seed=envs.seeds[0])
+        observation = env.reset(env_id=env_id, seed=envs.seeds[-1] + DEMO_SEED_OFFSET)
         try:
             actions = env._env.solution() if env._env is not None else []
         except SandboxError:
