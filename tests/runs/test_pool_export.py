@@ -288,6 +288,7 @@ def test_a_signed_but_hostile_manifest_cannot_reach_outside_games(release, tmp_p
     (copy / "games" / "link.py").symlink_to(outside)
     records = manifest(copy)
     hostile = [dict(records[0], game_file="games/../../secret.py"),
+               dict(records[0], game_file="games/../manifest.jsonl"),
                dict(records[0], game_file="games/link.py"),
                dict(records[0], game_file="/etc/passwd"),
                dict(records[0], sha256="0" * 64),

@@ -292,7 +292,10 @@ def _program(root: Path, record: Mapping[str, Any], sums: Mapping[str, str]) -> 
     game_file = _text(record, "game_file")
     if not game_file or not game_file.startswith(f"{GAMES}/") or "\0" in game_file:
         raise ReleaseError(f"game_file {game_file!r} is not a file in {GAMES}/")
-    data = _verified(root, game_file, sums).read_bytes()
+    path = _verified(root, game_file, sums)
+    if path.resolve().parent != (root / GAMES).resolve():
+        raise ReleaseError(f"game_file {game_file!r} is not a file in {GAMES}/")
+    data = path.read_bytes()
     try:
         code = data.decode("utf-8")
     except UnicodeDecodeError:
