@@ -143,7 +143,8 @@ def test_round_trip_through_import_reference_gives_the_same_programs_checks_and_
         mine = program.meta["validation"]
         assert (mine["ok"], mine["stage"], mine["reason"]) == \
             tuple(checks[program.sha256][k] for k in ("ok", "stage", "reason"))
-        assert program.meta["lineage"]["game_file"] == r["game_file"]
+        assert program.meta["lineage"]["release_game_file"] == r["game_file"]
+        assert program.meta["lineage"]["created_step"] == r["created_step"]
     # the imported pool exports the same games, manifest statistics and checks again
     again = tmp_path / "again"
     export_pool(pool, again, parquet=False)
@@ -335,3 +336,23 @@ def test_an_oversized_or_non_regular_game_file_is_skipped_before_it_is_read(rele
     whys = [s["why"] for s in summary["skipped"]]
     assert any("larger than" in w for w in whys) and any("not a regular file" in w or
                                                          "not listed" in w for w in whys)
+
+
+def test_export_reads_the_run_without_writing_to_it(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    for extra in ("run.sqlite-wal", "run.sqlite-shm"):
+        (copy / extra).unlink(missing_ok=True)
+    before = files(copy)
+    export_pool(copy, tmp_path / "out", parquet=False)
+    assert files(copy) == before  # no migration, no WAL, no -shm: a read-only run exports too
+
+
+def test_conflicting_checksum_lines_are_refused(release, tmp_path):
+    copy = tmp_path / "r"
+    shutil.copytree(release, copy)
+    first = (copy / "checksums.sha256").read_text().splitlines()[0]
+    (copy / "checksums.sha256").write_text((copy / "checksums.sha256").read_text()
+                                           + "0" * 64 + "  " + first.split("  ", 1)[1] + "\n")
+    with pytest.raises(ReleaseError, match="second, different checksum"):
+        read_release(copy)

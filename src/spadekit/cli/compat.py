@@ -37,6 +37,9 @@ def import_reference(
     release: Optional[Path] = typer.Option(None, "--release", help="A released pool directory "
                                            "(games/, manifest.jsonl, checksums.sha256), as "
                                            "`spadekit pool export` writes it."),
+    include_removed: bool = typer.Option(False, "--include-removed", help="With --release: also "
+                                         "import the programs its run took out (blacklisted; "
+                                         "they keep that status and are never trained on)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Validate each program "
                                   "in the sandbox first (invalid ones are rejected); without, "
                                   "a release's own validation reports are kept."),
@@ -54,7 +57,7 @@ def import_reference(
         if release is not None:
             if memory is not None or games is not None:
                 raise ConfigError("give --release alone (it holds its games and manifest)")
-            programs, reports, summary = _read_release(release)
+            programs, reports, summary = _read_release(release, include_removed)
         else:
             programs, summary = read_reference(memory, games)
             reports = [None] * len(programs)
@@ -102,13 +105,13 @@ _CHECK_KEYS = ("ok", "stage", "reason")
 """What a validation's verdict is: the same program validated twice agrees on these."""
 
 
-def _read_release(path: Path) -> tuple[list, list, dict]:
+def _read_release(path: Path, include_removed: bool) -> tuple[list, list, dict]:
     """A release's programs, its own validation reports (``ValidationReport``s, None where the
     release has none) and the read summary (with ``release_checks``: the reports' dicts)."""
     from spadekit.runs.release import read_release
     from spadekit.sandbox.validate import ValidationReport
 
-    programs, checks, summary = read_release(path)
+    programs, checks, summary = read_release(path, include_removed)
     reports = []
     for program, check in zip(programs, checks):
         if isinstance(check, dict) and all(k in check for k in _CHECK_KEYS):

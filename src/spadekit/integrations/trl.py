@@ -3,19 +3,21 @@
 :class:`PoolEnvironments` loads the programs of any environment source ``load_programs`` reads
 and gives ``dataset()`` (one row per environment and seed: ``prompt``, ``env_id``, ``seed``) and
 ``factory`` (for ``environment_factory``). Guarantees: every program runs in a worker of one
-shared ``SandboxPool``, never in the trainer's process (one worker per live instance, killed at
-its next ``reset`` and by :meth:`PoolEnvironments.close`); the one tool is ``act(action)``;
-``get_reward()`` is the environment's own return (the last reward if the episode terminated, else
-0, as spadekit's rollout scores it; a sandbox failure scores 0.0, the floor of the [0, 1] rewards
-the sandbox enforces, so crashing never beats playing); no program failure raises into TRL; the
-hint never appears in a row, prompt, tool schema or observation. :func:`tool_chat_template` gives
-a ChatML tokenizer TRL's Qwen2.5 tool-calling template; :func:`teach_act_format` shows a model
-the ``act`` call first. Built on trl 1.16.0 (the ``trl`` extra).
+shared ``SandboxPool``, never in the trainer's process (one worker per running episode, given
+back when it ends, at the next ``reset`` and by :meth:`PoolEnvironments.close`); the one tool is
+``act(action)``; ``get_reward()`` is the environment's own return (the last reward if the episode
+terminated, else 0, as spadekit's rollout scores it; a sandbox failure scores 0.0, the floor of
+the [0, 1] rewards the sandbox enforces, so crashing never beats playing); no program failure
+raises into TRL; the hint is in no row, prompt or tool schema, and an observation that echoes it
+(any case or spacing) shows ``[withheld]``; an observation cannot spell special tokens
+(``<|...|>``). :func:`tool_chat_template` gives a ChatML tokenizer TRL's Qwen2.5 tool-calling
+template; :func:`teach_act_format` shows a model the ``act`` call first. Built on trl 1.16.0.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from spadekit.common.errors import ConfigError, SandboxError
 from spadekit.envs.actions import boxed, extract_boxed
 from spadekit.envs.program import EnvProgram
 from spadekit.sandbox import SandboxConfig, SandboxPool
-from spadekit.sandbox.gym_adapter import SandboxedTextEnv
+from spadekit.sandbox.gym_adapter import SandboxedTextEnv, fit_to_charset
 from spadekit.sandbox.play import episode_return
 
 __all__ = ["FAILED_EPISODE_REWARD", "PoolEnv", "PoolEnvironments", "check_tool_template",
@@ -57,11 +59,31 @@ def _trl_modules() -> None:
         raise ConfigError(TRL_MISSING) from None
 
 
-def _withheld(text: str, hint: str | None) -> str:
-    """``text`` with every copy of the hint removed (a program could echo its own hint)."""
-    if hint and hint.strip() and hint.strip() in text:
-        return text.replace(hint.strip(), "[withheld]")
-    return text
+def _hint_pattern(hint: str | None) -> re.Pattern | None:
+    """What an echo of ``hint`` looks like in an observation: its words, spelled as the
+    observation's character set spells them (``fit_to_charset``), in any case, with any spacing
+    or line breaks between them, as whole words. None for a hint without words."""
+    if not hint:
+        return None
+    forms = {hint, fit_to_charset(hint)}
+    alternatives = []
+    for form in forms:
+        words = form.split()
+        if words:
+            body = r"\s+".join(re.escape(w) for w in words)
+            alternatives.append(rf"(?<!\w){body}(?!\w)")
+    return re.compile("|".join(alternatives), re.IGNORECASE) if alternatives else None
+
+
+def _withheld(text: str, pattern: re.Pattern | None) -> str:
+    """``text`` with every echo of the hint (``pattern``) replaced by ``[withheld]``."""
+    return text if pattern is None else pattern.sub("[withheld]", text)
+
+
+def _defused(text: str) -> str:
+    """``text`` with ``<|``/``|>`` spaced apart, so an observation cannot spell a chat
+    template's special tokens (``<|im_end|>``) and forge a turn of the conversation."""
+    return text.replace("<|", "< |").replace("|>", "| >")
 
 
 def _clip(text: str, limit: int) -> str:
@@ -188,6 +210,7 @@ class PoolEnv:
         self._owner = owner
         self._env: SandboxedTextEnv | None = None
         self._program: EnvProgram | None = None
+        self._hint: re.Pattern | None = None
         self._state: dict[str, Any] = {"env_id": None, "seed": None, "turns": 0, "done": True,
                                        "terminated": False, "last_reward": None, "failure": None}
 
@@ -200,6 +223,7 @@ class PoolEnv:
         program = self._owner.program(env_id)
         self._release()
         self._program = program
+        self._hint = _hint_pattern(program.hint)
         self._state = {"env_id": program.short_id, "seed": seed, "turns": 0, "done": False,
                        "terminated": False, "last_reward": None, "failure": None}
         try:
@@ -235,6 +259,7 @@ class PoolEnv:
         if "error" in info:
             state["failure"] = info["error"]
             state["done"] = True
+            self._release()
             return self._over_text()
         state["turns"] += 1
         state["last_reward"] = reward
@@ -243,6 +268,7 @@ class PoolEnv:
             state["done"] = True
             ending = ("The episode is over." if terminated else
                       "The episode is over: the turn limit was reached.")
+            self._release()  # the worker goes back now, not at the next reset
             return f"{self._shown(observation)}\n\n{ending} Score: {self.get_reward():.2f}."
         return self._shown(observation)
 
@@ -279,8 +305,8 @@ class PoolEnv:
     # -- internals -----------------------------------------------------------------------------
 
     def _shown(self, observation: str) -> str:
-        hint = self._program.hint if self._program is not None else None
-        return _clip(_withheld(observation, hint), self._owner.max_observation_chars)
+        return _clip(_defused(_withheld(observation, self._hint)),
+                     self._owner.max_observation_chars)
 
     def _fail(self, exc: SandboxError) -> str:
         self._state["failure"] = exc.to_dict() if hasattr(exc, "to_dict") else {
@@ -306,7 +332,8 @@ class PoolEnv:
 
 def _tool_listing(schemas: list[dict]) -> str:
     """The program's own tools, for a tool-use task's first observation."""
-    lines = "\n".join(json.dumps(schema, sort_keys=True) for schema in schemas)
+    lines = "\n".join(fit_to_charset(json.dumps(schema, sort_keys=True, ensure_ascii=False))
+                      for schema in schemas)
     return ("\n\nThe environment's tools (call them inside act's action as <tool_call>{\"name\": "
             f"..., \"arguments\": {{...}}}}</tool_call>):\n{lines}")
 

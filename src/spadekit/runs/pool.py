@@ -185,7 +185,13 @@ def write_pool(out: str | Path, entries: Iterable[tuple[EnvProgram, Any]]) -> di
     return counts
 
 
+def _one_line(text: object) -> str:
+    """``text`` on one line (every line break a space): comment text can never become code."""
+    return " ".join(str(text).splitlines())
+
+
 def _header(program: EnvProgram, setting: str) -> str:
-    hint = program.hint or "(none)"
-    return (f"# spadekit generated environment {program.short_id}\n# skill: {program.skill}"
-            f"   setting: {setting}   source: {program.source}\n# hint: {hint}\n\n")
+    hint = _one_line(program.hint or "(none)")
+    return (f"# spadekit generated environment {program.short_id}\n# skill: "
+            f"{_one_line(program.skill)}   setting: {_one_line(setting)}   source: "
+            f"{_one_line(program.source)}\n# hint: {hint}\n\n")

@@ -69,11 +69,12 @@ def game_file_name(step: int | None, index: int, skill: str | None) -> str:
     return f"game_{max(int(step or 0), 0):05d}_{index:03d}_{slug}.py"
 
 
-def gym_id(pool_name: str, short_id: str) -> str:
-    """``spadekit/<pool>-<short id>``: the Gymnasium id of a pool's program (the pool name with
-    anything but letters, digits, ``_`` and ``.`` made ``_``)."""
-    name = re.sub(r"[^A-Za-z0-9_.]+", "_", pool_name).strip("_.") or "pool"
-    return f"spadekit/{name}-{short_id}"
+def gym_id(pool_name: str, short_id: str, hinted: bool = False) -> str:
+    """``spadekit/<pool>-<short id>`` (``...-hinted`` with the hint shown): the Gymnasium id of a
+    pool's program (the pool name with anything but letters, digits, ``_``, ``.`` and ``-`` made
+    ``_``)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", pool_name).strip("_.-") or "pool"
+    return f"spadekit/{name}-{short_id}" + ("-hinted" if hinted else "")
 
 
 def is_release(path: str | Path) -> bool:
@@ -95,23 +96,30 @@ def write_release(out: str | Path, entries: Iterable[Mapping[str, Any]], snapsho
     ``parents``, ``lineage``, and :data:`STAT_KEYS`). ``extra_files(manifest, validations)``:
     more files by relative path (a dataset's parquet and card), checksummed too. ``out`` must
     not exist unless ``force`` (then it is replaced whole). Returns the validation summary."""
-    out = Path(out)
+    out = Path(out).expanduser().resolve()
     if out.exists() and not force:
         raise ReleaseError(f"{out} exists: choose a new directory, or pass --force to replace it")
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         summary = _write_tree(tmp, list(entries), snapshot, extra_files)
-        if out.exists():
+        if out.exists() or out.is_symlink():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
             os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink()
         else:
             os.replace(tmp, out)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # a full disk; a value JSON cannot hold
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ReleaseError(f"{out}: cannot write the release: {exc.strerror or exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ReleaseError(f"{out}: cannot write the release: {why}") from None
+    except BaseException:  # an interrupt: nothing half written stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return summary
 
 
@@ -208,13 +216,19 @@ def _checksums(root: Path) -> dict[str, str]:
         match = _CHECKSUM_LINE.match(line)
         if not match:
             raise ReleaseError(f"{path}: line {number} is not '<sha256>  <file>'")
+        if out.get(match.group(2), match.group(1)) != match.group(1):
+            raise ReleaseError(f"{path}: line {number} gives {match.group(2)} a second, "
+                               "different checksum")
         out[match.group(2)] = match.group(1)
     return out
 
 
-def _verified(root: Path, rel: str, sums: Mapping[str, str]) -> Path:
+def _verified(root: Path, rel: str, sums: Mapping[str, str],
+              done: dict[str, Path] | None = None) -> Path:
     """``root/rel`` once it is a regular file inside ``root`` whose checksum matches (else
-    ReleaseError saying why)."""
+    ReleaseError saying why); ``done`` remembers verified files, so each is hashed once."""
+    if done is not None and rel in done:
+        return done[rel]
     if rel not in sums:
         raise ReleaseError(f"{rel} is not listed in {CHECKSUMS}")
     path = root / rel
@@ -226,6 +240,8 @@ def _verified(root: Path, rel: str, sums: Mapping[str, str]) -> Path:
         raise ReleaseError(f"{rel} is larger than {limit} bytes")
     if sha256_file(path) != sums[rel]:
         raise ReleaseError(f"{rel} does not match its checksum (changed or corrupt)")
+    if done is not None:
+        done[rel] = path
     return path
 
 
@@ -244,30 +260,39 @@ def _records(root: Path, name: str, sums: Mapping[str, str], skipped: list[dict]
     return out
 
 
-def read_release(path: str | Path) -> tuple[list[EnvProgram], list[dict], dict]:
+def read_release(path: str | Path, include_removed: bool = False,
+                 ) -> tuple[list[EnvProgram], list[dict], dict]:
     """The programs of a release, their validation records (by position), and a summary
     ``{"records", "imported", "skipped": [{"what", "why"}], "snapshot"}``. Each program carries
-    ``meta["lineage"]`` (its run lineage plus ``release``/``game_file``) and
-    ``meta["reference_stats"]`` (:data:`STAT_KEYS`)."""
+    ``meta["lineage"]`` (its run lineage, its record's status and steps, the release's name and
+    game file) and ``meta["reference_stats"]`` (:data:`STAT_KEYS`). Programs the run took out
+    (status ``blacklisted``) are skipped unless ``include_removed``."""
     root = Path(path)
     sums = _checksums(root)
     skipped: list[dict] = []
     manifest = _records(root, MANIFEST, sums, skipped)
     checks = {}
     if VALIDATION_MANIFEST in sums:
-        checks = {r.get("sha256"): r.get("validation") for r in
-                  _records(root, VALIDATION_MANIFEST, sums, []) if r is not None}
+        checks = {r["sha256"]: r.get("validation") for r in
+                  _records(root, VALIDATION_MANIFEST, sums, [])
+                  if r is not None and isinstance(r.get("sha256"), str)}
     snapshot = {}
     if SNAPSHOT_SUMMARY in sums:
         decoded = load_file(_verified(root, SNAPSHOT_SUMMARY, sums)).value
         snapshot = decoded if isinstance(decoded, dict) else {}
-    programs, validations, seen = [], [], set()
+    name = snapshot.get("name") if isinstance(snapshot.get("name"), str) else root.name
+    programs, validations, seen, done = [], [], set(), {}
     for index, record in enumerate(manifest):
         what = f"{MANIFEST} record {index}"
         if record is None:
             continue
+        if record.get("status") == "blacklisted" and not include_removed:
+            skipped.append({"what": what, "why": "taken out of its run's pool ("
+                            f"{str(record.get('removed_reason'))[:100]}): only with "
+                            "include_removed"})
+            continue
         try:
-            program = _program(root, record, sums)
+            program = _program(root, name, record, sums, done)
         except (ReleaseError, TypeError, ValueError) as exc:
             skipped.append({"what": what, "why": getattr(exc, "message", str(exc))})
             continue
@@ -288,11 +313,17 @@ def _text(record: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
-def _program(root: Path, record: Mapping[str, Any], sums: Mapping[str, str]) -> EnvProgram:
+def _step(record: Mapping[str, Any], key: str) -> int | None:
+    value = record.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _program(root: Path, name: str, record: Mapping[str, Any], sums: Mapping[str, str],
+             done: dict[str, Path]) -> EnvProgram:
     game_file = _text(record, "game_file")
     if not game_file or not game_file.startswith(f"{GAMES}/") or "\0" in game_file:
         raise ReleaseError(f"game_file {game_file!r} is not a file in {GAMES}/")
-    path = _verified(root, game_file, sums)
+    path = _verified(root, game_file, sums, done)
     if path.resolve().parent != (root / GAMES).resolve():
         raise ReleaseError(f"game_file {game_file!r} is not a file in {GAMES}/")
     data = path.read_bytes()
@@ -311,11 +342,13 @@ def _program(root: Path, record: Mapping[str, Any], sums: Mapping[str, str]) -> 
         domain=_text(record, "domain"), source=_text(record, "source"),
         class_name=_text(record, "class_name"),
         meta={**meta, "reference_stats": stats,
-              "lineage": {**lineage, "release": str(root), "game_file": game_file,
+              "lineage": {**lineage, "release": name, "release_game_file": game_file,
                           "parents": record.get("parents") if isinstance(
                               record.get("parents"), list) else [],
                           "status": record.get("status"),
-                          "removed_reason": record.get("removed_reason")}})
+                          "removed_reason": record.get("removed_reason"),
+                          "created_step": _step(record, "created_step"),
+                          "retired_step": _step(record, "retired_step")}})
     if isinstance(record.get("sha256"), str) and record["sha256"] != program.sha256:
         raise ReleaseError(f"{game_file}: the manifest's sha256 is not the program's")
     return program

@@ -9,11 +9,13 @@ evaluation suite, ``spadekit train-fixed`` and memory seeding (``memory_seed``):
   (pooled or retired; bootstrap copies excluded), in creation order;
 - any other directory: its ``*.py`` files that define an ``...Env`` class, sorted by name
   (``spadekit.envs.refimport.programs_from_dir``; a symlink out of the directory is refused).
-Programs are not validated here: the consumers validate.
+Programs a run took out of its pool (``blacklisted``, in a release or a pool imported from one)
+are never returned. Programs are not validated here: the consumers validate.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from spadekit.envs.program import EnvProgram
@@ -52,12 +54,19 @@ def load_programs(spec: str | Path, setting: str | None = None) -> list[EnvProgr
             raise ConfigError(f"{text!r} is not an environment source: give 'library', a pool "
                               "directory (with pool.jsonl), a run directory (with run.sqlite) "
                               "or a directory of .py programs")
+    programs = [p for p in programs if not _removed(p)]
     if setting is not None:
         programs = [p for p in programs if p.domain in (None, setting)]
     if not programs:
         raise ConfigError(f"{text!r} holds no environment programs"
                           + (f" for the {setting!r} setting" if setting else ""))
     return programs
+
+
+def _removed(program: EnvProgram) -> bool:
+    """A program its run took out of the pool (imported from a release with its removed ones)."""
+    lineage = program.meta.get("lineage")
+    return isinstance(lineage, Mapping) and lineage.get("status") == "blacklisted"
 
 
 def _library(setting: str | None) -> list[EnvProgram]:
