@@ -93,7 +93,8 @@ def test_what_leaves_a_run_is_its_validated_pooled_programs_with_hand_computed_s
                            (r["sha256"],))[0][0]
     summary = json.loads((out / "validation_summary.json").read_text())
     assert summary["total"] == summary["valid"] == len(records) and summary["removed"] == {}
-    assert subprocess.run(["sha256sum", "--quiet", "-c", "checksums.sha256"], cwd=out).returncode == 0
+    assert subprocess.run(["sha256sum", "--quiet", "-c", "checksums.sha256"],
+                          cwd=out).returncode == 0
 
 
 def test_removed_programs_leave_only_with_the_flag_and_say_why(run, tmp_path):
@@ -302,7 +303,8 @@ def test_a_signed_but_hostile_manifest_cannot_reach_outside_games(release, tmp_p
     assert all(p.code != outside.read_text() for p in programs)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.dictionaries(st.sampled_from(["game_file", "sha256", "hint", "skill",
                                                  "win_rate", "meta", "lineage", "parents"]),
                                 st.recursive(st.none() | st.booleans() | st.integers()

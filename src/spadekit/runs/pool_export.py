@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from urllib.parse import quote
 
 from spadekit.common.errors import ConfigError
-from spadekit.runs.release import STAT_KEYS, write_release
+from spadekit.runs.release import STAT_KEYS, plain_json as _plain, write_release
 
 __all__ = ["export_entries", "export_pool"]
 
@@ -97,7 +97,8 @@ def _run_entries(path: Path, include_removed: bool) -> tuple[list[dict], dict]:
                 "designer_sample_id": row.get("designer_sample_id")},
             **{k: _finite(s.get(k)) for k in ("win_rate", "win_rate_with_hint", "n_plays",
                                               "n_plays_with_hint")},
-            "regret": _finite(s.get("regret_at_gen")), "designer_reward": _finite(designer.get(sha))})
+            "regret": _finite(s.get("regret_at_gen")),
+            "designer_reward": _finite(designer.get(sha))})
     return entries, {"kind": "run", "name": path.name, "rounds": rounds,
                      "config": _public_config(path / "config.yaml")}
 
@@ -124,15 +125,6 @@ def _public_config(path: Path) -> str | None:
 
 
 _REPORT_KEYS = ("ok", "stage", "reason", "message")
-
-
-def _plain(value: Any) -> Any:
-    """Frozen program meta as plain JSON values."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _full_report(summary: Any) -> dict | None:

@@ -29,8 +29,8 @@ from spadekit.envs.program import EnvProgram
 from spadekit.envs.refimport import MAX_GAME_FILE_BYTES
 
 __all__ = ["CHECKSUMS", "FORMAT", "MANIFEST", "MANIFEST_KEYS", "ReleaseError", "STAT_KEYS",
-           "VALIDATION_MANIFEST", "game_file_name", "gym_id", "is_release", "read_release", "sha256_file",
-           "write_release"]
+           "VALIDATION_MANIFEST", "game_file_name", "gym_id", "is_release", "plain_json",
+           "read_release", "sha256_file", "write_release"]
 
 FORMAT = "spadekit-release/1"
 MANIFEST, VALIDATION_MANIFEST = "manifest.jsonl", "validation_manifest.jsonl"
@@ -89,8 +89,9 @@ def _json_line(record: Mapping[str, Any]) -> str:
 ExtraFiles = Callable[[list[dict], list[dict]], Mapping[str, bytes]]
 
 
-def write_release(out: str | Path, entries: Iterable[Mapping[str, Any]], snapshot: Mapping[str, Any],
-                  extra_files: ExtraFiles | None = None, force: bool = False) -> dict:
+def write_release(out: str | Path, entries: Iterable[Mapping[str, Any]],
+                  snapshot: Mapping[str, Any], extra_files: ExtraFiles | None = None,
+                  force: bool = False) -> dict:
     """Write the release ``out`` from ``entries`` (each: ``program`` (EnvProgram), ``validation``
     (a report dict), ``status``, ``removed_reason``, ``created_step``, ``retired_step``,
     ``parents``, ``lineage``, and :data:`STAT_KEYS`). ``extra_files(manifest, validations)``:
@@ -134,7 +135,7 @@ def _write_tree(root: Path, entries: list[Mapping[str, Any]], snapshot: Mapping[
         name = game_file_name(step, per_step[step], program.skill)
         per_step[step] += 1
         (root / GAMES / name).write_bytes(program.code.encode("utf-8", "surrogatepass"))
-        meta = {k: v for k, v in _plain(program.meta).items() if k not in _OWN_KEYS}
+        meta = {k: v for k, v in plain_json(program.meta).items() if k not in _OWN_KEYS}
         record = {"id": program.short_id, "sha256": program.sha256, "game_file": f"{GAMES}/{name}",
                   "class_name": program.class_name, "skill": program.skill,
                   "domain": program.domain, "hint": program.hint, "status": entry["status"],
@@ -173,11 +174,12 @@ def _pretty(value: Any) -> bytes:
     return (json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode()
 
 
-def _plain(value: Any) -> Any:
+def plain_json(value: Any) -> Any:
+    """Frozen program meta (mappings, tuples) as plain JSON values (dicts, lists)."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_json(v) for v in value]
     return value
 
 
