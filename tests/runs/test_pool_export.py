@@ -230,11 +230,15 @@ def test_an_existing_directory_is_kept_unless_forced_and_a_failed_write_leaves_n
 
 
 def test_sources_that_are_not_runs_or_pools_or_export_nothing_are_refused(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
     with pytest.raises(ConfigError, match="not a run directory"):
-        export_pool(tmp_path, tmp_path / "out")
-    (tmp_path / "pool.jsonl").write_text("")
+        export_pool(source, tmp_path / "out")
+    (source / "pool.jsonl").write_text("")
     with pytest.raises(ConfigError, match="no environment leaves"):
-        export_pool(tmp_path, tmp_path / "out")
+        export_pool(source, tmp_path / "out")
+    with pytest.raises(ConfigError, match="write over or into"):
+        export_pool(source, source / "out")
     res = CliRunner().invoke(app, ["pool", "export", str(tmp_path / "nope"), str(tmp_path / "o")])
     assert res.exit_code == 2 and "not a run directory" in " ".join(res.output.split())
 

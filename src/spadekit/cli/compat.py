@@ -59,6 +59,11 @@ def import_reference(
                 raise ConfigError("give --release alone (it holds its games and manifest)")
             programs, reports, summary = _read_release(release, include_removed)
         else:
+            from spadekit.runs.release import is_games_of_spadekit_release
+
+            if games is not None and is_games_of_spadekit_release(games):
+                raise ConfigError(f"{games} is the games/ folder of an exported pool: import it "
+                                  f"with --release {games.resolve().parent}")
             programs, summary = read_reference(memory, games)
             reports = [None] * len(programs)
         if validate and programs:

@@ -13,7 +13,6 @@ Gymnasium's own ``check_env`` on each id. Details: docs/pools.md.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +27,24 @@ ENTRY_POINT = "spadekit.sandbox.gym_adapter:make"
 
 
 def _pool_name(source: str | Path) -> str:
-    """A release's own name (its snapshot), else the source's directory name."""
-    from spadekit.runs.release import SNAPSHOT_SUMMARY, is_release
+    """A release's own name (its snapshot, when its checksum holds), else the source's
+    directory name."""
+    from spadekit.runs.release import is_release, verified_snapshot
 
     path = Path(str(source)).expanduser().resolve()
     if is_release(path):
-        try:
-            name = json.loads((path / SNAPSHOT_SUMMARY).read_text(encoding="utf-8")).get("name")
-        except (OSError, ValueError, AttributeError):
-            name = None
+        name = verified_snapshot(path).get("name")
         if isinstance(name, str) and name:
             return name
     return path.name
+
+
+def _settings(kwargs: dict) -> dict:
+    """What makes two registrations the same environment: the program's identity and hint
+    (not its provenance meta), and every other keyword."""
+    program = kwargs["program"]
+    return {**{k: v for k, v in kwargs.items() if k != "program"},
+            "program": (program.sha256, program.hint)}
 
 
 def register_pool(source: str | Path, *, name: str | None = None, with_hint: bool = False,
@@ -65,7 +70,7 @@ def register_pool(source: str | Path, *, name: str | None = None, with_hint: boo
             kwargs["max_turns"] = max_turns
         spec = gymnasium.registry.get(env_id)
         if spec is not None:
-            if spec.kwargs != kwargs:
+            if _settings(spec.kwargs) != _settings(kwargs):
                 known = spec.kwargs.get("program")
                 what = ("another program" if getattr(known, "sha256", None) != program.sha256
                         else "other settings")

@@ -16,6 +16,7 @@ template; :func:`teach_act_format` shows a model the ``act`` call first. Built o
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -59,25 +60,65 @@ def _trl_modules() -> None:
         raise ConfigError(TRL_MISSING) from None
 
 
-def _hint_pattern(hint: str | None) -> re.Pattern | None:
-    """What an echo of ``hint`` looks like in an observation: its words, spelled as the
-    observation's character set spells them (``fit_to_charset``), in any case, with any spacing
-    or line breaks between them, as whole words. None for a hint without words."""
+MIN_HINT_WORD_CHARS = 4
+"""A hint with fewer letters and digits than this is not looked for in observations (a hint
+``"x"`` would blank every x of a board)."""
+_WORD = re.compile(r"\w+")
+
+
+@functools.lru_cache(maxsize=256)
+def _hint_pattern(hint: str | None) -> tuple[tuple[str, ...], ...] | None:
+    """What an echo of ``hint`` looks like in an observation: its words (as written, and as
+    ``fit_to_charset`` spells them), casefolded, in order; any punctuation, spacing or line
+    breaks may stand between and around them. None for a hint of under
+    :data:`MIN_HINT_WORD_CHARS` letters and digits."""
     if not hint:
         return None
-    forms = {hint, fit_to_charset(hint)}
-    alternatives = []
-    for form in forms:
-        words = form.split()
-        if words:
-            body = r"\s+".join(re.escape(w) for w in words)
-            alternatives.append(rf"(?<!\w){body}(?!\w)")
-    return re.compile("|".join(alternatives), re.IGNORECASE) if alternatives else None
+    forms = []
+    for form in dict.fromkeys((hint, fit_to_charset(hint))):
+        words = tuple(w.casefold() for w in _WORD.findall(form))
+        if sum(len(w) for w in words) >= MIN_HINT_WORD_CHARS and words not in forms:
+            forms.append(words)
+    return tuple(forms) or None
 
 
-def _withheld(text: str, pattern: re.Pattern | None) -> str:
+def _occurrences(words: list[str], pattern: tuple[str, ...]) -> list[int]:
+    """Where ``pattern`` starts in ``words``, left to right without overlaps (Knuth-Morris-Pratt:
+    linear in both lengths, whatever the hint and the observation hold)."""
+    fail, k = [0] * len(pattern), 0
+    for i in range(1, len(pattern)):
+        while k and pattern[i] != pattern[k]:
+            k = fail[k - 1]
+        k += pattern[i] == pattern[k]
+        fail[i] = k
+    found, k = [], 0
+    for i, word in enumerate(words):
+        while k and word != pattern[k]:
+            k = fail[k - 1]
+        k += word == pattern[k]
+        if k == len(pattern):
+            found.append(i - k + 1)
+            k = 0
+    return found
+
+
+def _withheld(text: str, pattern: tuple[tuple[str, ...], ...] | None) -> str:
     """``text`` with every echo of the hint (``pattern``) replaced by ``[withheld]``."""
-    return text if pattern is None else pattern.sub("[withheld]", text)
+    if pattern is None:
+        return text
+    for words in pattern:
+        spans = [(m.start(), m.end()) for m in _WORD.finditer(text)]
+        folded = [text[a:b].casefold() for a, b in spans]
+        starts = _occurrences(folded, words)
+        if not starts:
+            continue
+        out, last = [], 0
+        for i in starts:
+            out.append(text[last:spans[i][0]])
+            out.append("[withheld]")
+            last = spans[i + len(words) - 1][1]
+        text = "".join(out) + text[last:]
+    return text
 
 
 def _defused(text: str) -> str:
@@ -210,7 +251,7 @@ class PoolEnv:
         self._owner = owner
         self._env: SandboxedTextEnv | None = None
         self._program: EnvProgram | None = None
-        self._hint: re.Pattern | None = None
+        self._hint: tuple[tuple[str, ...], ...] | None = None
         self._state: dict[str, Any] = {"env_id": None, "seed": None, "turns": 0, "done": True,
                                        "terminated": False, "last_reward": None, "failure": None}
 
@@ -305,8 +346,10 @@ class PoolEnv:
     # -- internals -----------------------------------------------------------------------------
 
     def _shown(self, observation: str) -> str:
-        return _clip(_defused(_withheld(observation, self._hint)),
-                     self._owner.max_observation_chars)
+        """What the model sees: cut first (so matching the hint costs at most the shown
+        length), the hint withheld, special tokens defused."""
+        return _defused(_withheld(_clip(observation, self._owner.max_observation_chars),
+                                  self._hint))
 
     def _fail(self, exc: SandboxError) -> str:
         self._state["failure"] = exc.to_dict() if hasattr(exc, "to_dict") else {

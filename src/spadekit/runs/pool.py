@@ -191,7 +191,10 @@ def _one_line(text: object) -> str:
 
 
 def _header(program: EnvProgram, setting: str) -> str:
+    """The comment lines above a program file's code. The first line declares the encoding, so
+    no text on the second (a skill such as ``coding: utf-7``) can choose another one."""
     hint = _one_line(program.hint or "(none)")
-    return (f"# spadekit generated environment {program.short_id}\n# skill: "
+    return (f"# -*- coding: utf-8 -*- spadekit generated environment {program.short_id}\n"
+            f"# skill: "
             f"{_one_line(program.skill)}   setting: {_one_line(setting)}   source: "
             f"{_one_line(program.source)}\n# hint: {hint}\n\n")

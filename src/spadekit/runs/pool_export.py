@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from urllib.parse import quote
 
 from spadekit.common.errors import ConfigError
-from spadekit.runs.release import STAT_KEYS, plain_json as _plain, write_release
+from spadekit.runs.release import STAT_KEYS, plain_json as _plain, round_number, write_release
 
 __all__ = ["export_entries", "export_pool"]
 
@@ -139,6 +139,32 @@ def _full_report(summary: Any) -> dict | None:
             "details": {k: v for k, v in summary.items() if k not in _REPORT_KEYS}}
 
 
+def _pool_entry(program: Any, include_removed: bool) -> dict | None:
+    """One pool program's export entry; None when it does not leave (never validated, failed
+    validation, or removed without ``include_removed``). Odd meta is read as absent."""
+    def mapping(value: Any) -> dict:
+        return _plain(value) if isinstance(value, Mapping) else {}
+
+    lineage, stats = mapping(program.meta.get("lineage")), mapping(
+        program.meta.get("reference_stats"))
+    validation = _full_report(program.meta.get("validation"))
+    status = lineage.get("status") if isinstance(lineage.get("status"), str) else "pooled"
+    if validation is None or not validation["ok"]:
+        return None
+    if status not in _KEPT and not (include_removed and status == "blacklisted"):
+        return None
+    parents = lineage.get("parents")
+    reason = lineage.get("removed_reason")
+    return {"program": program, "status": status, "validation": validation,
+            "removed_reason": reason if isinstance(reason, str) else None,
+            "created_step": round_number(lineage.get("created_step")),
+            "retired_step": round_number(lineage.get("retired_step")),
+            "parents": [p for p in parents if isinstance(p, str)] if isinstance(
+                parents, list) else [],
+            "lineage": {k: v for k, v in lineage.items() if k not in _RELEASE_KEYS},
+            **{k: _finite(stats.get(k)) for k in STAT_KEYS}}
+
+
 def _pool_entries(path: Path, include_removed: bool) -> tuple[list[dict], dict]:
     from spadekit.runs.pool import PoolError, read_pool
 
@@ -148,23 +174,11 @@ def _pool_entries(path: Path, include_removed: bool) -> tuple[list[dict], dict]:
         raise ConfigError(str(exc)) from None
     entries, unvalidated = [], 0
     for program in programs:
-        lineage = _plain(program.meta.get("lineage") or {})
-        stats = _plain(program.meta.get("reference_stats") or {})
-        validation = _full_report(program.meta.get("validation"))
-        status = lineage.get("status") or "pooled"
-        if validation is None or not validation["ok"]:
-            unvalidated += validation is None
-            continue
-        if status not in _KEPT and not include_removed:
-            continue
-        entries.append({
-            "program": program, "status": status, "validation": validation,
-            "removed_reason": lineage.get("removed_reason"),
-            "created_step": lineage.get("created_step"),
-            "retired_step": lineage.get("retired_step"),
-            "parents": list(lineage.get("parents") or []),
-            "lineage": {k: v for k, v in lineage.items() if k not in _RELEASE_KEYS},
-            **{k: _finite(stats.get(k)) for k in STAT_KEYS}})
+        entry = _pool_entry(program, include_removed)
+        if entry is not None:
+            entries.append(entry)
+        else:
+            unvalidated += _full_report(program.meta.get("validation")) is None
     return entries, {"kind": "pool", "name": path.name, "rounds": None, "config": None,
                      "unvalidated": unvalidated}
 
@@ -182,13 +196,13 @@ def export_pool(source: str | Path, out: str | Path, *, include_removed: bool = 
     from spadekit import __version__
     from spadekit.runs.pool_card import dataset_card, parquet_bytes, rows_of
 
-    if not _LICENSE.match(license):
+    if not isinstance(license, str) or not _LICENSE.fullmatch(license):
         raise ConfigError(f"--license {license!r} is not a licence id (letters, digits, '.', "
                           "'+', '-'; e.g. apache-2.0, mit, cc-by-4.0)")
     source_dir, out_dir = Path(source).expanduser().resolve(), Path(out).expanduser().resolve()
-    if out_dir == source_dir or out_dir in source_dir.parents:
-        raise ConfigError(f"{out}: the export would replace {source} itself: choose a directory "
-                          "outside it")
+    if out_dir == source_dir or out_dir in source_dir.parents or source_dir in out_dir.parents:
+        raise ConfigError(f"{out}: the export would write over or into {source}: choose a "
+                          "directory outside it")
     if parquet:
         import importlib.util
 
@@ -217,6 +231,6 @@ def export_pool(source: str | Path, out: str | Path, *, include_removed: bool = 
             files["README.md"] = dataset_card(rows, snapshot, about.get("config"), data_file)
         return files
 
-    summary = write_release(out_dir, entries, snapshot, extra, force=force)
+    summary = write_release(out, entries, snapshot, extra, force=force)
     return {**summary, "out": str(out), "parquet": data_file, "name": name,
             "unvalidated_left_out": about.get("unvalidated", 0)}

@@ -29,8 +29,9 @@ from spadekit.envs.program import EnvProgram
 from spadekit.envs.refimport import MAX_GAME_FILE_BYTES
 
 __all__ = ["CHECKSUMS", "FORMAT", "MANIFEST", "MANIFEST_KEYS", "ReleaseError", "STAT_KEYS",
-           "VALIDATION_MANIFEST", "game_file_name", "gym_id", "is_release", "plain_json",
-           "read_release", "sha256_file", "write_release"]
+           "VALIDATION_MANIFEST", "game_file_name", "gym_id", "is_games_of_spadekit_release",
+           "is_release", "plain_json", "read_release", "round_number", "sha256_file",
+           "verified_snapshot", "write_release"]
 
 FORMAT = "spadekit-release/1"
 MANIFEST, VALIDATION_MANIFEST = "manifest.jsonl", "validation_manifest.jsonl"
@@ -66,7 +67,7 @@ def sha256_file(path: Path) -> str:
 def game_file_name(step: int | None, index: int, skill: str | None) -> str:
     """``game_<step:05d>_<index:03d>_<skill slug>.py``, the reference's naming."""
     slug = re.sub(r"[^a-z0-9]+", "_", (skill or "unknown").lower()).strip("_") or "unknown"
-    return f"game_{max(int(step or 0), 0):05d}_{index:03d}_{slug}.py"
+    return f"game_{round_number(step) or 0:05d}_{index:03d}_{slug}.py"
 
 
 def gym_id(pool_name: str, short_id: str, hinted: bool = False) -> str:
@@ -80,6 +81,26 @@ def gym_id(pool_name: str, short_id: str, hinted: bool = False) -> str:
 def is_release(path: str | Path) -> bool:
     path = Path(path)
     return (path / MANIFEST).is_file() and (path / GAMES).is_dir()
+
+
+def verified_snapshot(path: str | Path) -> dict:
+    """A release's ``snapshot_summary.json`` when ``checksums.sha256`` lists it and it matches,
+    else ``{}`` (an unlisted or changed snapshot names nothing)."""
+    root = Path(path)
+    try:
+        sums = _checksums(root)
+        decoded = load_file(_verified(root, SNAPSHOT_SUMMARY, sums)).value
+    except ConfigError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def is_games_of_spadekit_release(path: str | Path) -> bool:
+    """``path`` is the ``games/`` folder of a spadekit export (read the release instead: its
+    manifest says which programs its run took out)."""
+    path = Path(path).expanduser().resolve()
+    return (path.name == GAMES and is_release(path.parent)
+            and verified_snapshot(path.parent).get("format") == FORMAT)
 
 
 def _json_line(record: Mapping[str, Any]) -> str:
@@ -97,17 +118,22 @@ def write_release(out: str | Path, entries: Iterable[Mapping[str, Any]],
     ``parents``, ``lineage``, and :data:`STAT_KEYS`). ``extra_files(manifest, validations)``:
     more files by relative path (a dataset's parquet and card), checksummed too. ``out`` must
     not exist unless ``force`` (then it is replaced whole). Returns the validation summary."""
-    out = Path(out).expanduser().resolve()
-    if out.exists() and not force:
+    out = Path(out).expanduser()
+    out = out.resolve() if out.name in ("", ".", "..") else out.parent.resolve() / out.name
+    if (out.exists() or out.is_symlink()) and not force:
         raise ReleaseError(f"{out} exists: choose a new directory, or pass --force to replace it")
     tmp = out.with_name(f".{out.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         summary = _write_tree(tmp, list(entries), snapshot, extra_files)
-        if out.exists() or out.is_symlink():
+        if out.exists() or out.is_symlink():  # a link is replaced, never its target
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)
-            os.replace(tmp, out)
+            try:
+                os.replace(tmp, out)
+            except BaseException:
+                os.replace(old, out)  # the old OUT comes back whole
+                raise
             if old.is_dir() and not old.is_symlink():
                 shutil.rmtree(old, ignore_errors=True)
             else:
@@ -131,7 +157,7 @@ def _write_tree(root: Path, entries: list[Mapping[str, Any]], snapshot: Mapping[
     manifest, validations = [], []
     for entry in entries:
         program: EnvProgram = entry["program"]
-        step = entry.get("created_step")
+        step = round_number(entry.get("created_step"))
         name = game_file_name(step, per_step[step], program.skill)
         per_step[step] += 1
         (root / GAMES / name).write_bytes(program.code.encode("utf-8", "surrogatepass"))
@@ -225,12 +251,9 @@ def _checksums(root: Path) -> dict[str, str]:
     return out
 
 
-def _verified(root: Path, rel: str, sums: Mapping[str, str],
-              done: dict[str, Path] | None = None) -> Path:
+def _verified(root: Path, rel: str, sums: Mapping[str, str]) -> Path:
     """``root/rel`` once it is a regular file inside ``root`` whose checksum matches (else
-    ReleaseError saying why); ``done`` remembers verified files, so each is hashed once."""
-    if done is not None and rel in done:
-        return done[rel]
+    ReleaseError saying why)."""
     if rel not in sums:
         raise ReleaseError(f"{rel} is not listed in {CHECKSUMS}")
     path = root / rel
@@ -242,8 +265,6 @@ def _verified(root: Path, rel: str, sums: Mapping[str, str],
         raise ReleaseError(f"{rel} is larger than {limit} bytes")
     if sha256_file(path) != sums[rel]:
         raise ReleaseError(f"{rel} does not match its checksum (changed or corrupt)")
-    if done is not None:
-        done[rel] = path
     return path
 
 
@@ -278,23 +299,27 @@ def read_release(path: str | Path, include_removed: bool = False,
         checks = {r["sha256"]: r.get("validation") for r in
                   _records(root, VALIDATION_MANIFEST, sums, [])
                   if r is not None and isinstance(r.get("sha256"), str)}
-    snapshot = {}
-    if SNAPSHOT_SUMMARY in sums:
-        decoded = load_file(_verified(root, SNAPSHOT_SUMMARY, sums)).value
-        snapshot = decoded if isinstance(decoded, dict) else {}
+    snapshot = verified_snapshot(root) if SNAPSHOT_SUMMARY in sums else {}
     name = snapshot.get("name") if isinstance(snapshot.get("name"), str) else root.name
-    programs, validations, seen, done = [], [], set(), {}
+    programs, validations, seen, named = [], [], set(), set()
     for index, record in enumerate(manifest):
         what = f"{MANIFEST} record {index}"
         if record is None:
             continue
+        game_file = record.get("game_file")
+        if isinstance(game_file, str) and game_file in named:
+            skipped.append({"what": what, "why": f"names {game_file[:200]} again (an earlier "
+                            "record's game file)"})
+            continue
+        if isinstance(game_file, str):
+            named.add(game_file)
         if record.get("status") == "blacklisted" and not include_removed:
             skipped.append({"what": what, "why": "taken out of its run's pool ("
                             f"{str(record.get('removed_reason'))[:100]}): only with "
                             "include_removed"})
             continue
         try:
-            program = _program(root, name, record, sums, done)
+            program = _program(root, name, record, sums)
         except (ReleaseError, TypeError, ValueError) as exc:
             skipped.append({"what": what, "why": getattr(exc, "message", str(exc))})
             continue
@@ -315,24 +340,29 @@ def _text(record: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
-def _step(record: Mapping[str, Any], key: str) -> int | None:
-    value = record.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def round_number(value: Any) -> int | None:
+    """A round number, or None (anything but an int in [0, 10**9))."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9
+    return value if ok else None
+
+
+def _code(root: Path, game_file: str, sums: Mapping[str, str]) -> str:
+    """The verified text of a game file (each is named by one record at most)."""
+    path = _verified(root, game_file, sums)
+    if path.resolve().parent != (root / GAMES).resolve():
+        raise ReleaseError(f"game_file {game_file!r} is not a file in {GAMES}/")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReleaseError(f"{game_file} is not UTF-8") from None
 
 
 def _program(root: Path, name: str, record: Mapping[str, Any], sums: Mapping[str, str],
-             done: dict[str, Path]) -> EnvProgram:
+             ) -> EnvProgram:
     game_file = _text(record, "game_file")
     if not game_file or not game_file.startswith(f"{GAMES}/") or "\0" in game_file:
         raise ReleaseError(f"game_file {game_file!r} is not a file in {GAMES}/")
-    path = _verified(root, game_file, sums, done)
-    if path.resolve().parent != (root / GAMES).resolve():
-        raise ReleaseError(f"game_file {game_file!r} is not a file in {GAMES}/")
-    data = path.read_bytes()
-    try:
-        code = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ReleaseError(f"{game_file} is not UTF-8") from None
+    code = _code(root, game_file, sums)
     meta = record.get("meta") if isinstance(record.get("meta"), dict) else {}
     lineage = record.get("lineage") if isinstance(record.get("lineage"), dict) else {}
     stats = {k: record.get(k) for k in STAT_KEYS}
@@ -349,8 +379,8 @@ def _program(root: Path, name: str, record: Mapping[str, Any], sums: Mapping[str
                               record.get("parents"), list) else [],
                           "status": record.get("status"),
                           "removed_reason": record.get("removed_reason"),
-                          "created_step": _step(record, "created_step"),
-                          "retired_step": _step(record, "retired_step")}})
+                          "created_step": round_number(record.get("created_step")),
+                          "retired_step": round_number(record.get("retired_step"))}})
     if isinstance(record.get("sha256"), str) and record["sha256"] != program.sha256:
         raise ReleaseError(f"{game_file}: the manifest's sha256 is not the program's")
     return program

@@ -33,7 +33,7 @@ def load_programs(spec: str | Path, setting: str | None = None) -> list[EnvProgr
         programs = _library(text.partition(":")[2] or None)
     else:
         path = Path(text).expanduser()
-        from spadekit.runs.release import is_release, read_release
+        from spadekit.runs.release import is_games_of_spadekit_release, is_release, read_release
 
         if (path / "run.sqlite").exists():
             programs = _run(path)
@@ -49,6 +49,10 @@ def load_programs(spec: str | Path, setting: str | None = None) -> list[EnvProgr
         elif path.is_dir():
             from spadekit.envs.refimport import programs_from_dir
 
+            if is_games_of_spadekit_release(path):
+                raise ConfigError(f"{text!r} is the games/ folder of an exported pool: give the "
+                                  f"export itself ({path.parent}), whose manifest says which "
+                                  "programs its run took out")
             programs = programs_from_dir(path)
         else:
             raise ConfigError(f"{text!r} is not an environment source: give 'library', a pool "
