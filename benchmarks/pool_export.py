@@ -2,9 +2,9 @@
 
 Usage: python3 benchmarks/pool_export.py [--programs 1000] [--repeat 3]
 
-A pool directory of ``--programs`` distinct programs (the reference library's games, each made
-distinct by a comment line, with hints) is exported three ways, each timed in this process,
-best of ``--repeat``:
+A pool directory of ``--programs`` distinct programs (the reference library's games, validated
+in the sandbox once, each made distinct by a comment line, with hints) is exported three ways,
+each timed in this process, best of ``--repeat``:
 
 - baseline: the bare route, the same game files written and a one-line-a-game JSON manifest,
   each file hashed (what any export must at least do);
@@ -19,6 +19,7 @@ Prints each time and its ratio to the baseline; the last line is one JSON object
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -43,13 +44,18 @@ def make_pool(root: Path, n: int) -> Path:
     from spadekit.envs.library import list_library, program
     from spadekit.runs.pool import write_pool
 
+    from spadekit.sandbox import SandboxPool
+    from spadekit.sandbox.validate import Validator
+
     base = [program(e) for e in list_library() if e.setting == "games"]
+    with Validator(SandboxPool(warm=1)) as validator:  # each variant adds only a comment line
+        reports = validator.validate_many(base, workers=2)
     entries = []
     for i in range(n):
-        p = base[i % len(base)]
-        entries.append((type(p)(code=p.code + f"\n# variant {i}\n", hint=p.hint, skill=p.skill,
-                                domain=p.domain, class_name=p.class_name,
-                                source=f"bench:{i}"), None))
+        p, report = base[i % len(base)], reports[i % len(base)]
+        variant = type(p)(code=p.code + f"\n# variant {i}\n", hint=p.hint, skill=p.skill,
+                          domain=p.domain, class_name=p.class_name, source=f"bench:{i}")
+        entries.append((variant, dataclasses.replace(report, program=variant)))
     write_pool(root / "pool", entries)
     return root / "pool"
 
