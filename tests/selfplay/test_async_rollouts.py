@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from spadekit.common.errors import ConfigError
@@ -125,6 +125,7 @@ def test_no_trained_batch_is_ever_staler_than_the_bound(timeline):
 @given(st.dictionaries(st.sampled_from(["generated", "trained", "discarded", "x"]),
                        st.dictionaries(st.text(max_size=4), st.integers(-3, 10), max_size=3),
                        max_size=4) | st.integers() | st.text() | st.none())
+@example({"generated": {"\u00b9": 0}})  # a superscript one: isdigit() but not int()
 def test_a_stored_ledger_decodes_or_fails_typed(state):
     try:
         ledger = TokenLedger.from_state(state)

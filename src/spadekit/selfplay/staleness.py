@@ -145,7 +145,7 @@ class TokenLedger:
             if not isinstance(book, dict):
                 raise LedgerError(f"stored token ledger: {kind} is not a mapping")
             for key, n in book.items():
-                if not (isinstance(key, str) and key.lstrip("-").isdigit()) or \
+                if not (isinstance(key, str) and key.isascii() and key.lstrip("-").isdigit()) or \
                         isinstance(n, bool) or not isinstance(n, int) or n < 0:
                     raise LedgerError(f"stored token ledger: bad entry {kind}[{key!r}] = {n!r}")
                 getattr(ledger, kind)[int(key)] = n
