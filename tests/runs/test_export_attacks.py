@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from release_signing import resign
 from report_run import build_run
 from spadekit.cli.app import app
 from spadekit.common.errors import ConfigError
@@ -46,13 +46,6 @@ def pool(release, tmp_path_factory) -> Path:
                                    str(out), "--no-validate"])
     assert res.exit_code == 0, res.output
     return out
-
-
-def _resum(root: Path) -> None:
-    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                   if p.is_file() and p.name != "checksums.sha256")
-    (root / "checksums.sha256").write_text("".join(
-        f"{hashlib.sha256((root / f).read_bytes()).hexdigest()}  {f}\n" for f in files))
 
 
 def test_force_onto_a_symlink_replaces_the_link_not_its_target(run, tmp_path):
@@ -115,7 +108,7 @@ def test_many_records_naming_one_large_game_file_read_it_once(release, tmp_path,
     game.write_text(game.read_text() + pad * (4 * 1024 * 1024 // len(pad) - 2))
     (root / "manifest.jsonl").write_text(
         "".join(json.dumps({"game_file": first["game_file"]}) + "\n" for _ in range(300)))
-    _resum(root)
+    resign(root)
     import spadekit.runs.release as release_module
 
     built = []

@@ -17,12 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from release_signing import resign
 from report_run import build_run
 from spadekit.cli.app import app
 from spadekit.common.errors import ConfigError
 from spadekit.runs.pool import load_pool
 from spadekit.runs.pool_export import export_entries, export_pool
-from spadekit.runs.release import ReleaseError, read_release, sha256_file
+from spadekit.runs.release import ReleaseError, read_release
 from spadekit.runs.store import RunStore
 
 
@@ -280,10 +281,7 @@ def test_a_release_without_checksums_or_with_a_changed_manifest_is_refused(relea
 def rewrite(copy: Path, records: list) -> None:
     """Replace the manifest and re-sign every file (an adversary who controls the release)."""
     (copy / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    listed = sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*")
-                    if p.is_file() and p.name != "checksums.sha256")
-    (copy / "checksums.sha256").write_text(
-        "".join(f"{sha256_file(copy / rel)}  {rel}\n" for rel in listed))
+    resign(copy)
 
 
 def test_a_signed_but_hostile_manifest_cannot_reach_outside_games(release, tmp_path):

@@ -5,7 +5,6 @@ validated programs, and the docs' Gymnasium id."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from release_signing import resign
 from report_run import build_run
 from spadekit.cli.app import app
 from spadekit.common.errors import SpadekitError
@@ -40,13 +40,6 @@ def _copy(release: Path, tmp_path: Path) -> Path:
     return dst
 
 
-def _resum(root: Path) -> None:
-    files = sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                   if p.is_file() and p.name != "checksums.sha256")
-    (root / "checksums.sha256").write_text("".join(
-        f"{hashlib.sha256((root / f).read_bytes()).hexdigest()}  {f}\n" for f in files))
-
-
 def _manifest(root: Path) -> list[dict]:
     return [json.loads(x) for x in (root / "manifest.jsonl").read_text().splitlines()]
 
@@ -66,7 +59,7 @@ def test_a_validation_record_with_an_unhashable_sha256_is_skipped_not_a_typeerro
     first["sha256"] = ["not", "hashable"]
     lines[0] = json.dumps(first)
     path.write_text("\n".join(lines) + "\n")
-    _resum(root)
+    resign(root)
     try:
         programs, _checks, _summary = read_release(root)
     except SpadekitError:
@@ -85,7 +78,7 @@ def test_many_records_naming_one_game_file_hash_it_once(release, tmp_path, monke
     root = _copy(release, tmp_path)
     first = _manifest(root)[0]
     _write_manifest(root, [{"game_file": first["game_file"]}] * 200)
-    _resum(root)
+    resign(root)
     calls = []
     real = rel.sha256_file
     monkeypatch.setattr(rel, "sha256_file", lambda p: calls.append(p) or real(p))
@@ -103,7 +96,7 @@ def test_a_release_hint_cannot_write_code_lines_into_the_imported_program_file(r
     records[0]["hint"] = "ok\nimport os; os.system('echo pwned')"
     records[0]["skill"] = "s\nprint('injected')"
     _write_manifest(root, records)
-    _resum(root)
+    resign(root)
     pool = tmp_path / "pool"
     res = CliRunner().invoke(app, ["import-reference", "--release", str(root), "--out",
                                    str(pool), "--no-validate"])
@@ -212,7 +205,7 @@ def test_programs_never_validated_are_not_exported_as_valid(release, tmp_path):
     # {"ok": true, "stage": "unknown"}, and the card says "validated in spadekit's sandbox"
     root = _copy(release, tmp_path)
     (root / "validation_manifest.jsonl").unlink()
-    _resum(root)
+    resign(root)
     pool, again = tmp_path / "pool", tmp_path / "again"
     res = CliRunner().invoke(app, ["import-reference", "--release", str(root), "--out", str(pool),
                                    "--no-validate"])
